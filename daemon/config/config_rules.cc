@@ -1,0 +1,170 @@
+// SPDX-License-Identifier: Apache-2.0
+//
+// The list of config keys, byte-size parsing, and the rules a loaded config
+// must follow. No toml++ here: it is heavy and lives in config.cc alone.
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <array>
+#include <cctype>
+#include <charconv>
+#include <cstring>
+
+#include "daemon/config/config.h"
+#include "daemon/config/config_internal.h"
+
+namespace gsync {
+namespace {
+
+constexpr uint32_t kMinRingEntries = 16;
+constexpr uint32_t kMaxRingEntries = 65536;
+// sizeof(sockaddr_un::sun_path) on Linux, including the terminating NUL (unix(7)).
+constexpr size_t kSunPathSize = 108;
+// More reduce threads than this is a typo, not a machine.
+constexpr uint32_t kMaxReduceThreads = 1024;
+constexpr uint32_t kMaxSocketMode = 07777;
+constexpr std::array<std::string_view, 7> kLogLevels = {"trace", "debug",    "info", "warn",
+                                                        "error", "critical", "off"};
+
+const ConfigField kFields[] = {
+    {"daemon", "socket", ConfigKind::kString, &DaemonConfig::socket_path},
+    {"daemon", "admin_socket", ConfigKind::kString, &DaemonConfig::admin_socket_path},
+    {"daemon", "socket_mode", ConfigKind::kMode, &DaemonConfig::socket_mode},
+    {"daemon", "log_level", ConfigKind::kString, &DaemonConfig::log_level},
+    {"daemon", "reduce_threads", ConfigKind::kCount, &DaemonConfig::reduce_threads},
+    {"auth", "allowed_uids", ConfigKind::kIdList, &DaemonConfig::allowed_uids},
+    {"auth", "allowed_gids", ConfigKind::kIdList, &DaemonConfig::allowed_gids},
+    {"limits", "default_arena", ConfigKind::kSize, &DaemonConfig::default_arena_bytes},
+    {"limits", "max_arena", ConfigKind::kSize, &DaemonConfig::max_arena_bytes},
+    {"limits", "max_clients", ConfigKind::kCount, &DaemonConfig::max_clients},
+    {"limits", "ring_entries", ConfigKind::kCount, &DaemonConfig::ring_entries},
+    {"limits", "op_timeout_ms", ConfigKind::kCount, &DaemonConfig::op_timeout_ms},
+    {"limits", "inline_reduce_bytes", ConfigKind::kSize, &DaemonConfig::inline_reduce_bytes},
+};
+
+struct SizeSuffix {
+  std::string_view name;  // lower case
+  int shift;
+};
+constexpr SizeSuffix kSizeSuffixes[] = {
+    {"", 0},     {"b", 0},  {"k", 10},   {"kib", 10}, {"m", 20},
+    {"mib", 20}, {"g", 30}, {"gib", 30}, {"t", 40},   {"tib", 40},
+};
+
+std::string_view trim(std::string_view s) {
+  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.front()))) s.remove_prefix(1);
+  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.remove_suffix(1);
+  return s;
+}
+
+std::optional<std::string> check_socket_path(const std::string& path) {
+  if (path.empty()) return "must not be empty";
+  if (path.find('\0') != std::string::npos) return "must not contain a NUL character";
+  if (path.size() >= kSunPathSize) {
+    return fmt::format("is {} bytes; a unix socket path must be shorter than {} (unix(7))",
+                       path.size(), kSunPathSize);
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+std::span<const ConfigField> config_fields() { return kFields; }
+
+std::string dotted_key(const ConfigField& field) {
+  return fmt::format("{}.{}", field.section, field.key);
+}
+
+bool parse_byte_size(const std::string& text, uint64_t* out) {
+  std::string_view s = trim(text);
+  uint64_t number = 0;
+  auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), number);
+  if (ec != std::errc() || end == s.data()) return false;
+  std::string suffix(trim(std::string_view(end, s.data() + s.size() - end)));
+  std::transform(suffix.begin(), suffix.end(), suffix.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  // "KB"/"GB" are refused on purpose: they mean 1000^n to some readers and
+  // 1024^n to others, and an arena size off by 7% is a confusing bug.
+  for (const SizeSuffix& sfx : kSizeSuffixes) {
+    if (suffix != sfx.name) continue;
+    if (sfx.shift > 0 && number > (UINT64_MAX >> sfx.shift)) return false;
+    *out = number << sfx.shift;
+    return true;
+  }
+  return false;
+}
+
+std::string format_byte_size(uint64_t bytes) {
+  static constexpr std::pair<int, char> kUnits[] = {{40, 'T'}, {30, 'G'}, {20, 'M'}, {10, 'K'}};
+  if (bytes != 0) {
+    for (auto [shift, unit] : kUnits) {
+      uint64_t mask = (uint64_t{1} << shift) - 1;
+      if ((bytes & mask) == 0) return fmt::format("{}{}", bytes >> shift, unit);
+    }
+  }
+  return fmt::format("{}", bytes);
+}
+
+std::string format_mode(uint32_t mode) { return fmt::format("{:04o}", mode); }
+
+std::optional<ConfigProblem> find_config_problem(const DaemonConfig& cfg) {
+  auto problem = [](std::string key, std::string message) {
+    return ConfigProblem{{std::move(key)}, std::move(message)};
+  };
+  if (auto p = check_socket_path(cfg.socket_path)) return problem("daemon.socket", *p);
+  if (auto p = check_socket_path(cfg.admin_socket_path)) return problem("daemon.admin_socket", *p);
+  if (cfg.socket_path == cfg.admin_socket_path) {
+    return ConfigProblem{
+        {"daemon.admin_socket", "daemon.socket"},
+        fmt::format("must differ from daemon.socket (both are \"{}\")", cfg.socket_path)};
+  }
+  if (cfg.socket_mode > kMaxSocketMode) {
+    return problem("daemon.socket_mode",
+                   fmt::format("0o{:o} is not a file mode (at most 0o7777)", cfg.socket_mode));
+  }
+  if (std::find(kLogLevels.begin(), kLogLevels.end(), cfg.log_level) == kLogLevels.end()) {
+    return problem("daemon.log_level",
+                   fmt::format("\"{}\" is not one of {}", cfg.log_level,
+                               fmt::join(kLogLevels.begin(), kLogLevels.end(), ", ")));
+  }
+  if (cfg.reduce_threads > kMaxReduceThreads) {
+    return problem("daemon.reduce_threads",
+                   fmt::format("{} is more than {} (0 means one per online CPU)",
+                               cfg.reduce_threads, kMaxReduceThreads));
+  }
+  for (const auto& [key, ids] : {std::pair{"auth.allowed_uids", &cfg.allowed_uids},
+                                 std::pair{"auth.allowed_gids", &cfg.allowed_gids}}) {
+    for (uint32_t id : *ids) {
+      if (id > kMaxId) return problem(key, fmt::format("{} is not a valid id", id));
+    }
+  }
+  if (cfg.default_arena_bytes == 0) return problem("limits.default_arena", "must be > 0");
+  if (cfg.max_arena_bytes == 0) return problem("limits.max_arena", "must be > 0");
+  if (cfg.default_arena_bytes > cfg.max_arena_bytes) {
+    return ConfigProblem{
+        {"limits.default_arena", "limits.max_arena"},
+        fmt::format("limits.default_arena ({}) must not exceed limits.max_arena ({})",
+                    format_byte_size(cfg.default_arena_bytes),
+                    format_byte_size(cfg.max_arena_bytes))};
+  }
+  if (cfg.max_clients == 0) return problem("limits.max_clients", "must be > 0");
+  uint32_t ring = cfg.ring_entries;
+  if (ring < kMinRingEntries || ring > kMaxRingEntries || (ring & (ring - 1)) != 0) {
+    // Rings index with (head & (entries - 1)), so only powers of two work.
+    return problem("limits.ring_entries", fmt::format("must be a power of two in [{}, {}], got {}",
+                                                      kMinRingEntries, kMaxRingEntries, ring));
+  }
+  if (cfg.op_timeout_ms == 0) return problem("limits.op_timeout_ms", "must be > 0");
+  return std::nullopt;
+}
+
+Status validate_config(const DaemonConfig& cfg) {
+  if (auto p = find_config_problem(cfg)) {
+    return Status(GSYNC_ERR_INVALID, fmt::format("{}: {}", p->keys.front(), p->message));
+  }
+  return Status::ok();
+}
+
+}  // namespace gsync
