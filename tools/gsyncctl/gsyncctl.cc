@@ -1,0 +1,94 @@
+// SPDX-License-Identifier: Apache-2.0
+//
+// gsyncctl: asks a running gsyncd for its status, jobs or clients over the
+// admin socket and prints the reply as text (or as JSON with --json).
+//
+// Exit status: 0 ok; 1 the daemon answered with an error; 2 the daemon could
+// not be reached or its reply was not understood; 64 bad command line.
+
+#include <CLI/CLI.hpp>
+#include <chrono>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "gsync_build_config.h"
+#include "tools/gsyncctl/admin_client.h"
+#include "tools/gsyncctl/render.h"
+
+namespace {
+
+constexpr const char* kDefaultAdminSocket = "/run/gsync/gsyncd-admin.sock";
+constexpr int kExitDaemonError = 1;
+constexpr int kExitUnreachable = 2;
+constexpr int kExitUsage = 64;  // EX_USAGE, sysexits(3)
+constexpr int kDefaultTimeoutMs = 10000;
+
+struct Command {
+  const char* name;
+  const char* help;
+  std::string (*render)(const nlohmann::json&);
+};
+
+constexpr Command kCommands[] = {
+    {"status", "daemon summary and the configuration in force", gsync::cli::render_status},
+    {"jobs", "jobs with their ranks, operations and throughput", gsync::cli::render_jobs},
+    {"clients", "connected client sessions (one per rank process)", gsync::cli::render_clients},
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"gsyncctl: inspect a running gsyncd over its admin socket"};
+  app.set_version_flag("--version", GSYNC_VERSION_STRING);
+  std::string socket_path = kDefaultAdminSocket;
+  bool as_json = false;
+  int timeout_ms = kDefaultTimeoutMs;
+  app.add_option("-s,--socket", socket_path, "admin socket of the daemon")
+      ->envname("GSYNC_ADMIN_SOCKET")
+      ->capture_default_str();
+  app.add_flag("--json", as_json, "print the daemon's JSON reply (pretty-printed)");
+  app.add_option("--timeout-ms", timeout_ms, "give up when the daemon has not answered by then")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 3600 * 1000));
+  // Global options may also follow the command: "gsyncctl status --json".
+  app.fallthrough();
+  app.require_subcommand(1);
+  for (const Command& c : kCommands) app.add_subcommand(c.name, c.help);
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : kExitUsage;
+  }
+
+  const std::string name = app.get_subcommands().front()->get_name();
+  const Command* command = nullptr;
+  for (const Command& c : kCommands) {
+    if (name == c.name) command = &c;
+  }
+
+  std::string reply_text, error;
+  if (!gsync::cli::admin_query(socket_path, name, std::chrono::milliseconds(timeout_ms),
+                               &reply_text, &error)) {
+    std::fprintf(stderr, "gsyncctl: %s\n", error.c_str());
+    return kExitUnreachable;
+  }
+  nlohmann::json reply = nlohmann::json::parse(reply_text, nullptr, /*allow_exceptions=*/false);
+  if (reply.is_discarded() || !reply.is_object()) {
+    std::fprintf(stderr, "gsyncctl: the reply from %s to \"%s\" is not a JSON object: %.200s\n",
+                 socket_path.c_str(), name.c_str(), reply_text.c_str());
+    return kExitUnreachable;
+  }
+  if (auto it = reply.find("error"); it != reply.end()) {
+    std::string message = it->is_string() ? it->get<std::string>() : it->dump();
+    std::fprintf(stderr, "gsyncctl: gsyncd (%s): %s\n", socket_path.c_str(), message.c_str());
+    return kExitDaemonError;
+  }
+
+  std::string out = as_json ? reply.dump(2) + "\n" : command->render(reply);
+  std::fputs(out.c_str(), stdout);
+  // A closed pipe or full disk must not look like success to a script.
+  if (std::fflush(stdout) != 0) return kExitUnreachable;
+  return 0;
+}

@@ -1,0 +1,214 @@
+// SPDX-License-Identifier: Apache-2.0
+
+#include "tools/gsyncctl/render.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <array>
+#include <string_view>
+
+#include "tools/gsyncctl/table.h"
+
+namespace gsync::cli {
+namespace {
+
+using nlohmann::json;
+
+constexpr std::string_view kMissing = "-";
+// Config keys whose values are byte counts (daemon/config: ConfigKind::kSize).
+constexpr std::array<std::string_view, 3> kSizeKeys = {"default_arena", "max_arena",
+                                                       "inline_reduce_bytes"};
+// Sections and keys in the order of the TOML file (daemon/config/config_rules.cc),
+// which groups related keys; names not listed here follow alphabetically.
+constexpr std::array<std::string_view, 3> kSectionOrder = {"daemon", "auth", "limits"};
+constexpr std::array<std::string_view, 13> kKeyOrder = {
+    "socket",       "admin_socket",  "socket_mode",        "log_level", "reduce_threads",
+    "allowed_uids", "allowed_gids",  "default_arena",      "max_arena", "max_clients",
+    "ring_entries", "op_timeout_ms", "inline_reduce_bytes"};
+
+size_t key_rank(std::string_view key) {
+  return static_cast<size_t>(std::find(kKeyOrder.begin(), kKeyOrder.end(), key) -
+                             kKeyOrder.begin());
+}
+
+const json& field(const json& obj, std::string_view key) {
+  static const json kNull;
+  if (!obj.is_object()) return kNull;
+  auto it = obj.find(std::string(key));
+  return it == obj.end() ? kNull : *it;
+}
+
+// Any scalar as text: strings verbatim, numbers as JSON writes them.
+std::string text(const json& v) {
+  if (v.is_string()) return v.get<std::string>();
+  if (v.is_number() || v.is_boolean()) return v.dump();
+  if (v.is_array()) {
+    std::string out = "[";
+    for (size_t i = 0; i < v.size(); ++i) {
+      if (i > 0) out += ", ";
+      out += text(v[i]);
+    }
+    return out + "]";
+  }
+  return std::string(kMissing);
+}
+
+std::string bytes(const json& v) {
+  if (v.is_number_unsigned() || (v.is_number_integer() && v.get<int64_t>() >= 0)) {
+    return format_bytes(v.get<uint64_t>());
+  }
+  return std::string(kMissing);
+}
+
+std::string seconds(const json& v) {
+  return v.is_number() ? format_duration(v.get<double>()) : std::string(kMissing);
+}
+
+std::string gbps(const json& v) {
+  return v.is_number() ? format_gbps(v.get<double>()) : std::string(kMissing);
+}
+
+std::string render_config(const json& config) {
+  if (!config.is_object()) return "";
+  std::vector<std::string> sections(kSectionOrder.begin(), kSectionOrder.end());
+  for (const auto& [name, value] : config.items()) {
+    if (std::find(sections.begin(), sections.end(), name) == sections.end()) {
+      sections.push_back(name);
+    }
+  }
+  std::string out;
+  for (const std::string& name : sections) {
+    const json& section = field(config, name);
+    if (!section.is_object()) continue;
+    std::vector<std::pair<std::string, std::string>> rows;
+    for (const auto& [key, value] : section.items()) {
+      bool is_size = std::find(kSizeKeys.begin(), kSizeKeys.end(), key) != kSizeKeys.end();
+      rows.emplace_back(key, is_size ? bytes(value) : text(value));
+    }
+    // items() is alphabetical; stable_sort keeps that order among unknown keys.
+    std::stable_sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) {
+      return key_rank(a.first) < key_rank(b.first);
+    });
+    out += fmt::format("  [{}]\n", name);
+    out += format_key_values(rows, 4);
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string render_status(const json& reply) {
+  const json& ops = field(reply, "ops");
+  std::string ops_text =
+      ops.is_object()
+          ? fmt::format("{} completed, {} failed, {} in flight", text(field(ops, "completed")),
+                        text(field(ops, "failed")), text(field(ops, "in_flight")))
+          : std::string(kMissing);
+  std::string out = format_key_values({
+      {"version", text(field(reply, "version"))},
+      {"protocol", text(field(reply, "protocol"))},
+      {"pid", text(field(reply, "pid"))},
+      {"uptime", seconds(field(reply, "uptime_s"))},
+      {"isa", text(field(reply, "isa"))},
+      {"reduce threads", text(field(reply, "reduce_threads"))},
+      {"transport", text(field(reply, "transport"))},
+      {"clients", text(field(reply, "clients"))},
+      {"jobs", text(field(reply, "jobs"))},
+      {"ops", ops_text},
+      {"bytes reduced", bytes(field(reply, "bytes_reduced"))},
+      {"throughput", gbps(field(reply, "throughput_gbps"))},
+  });
+  out += fmt::format("\nconfig (from {}):\n", text(field(reply, "config_source")));
+  out += render_config(field(reply, "config"));
+  return out;
+}
+
+std::string render_jobs(const json& reply) {
+  const json& jobs = field(reply, "jobs");
+  if (!jobs.is_array() || jobs.empty()) return "no jobs\n";
+  std::vector<Row> rows;
+  for (const json& job : jobs) {
+    const json& ranks = field(job, "ranks");
+    size_t connected = 0;
+    std::string dead;
+    if (ranks.is_array()) {
+      for (const json& r : ranks) {
+        std::string state = text(field(r, "state"));
+        if (state == "connected") ++connected;
+        if (state != "dead") continue;
+        if (!dead.empty()) dead += ',';
+        dead += text(field(r, "rank"));
+      }
+    }
+    std::string last_error = text(field(job, "last_error"));
+    rows.push_back({
+        text(field(job, "job")),
+        text(field(job, "world_size")),
+        fmt::format("{}/{}", connected, text(field(job, "local_size"))),
+        dead.empty() ? std::string(kMissing) : dead,
+        text(field(job, "ops_completed")),
+        text(field(job, "ops_failed")),
+        text(field(job, "ops_in_flight")),
+        bytes(field(job, "bytes_reduced")),
+        gbps(field(job, "throughput_gbps")),
+        last_error.empty() ? std::string(kMissing) : last_error,
+    });
+  }
+  return format_table(
+      {
+          {"JOB"},
+          {"WORLD", Align::kRight},
+          {"LOCAL UP", Align::kRight},
+          {"DEAD"},
+          {"OPS DONE", Align::kRight},
+          {"FAILED", Align::kRight},
+          {"IN FLIGHT", Align::kRight},
+          {"REDUCED", Align::kRight},
+          {"THROUGHPUT", Align::kRight},
+          {"LAST ERROR"},
+      },
+      rows);
+}
+
+std::string render_clients(const json& reply) {
+  const json& clients = field(reply, "clients");
+  if (!clients.is_array() || clients.empty()) return "no clients connected\n";
+  std::vector<Row> rows;
+  for (const json& c : clients) {
+    rows.push_back({
+        text(field(c, "session")),
+        text(field(c, "pid")),
+        text(field(c, "uid")),
+        text(field(c, "gid")),
+        text(field(c, "job")),
+        text(field(c, "rank")),
+        text(field(c, "local_rank")),
+        bytes(field(c, "arena_bytes")),
+        text(field(c, "ops_submitted")),
+        text(field(c, "ops_completed")),
+        text(field(c, "ops_failed")),
+        bytes(field(c, "bytes")),
+        seconds(field(c, "connected_s")),
+    });
+  }
+  return format_table(
+      {
+          {"SESSION", Align::kRight},
+          {"PID", Align::kRight},
+          {"UID", Align::kRight},
+          {"GID", Align::kRight},
+          {"JOB"},
+          {"RANK", Align::kRight},
+          {"LOCAL", Align::kRight},
+          {"ARENA", Align::kRight},
+          {"SUBMITTED", Align::kRight},
+          {"DONE", Align::kRight},
+          {"FAILED", Align::kRight},
+          {"BYTES", Align::kRight},
+          {"CONNECTED", Align::kRight},
+      },
+      rows);
+}
+
+}  // namespace gsync::cli

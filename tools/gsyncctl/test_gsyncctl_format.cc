@@ -1,0 +1,162 @@
+// SPDX-License-Identifier: Apache-2.0
+//
+// gsyncctl's text output: table layout, humanised numbers, and the rendering
+// of the three admin replies (with the documents of docs/operations.md).
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "tools/gsyncctl/render.h"
+#include "tools/gsyncctl/table.h"
+
+namespace gsync::cli {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+TEST(FormatTable, AlignsColumnsAndTrimsTrailingBlanks) {
+  std::string out = format_table({{"NAME"}, {"COUNT", Align::kRight}, {"NOTE"}},
+                                 {{"a", "1", ""}, {"longer-name", "12345", "x"}});
+  EXPECT_EQ(out,
+            "NAME         COUNT  NOTE\n"
+            "a                1\n"
+            "longer-name  12345  x\n");
+}
+
+TEST(FormatTable, ShortAndLongRows) {
+  std::string out = format_table({{"A"}, {"B"}}, {{"1"}, {"2", "3", "dropped"}});
+  EXPECT_EQ(out, "A  B\n1\n2  3\n");
+}
+
+TEST(FormatTable, HeaderOnlyWhenNoRows) {
+  EXPECT_EQ(format_table({{"A", Align::kRight}, {"BB"}}, {}), "A  BB\n");
+}
+
+TEST(FormatTable, ControlCharactersAreNeutralised) {
+  // Job names come from clients; an escape sequence must not reach the terminal.
+  std::string out = format_table({{"JOB"}}, {{"evil\x1b[2Jjob\nx"}});
+  EXPECT_EQ(out, "JOB\nevil?[2Jjob?x\n");
+}
+
+TEST(FormatTable, Utf8CountsCodePoints) {
+  std::string out = format_table({{"N"}, {"X"}}, {{"\xc3\xa9t\xc3\xa9", "1"}, {"abcd", "2"}});
+  EXPECT_EQ(out,
+            "N     X\n"
+            "\xc3\xa9t\xc3\xa9   1\n"
+            "abcd  2\n");
+}
+
+TEST(FormatKeyValues, AlignsValues) {
+  EXPECT_EQ(format_key_values({{"pid", "1"}, {"uptime", "3.0s"}, {"x", ""}}, 2),
+            "  pid:    1\n"
+            "  uptime: 3.0s\n"
+            "  x:\n");
+}
+
+TEST(FormatBytes, Units) {
+  EXPECT_EQ(format_bytes(0), "0 B");
+  EXPECT_EQ(format_bytes(1023), "1023 B");
+  EXPECT_EQ(format_bytes(1024), "1.0 KiB");
+  EXPECT_EQ(format_bytes(123456), "120.6 KiB");
+  EXPECT_EQ(format_bytes(1288490189), "1.2 GiB");
+  EXPECT_EQ(format_bytes(1ull << 30), "1.0 GiB");
+  EXPECT_EQ(format_bytes((1ull << 20) - 1), "1.0 MiB");  // not "1024.0 KiB"
+  EXPECT_EQ(format_bytes(64ull << 30), "64.0 GiB");
+  EXPECT_EQ(format_bytes(UINT64_MAX), "16.0 EiB");
+}
+
+TEST(FormatDuration, Ranges) {
+  EXPECT_EQ(format_duration(0), "0.0s");
+  EXPECT_EQ(format_duration(3.24), "3.2s");
+  EXPECT_EQ(format_duration(59.97), "0m59s");
+  EXPECT_EQ(format_duration(303), "5m03s");
+  EXPECT_EQ(format_duration(7500), "2h05m");
+  EXPECT_EQ(format_duration(273600), "3d04h");
+  EXPECT_EQ(format_duration(-1), "-");
+}
+
+TEST(FormatGbps, TwoDecimals) {
+  EXPECT_EQ(format_gbps(2.5), "2.50 GB/s");
+  EXPECT_EQ(format_gbps(0), "0.00 GB/s");
+}
+
+const char* kStatus = R"json({"version":"0.1.0","protocol":1,"pid":123,"uptime_s":12.3,
+  "isa":"avx512","reduce_threads":2,"config_source":"/etc/gsync/gsyncd.toml",
+  "config":{"daemon":{"socket":"/run/gsync/gsyncd.sock","admin_socket":"/run/gsync/gsyncd-admin.sock",
+     "socket_mode":"0666","log_level":"info","reduce_threads":0},
+   "auth":{"allowed_uids":[0,1000],"allowed_gids":[]},
+   "limits":{"default_arena":1073741824,"max_arena":68719476736,"max_clients":1024,
+     "ring_entries":1024,"op_timeout_ms":60000,"inline_reduce_bytes":262144}},
+  "clients":3,"jobs":1,"ops":{"completed":10,"failed":1,"in_flight":2},
+  "bytes_reduced":123456,"throughput_gbps":1.23,"transport":"local (single host)"})json";
+
+TEST(RenderStatus, KeyValuesThenConfig) {
+  std::string out = render_status(nlohmann::json::parse(kStatus));
+  EXPECT_THAT(out, HasSubstr("version:        0.1.0\n"));
+  EXPECT_THAT(out, HasSubstr("uptime:         12.3s\n"));
+  EXPECT_THAT(out, HasSubstr("ops:            10 completed, 1 failed, 2 in flight\n"));
+  EXPECT_THAT(out, HasSubstr("bytes reduced:  120.6 KiB\n"));
+  EXPECT_THAT(out, HasSubstr("throughput:     1.23 GB/s\n"));
+  EXPECT_THAT(out, HasSubstr("config (from /etc/gsync/gsyncd.toml):\n  [daemon]\n"));
+  EXPECT_THAT(out, HasSubstr("    default_arena:       1.0 GiB\n"));
+  EXPECT_THAT(out, HasSubstr("    allowed_uids: [0, 1000]\n"));
+  EXPECT_THAT(out, HasSubstr("    socket_mode:    0666\n"));
+  // Sections keep the file's order.
+  EXPECT_LT(out.find("[daemon]"), out.find("[auth]"));
+  EXPECT_LT(out.find("[auth]"), out.find("[limits]"));
+  // ... and keys too, though JSON objects arrive sorted by name.
+  EXPECT_LT(out.find("    socket:"), out.find("    admin_socket:"));
+  EXPECT_LT(out.find("    max_clients:"), out.find("    inline_reduce_bytes:"));
+}
+
+TEST(RenderStatus, MissingFieldsPrintDash) {
+  std::string out = render_status(nlohmann::json::parse(R"json({"version":"9.9.9"})json"));
+  EXPECT_THAT(out, HasSubstr("version:        9.9.9\n"));
+  EXPECT_THAT(out, HasSubstr("pid:            -\n"));
+  EXPECT_THAT(out, HasSubstr("bytes reduced:  -\n"));
+  EXPECT_THAT(out, HasSubstr("config (from -):\n"));
+}
+
+TEST(RenderJobs, TableWithRanks) {
+  auto reply = nlohmann::json::parse(R"json({"jobs":[
+    {"job":"train-1","world_size":4,"local_size":4,
+     "ranks":[{"rank":0,"local_rank":0,"pid":123,"uid":0,"state":"connected"},
+              {"rank":1,"local_rank":1,"pid":124,"uid":0,"state":"connected"},
+              {"rank":2,"local_rank":2,"pid":125,"uid":null,"state":"dead"}],
+     "ops_completed":10,"ops_failed":0,"ops_in_flight":1,"bytes_reduced":1234,
+     "throughput_gbps":2.5,"last_error":""},
+    {"job":"b","world_size":16,"local_size":2,"ranks":[],"ops_completed":0,"ops_failed":3,
+     "ops_in_flight":0,"bytes_reduced":0,"throughput_gbps":0,"last_error":"rank 3 timed out"}]})json");
+  std::string out = render_jobs(reply);
+  EXPECT_EQ(out,
+            "JOB      WORLD  LOCAL UP  DEAD  OPS DONE  FAILED  IN FLIGHT  REDUCED  THROUGHPUT  "
+            "LAST ERROR\n"
+            "train-1      4       2/4  2           10       0          1  1.2 KiB   2.50 GB/s  -\n"
+            "b           16       0/2  -            0       3          0      0 B   0.00 GB/s  "
+            "rank 3 timed out\n");
+}
+
+TEST(RenderJobs, Empty) {
+  EXPECT_EQ(render_jobs(nlohmann::json::parse(R"json({"jobs":[]})json")), "no jobs\n");
+}
+
+TEST(RenderClients, Table) {
+  auto reply = nlohmann::json::parse(R"json({"clients":[{"session":1,"pid":123,"uid":0,"gid":0,
+    "job":"train-1","rank":0,"local_rank":0,"arena_bytes":1073741824,"ops_submitted":5,
+    "ops_completed":5,"ops_failed":0,"bytes":1234,"connected_s":3.2}]})json");
+  EXPECT_EQ(render_clients(reply),
+            "SESSION  PID  UID  GID  JOB      RANK  LOCAL    ARENA  SUBMITTED  DONE  FAILED    "
+            "BYTES  CONNECTED\n"
+            "      1  123    0    0  train-1     0      0  1.0 GiB          5     5       0  "
+            "1.2 KiB       3.2s\n");
+  EXPECT_EQ(render_clients(nlohmann::json::parse(R"json({"clients":[]})json")),
+            "no clients connected\n");
+  EXPECT_THAT(render_clients(nlohmann::json::parse(R"json({"clients":[{"session":"x"}]})json")),
+              Not(HasSubstr("null")));
+}
+
+}  // namespace
+}  // namespace gsync::cli
