@@ -1,0 +1,131 @@
+/* SPDX-License-Identifier: Apache-2.0
+ *
+ * libgsync: the C API a training process uses to hand gradients to gsyncd.
+ *
+ * Conventions (after liburing): every function that can fail returns 0 or a
+ * negative GSYNC_ERR_* code; the text of the last failure on this thread,
+ * naming what went wrong and where, is gsync_last_error(). The ABI is
+ * versioned by libgsync.map; structs passed in carry their own size so new
+ * fields can be appended without breaking old callers.
+ */
+#ifndef GSYNC_GSYNC_H
+#define GSYNC_GSYNC_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define GSYNC_VERSION_MAJOR 0
+#define GSYNC_VERSION_MINOR 1
+#define GSYNC_VERSION_PATCH 0
+
+/* Default daemon socket; overridden by gsync_config.socket_path or $GSYNC_SOCKET. */
+#define GSYNC_DEFAULT_SOCKET "/run/gsync/gsyncd.sock"
+
+/* Error codes. Stable: values never change meaning. */
+enum gsync_error {
+  GSYNC_OK = 0,
+  GSYNC_ERR_INVALID = -1,     /* bad argument from the caller */
+  GSYNC_ERR_CONNECT = -2,     /* cannot reach the daemon socket */
+  GSYNC_ERR_REFUSED = -3,     /* daemon refused the session (auth, job shape) */
+  GSYNC_ERR_VERSION = -4,     /* protocol version mismatch */
+  GSYNC_ERR_NOMEM = -5,       /* shared arena (or host memory) exhausted */
+  GSYNC_ERR_TIMEOUT = -6,     /* op did not complete in time (ranks missing) */
+  GSYNC_ERR_RANK_DEAD = -7,   /* a rank of the job died or disconnected */
+  GSYNC_ERR_MISMATCH = -8,    /* ranks disagree on count / dtype / op / root */
+  GSYNC_ERR_PROTOCOL = -9,    /* malformed message or ring entry */
+  GSYNC_ERR_CLOSED = -10,     /* the daemon closed the session */
+  GSYNC_ERR_AGAIN = -11,      /* not complete yet (gsync_test, wait timeout) */
+  GSYNC_ERR_BUSY = -12,       /* too many operations in flight */
+  GSYNC_ERR_UNSUPPORTED = -13,/* dtype/op combination not supported */
+  GSYNC_ERR_PERMISSION = -14, /* uid/gid not allowed by the daemon */
+  GSYNC_ERR_INTERNAL = -15    /* a bug in gsync; the text says where */
+};
+
+enum gsync_dtype {
+  GSYNC_FLOAT32 = 0,
+  GSYNC_FLOAT16 = 1,
+  GSYNC_BFLOAT16 = 2,
+  GSYNC_FLOAT64 = 3,
+  GSYNC_INT32 = 4
+};
+
+enum gsync_redop {
+  GSYNC_SUM = 0,
+  GSYNC_AVG = 1,          /* sum / number of ranks */
+  GSYNC_WEIGHTED_AVG = 2, /* sum(w_r * x_r) / sum(w_r), w_r given per rank */
+  GSYNC_MIN = 3,
+  GSYNC_MAX = 4
+};
+
+typedef struct gsync_comm gsync_comm_t;
+typedef struct gsync_request gsync_request_t;
+
+typedef struct gsync_config {
+  uint32_t struct_size;    /* set by gsync_config_init; keeps the ABI open */
+  const char *socket_path; /* NULL: $GSYNC_SOCKET, else GSYNC_DEFAULT_SOCKET */
+  const char *job_id;      /* jobs are isolated by this name (<= 63 bytes) */
+  int32_t world_size;      /* ranks of the job on all hosts */
+  int32_t rank;            /* 0 .. world_size-1 */
+  int32_t local_rank;      /* 0 .. local_size-1 */
+  int32_t local_size;      /* ranks of the job on this host */
+  uint64_t arena_bytes;    /* shared tensor arena; 0: daemon default */
+  uint32_t timeout_ms;     /* per-op timeout; 0: daemon default */
+} gsync_config_t;
+
+/* Library version "MAJOR.MINOR.PATCH". */
+const char *gsync_version(void);
+/* Static text for a code. Never NULL. */
+const char *gsync_strerror(int code);
+/* Text of the last failure on the calling thread ("" if none). */
+const char *gsync_last_error(void);
+
+void gsync_config_init(gsync_config_t *cfg);
+
+/* Connect to gsyncd, authenticate, map the shared rings and arena. */
+int gsync_connect(const gsync_config_t *cfg, gsync_comm_t **out);
+/* Close the session. Pending requests complete with GSYNC_ERR_CLOSED. */
+int gsync_close(gsync_comm_t *comm);
+
+/* Tensor memory in the shared arena: buffers here are reduced in place by
+ * the daemon with no copy (zero-copy path). Memory elsewhere works too but
+ * is staged through the arena (one copy in, one copy out). */
+int gsync_alloc(gsync_comm_t *comm, size_t bytes, void **out);
+int gsync_free(gsync_comm_t *comm, void *ptr);
+/* Arena capacity and bytes currently free (either pointer may be NULL). */
+int gsync_arena_info(gsync_comm_t *comm, size_t *capacity, size_t *free_bytes);
+
+/* Operations are matched across ranks by (key, step): ranks may submit
+ * different tensors in different orders. All are asynchronous: complete
+ * them with gsync_wait or gsync_test, then release with gsync_request_free.
+ * weight is used by GSYNC_WEIGHTED_AVG only. */
+int gsync_allreduce(gsync_comm_t *comm, uint64_t key, uint64_t step, void *buf,
+                    size_t count, int dtype, int op, double weight,
+                    gsync_request_t **req);
+int gsync_broadcast(gsync_comm_t *comm, uint64_t key, uint64_t step, void *buf,
+                    size_t count, int dtype, int root, gsync_request_t **req);
+int gsync_ibarrier(gsync_comm_t *comm, uint64_t step, gsync_request_t **req);
+/* Blocking barrier over all ranks of the job. */
+int gsync_barrier(gsync_comm_t *comm, uint64_t step, int timeout_ms);
+
+/* 0 when done successfully, a negative code when it failed (the text is in
+ * gsync_last_error and gsync_request_error), GSYNC_ERR_AGAIN when pending.
+ * timeout_ms < 0 waits forever (the daemon's op timeout still applies). */
+int gsync_test(gsync_request_t *req);
+int gsync_wait(gsync_request_t *req, int timeout_ms);
+/* Error text of a failed request ("" otherwise). Valid until freed. */
+const char *gsync_request_error(gsync_request_t *req);
+/* Release a request. Freeing a pending one abandons its result. */
+void gsync_request_free(gsync_request_t *req);
+
+/* Readable when completions may be ready; for event-loop integration. */
+int gsync_completion_fd(gsync_comm_t *comm);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* GSYNC_GSYNC_H */
