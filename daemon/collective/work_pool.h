@@ -1,0 +1,58 @@
+// SPDX-License-Identifier: Apache-2.0
+//
+// Worker threads that run large reductions and copies off the event thread.
+// A task is a range [0, total) cut into grains; every worker takes grains of
+// the oldest unfinished task, so one big tensor uses all cores. Finished
+// task ids are handed back through an eventfd the event loop watches; the
+// workers never touch daemon state.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace gsync {
+
+class WorkPool {
+ public:
+  using RangeFn = std::function<void(size_t begin, size_t end)>;
+
+  explicit WorkPool(unsigned threads);
+  ~WorkPool();
+  WorkPool(const WorkPool&) = delete;
+  WorkPool& operator=(const WorkPool&) = delete;
+
+  // Runs fn over [0, total) in pieces of at most grain. Returns the task id.
+  uint64_t submit(size_t total, size_t grain, RangeFn fn);
+  // Readable when take_finished() has something.
+  int done_fd() const { return done_fd_; }
+  std::vector<uint64_t> take_finished();
+  unsigned threads() const { return static_cast<unsigned>(workers_.size()); }
+
+ private:
+  struct Task {
+    uint64_t id;
+    size_t total, grain, pieces;
+    size_t next = 0, done = 0;
+    RangeFn fn;
+  };
+  void worker();
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::shared_ptr<Task>> queue_;
+  std::vector<uint64_t> finished_;
+  bool stopping_ = false;
+  uint64_t next_id_ = 1;
+  int done_fd_ = -1;
+  std::vector<std::thread> workers_;
+};
+
+}  // namespace gsync

@@ -1,0 +1,278 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "daemon/core/daemon.h"
+
+#include <poll.h>
+#include <signal.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <thread>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include "daemon/admin/reports.h"
+#include "gsync_build_config.h"
+#include "daemon/core/notify.h"
+#include "daemon/reduce/reduce.h"
+#include "daemon/shm/handshake.h"
+
+namespace gsync {
+
+namespace {
+constexpr auto kHandshakeTimeout = std::chrono::seconds(5);
+constexpr auto kTick = std::chrono::milliseconds(20);
+
+unsigned pool_threads(const DaemonConfig& cfg) {
+  if (cfg.reduce_threads) return cfg.reduce_threads;
+  return std::max(1u, std::thread::hardware_concurrency());
+}
+}  // namespace
+
+Daemon::Daemon(DaemonConfig cfg)
+    : cfg_(std::move(cfg)),
+      pool_(pool_threads(cfg_)),
+      executor_(pool_, cfg_.inline_reduce_bytes),
+      jobs_(cfg_, executor_),
+      admin_(loop_, [this](const std::string& cmd) { return admin_reply(*this, cmd); }),
+      started_at_(std::chrono::steady_clock::now()) {
+  // Closing a session from inside a completion would pull jobs out from
+  // under the loop that is completing ops: defer it to the next iteration.
+  jobs_.on_broken_session = [this](const std::shared_ptr<Session>& s, const Status& err) {
+    spdlog::error("{}", err.message());
+    loop_.defer([this, s, msg = err.message()] { close_session(s, "broke the ring protocol: " + msg); });
+  };
+}
+
+Daemon::~Daemon() {
+  for (auto& [id, s] : sessions_) s->closed = true;
+  for (auto& [fd, deadline] : handshakes_) close(fd);
+  if (listen_fd_ >= 0) {
+    close(listen_fd_);
+    unlink(cfg_.socket_path.c_str());
+  }
+  if (signal_fd_ >= 0) close(signal_fd_);
+}
+
+Status Daemon::start() {
+  sigset_t mask;
+  sigemptyset(&mask);
+  sigaddset(&mask, SIGTERM);
+  sigaddset(&mask, SIGINT);
+  sigprocmask(SIG_BLOCK, &mask, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+  signal_fd_ = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
+  loop_.add(signal_fd_, EPOLLIN, [this](uint32_t) {
+    signalfd_siginfo si{};
+    if (read(signal_fd_, &si, sizeof si) == sizeof si)
+      spdlog::info("signal {} received; stopping", strsignal(static_cast<int>(si.ssi_signo)));
+    loop_.stop();
+  });
+
+  Status err;
+  listen_fd_ = listen_unix(cfg_.socket_path, SOCK_SEQPACKET, cfg_.socket_mode, &err);
+  if (listen_fd_ < 0) return err;
+  loop_.add(listen_fd_, EPOLLIN, [this](uint32_t) { accept_clients(); });
+  if (Status st = admin_.listen(cfg_.admin_socket_path, 0666); !st) return st;
+  loop_.add(pool_.done_fd(), EPOLLIN, [this](uint32_t) {
+    for (uint64_t id : pool_.take_finished()) jobs_.executor_done(id);
+  });
+  loop_.every(kTick, [this] { tick(); });
+  watchdog_period_ = watchdog_period();
+  return Status::ok();
+}
+
+int Daemon::run() {
+  spdlog::info("gsyncd {} serving clients on {} (admin {}), protocol {}, reduce kernels {}, {} "
+               "reduce threads, config from {}",
+               GSYNC_VERSION_STRING, cfg_.socket_path,
+               cfg_.admin_socket_path, proto::kVersion, reduce::isa_name(reduce::active_isa()),
+               pool_.threads(), cfg_.source);
+  notify_ready(fmt::format("serving on {}", cfg_.socket_path));
+  loop_.run();
+  notify_stopping();
+  spdlog::info("gsyncd stopping: {} sessions, {} jobs", sessions_.size(), jobs_.jobs().size());
+  return 0;
+}
+
+void Daemon::tick() {
+  auto now = std::chrono::steady_clock::now();
+  jobs_.check_timeouts(now);
+  for (auto it = handshakes_.begin(); it != handshakes_.end();) {
+    if (now < it->second) {
+      ++it;
+      continue;
+    }
+    spdlog::warn("client on fd {} sent no hello within {} s; dropped", it->first,
+                 kHandshakeTimeout.count());
+    loop_.remove(it->first);
+    close(it->first);
+    it = handshakes_.erase(it);
+  }
+  // Pinged from the loop thread on purpose: a wedged loop stops the pings
+  // and systemd restarts the daemon.
+  if (watchdog_period_.count() && now >= next_watchdog_) {
+    notify_watchdog();
+    next_watchdog_ = now + watchdog_period_;
+  }
+}
+
+void Daemon::accept_clients() {
+  for (;;) {
+    int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    if (fd < 0) {
+      if (errno != EAGAIN && errno != EWOULDBLOCK)
+        spdlog::error("accept on {}: {}", cfg_.socket_path, strerror(errno));
+      return;
+    }
+    handshakes_[fd] = std::chrono::steady_clock::now() + kHandshakeTimeout;
+    loop_.add(fd, EPOLLIN | EPOLLRDHUP, [this, fd](uint32_t) { on_hello(fd); });
+  }
+}
+
+bool Daemon::allowed(const Peer& peer) const {
+  if (peer.uid == 0 || peer.uid == getuid()) return true;
+  if (std::find(cfg_.allowed_uids.begin(), cfg_.allowed_uids.end(), peer.uid) !=
+      cfg_.allowed_uids.end())
+    return true;
+  return std::find(cfg_.allowed_gids.begin(), cfg_.allowed_gids.end(), peer.gid) !=
+         cfg_.allowed_gids.end();
+}
+
+void Daemon::on_hello(int fd) {
+  handshakes_.erase(fd);
+  loop_.remove(fd);
+  Peer peer;
+  proto::HelloRequest hello{};
+  Status st;
+  // The hello is read even from a client about to be refused: closing a
+  // socket with unread data resets it, and the client would see ECONNRESET
+  // instead of the reason.
+  Status hello_st = read_hello(fd, &hello);
+  if (!peer_credentials(fd, &peer)) {
+    st = Status(GSYNC_ERR_INTERNAL, fmt::format("SO_PEERCRED: {}", strerror(errno)));
+  } else if (!allowed(peer)) {
+    st = Status(GSYNC_ERR_PERMISSION,
+                fmt::format("uid {} gid {} (pid {}) is not allowed to use gsyncd on {}; allowed: "
+                            "root, uid {}, [auth] allowed_uids/allowed_gids",
+                            peer.uid, peer.gid, peer.pid, cfg_.socket_path, getuid()));
+  } else {
+    st = hello_st;
+  }
+  if (st) {
+    if (sessions_.size() >= cfg_.max_clients)
+      st = Status(GSYNC_ERR_REFUSED, fmt::format("daemon is at its limit of {} clients "
+                                                 "([limits] max_clients)", cfg_.max_clients));
+  }
+  if (!st) {
+    spdlog::warn("refused client pid {} uid {}: {}", peer.pid, peer.uid, st.message());
+    send_reply(fd, refusal(st), {});
+    close(fd);
+    return;
+  }
+  open_session(fd, peer, hello);
+}
+
+void Daemon::open_session(int fd, const Peer& peer, const proto::HelloRequest& hello) {
+  JoinRequest join;
+  join.job_id = hello.job_id;
+  join.world_size = hello.world_size;
+  join.rank = hello.rank;
+  join.local_rank = hello.local_rank;
+  join.local_size = hello.local_size;
+  uint64_t arena = hello.arena_bytes ? hello.arena_bytes : cfg_.default_arena_bytes;
+  reap_stale_holder(join);
+  Status st = jobs_.check_join(join);
+  if (st && arena > cfg_.max_arena_bytes)
+    st = Status(GSYNC_ERR_NOMEM, fmt::format("job {} rank {} asked for a {}-byte arena; this "
+                                             "daemon allows at most {} ([limits] max_arena)",
+                                             join.job_id, join.rank, arena, cfg_.max_arena_bytes));
+  std::unique_ptr<Session> created;
+  if (st) st = Session::create(next_session_, cfg_.ring_entries, arena, &created);
+  if (!st) {
+    spdlog::warn("refused client pid {} uid {}: {}", peer.pid, peer.uid, st.message());
+    send_reply(fd, refusal(st), {});
+    close(fd);
+    return;
+  }
+  std::shared_ptr<Session> s(std::move(created));
+  next_session_++;
+  s->socket_fd = fd;
+  s->peer = peer;
+  s->job_id = join.job_id;
+  s->rank = join.rank;
+  s->local_rank = join.local_rank;
+  s->world_size = join.world_size;
+  s->local_size = join.local_size;
+  s->timeout_ms = hello.timeout_ms ? hello.timeout_ms : cfg_.op_timeout_ms;
+
+  proto::HelloReply reply{};
+  reply.magic = proto::kHelloMagic;
+  reply.version = proto::kVersion;
+  reply.session_id = s->id();
+  reply.shm_bytes = s->shm_bytes();
+  reply.default_timeout_ms = s->timeout_ms;
+  if (!send_reply(fd, reply, {s->memfd(), s->sq_doorbell(), s->cq_doorbell()})) {
+    spdlog::warn("{}: sending the session fds failed: {}", s->describe(), strerror(errno));
+    return;  // the Session destructor closes everything
+  }
+  sessions_[s->id()] = s;
+  jobs_.attach(s);
+  loop_.add(s->sq_doorbell(), EPOLLIN, [this, s](uint32_t) { on_doorbell(s); });
+  // The socket carries nothing after the hello; its hangup is how a client's
+  // death (even SIGKILL) reaches us.
+  loop_.add(fd, EPOLLIN | EPOLLRDHUP, [this, s](uint32_t ev) {
+    char buf[64];
+    ssize_t n = recv(s->socket_fd, buf, sizeof buf, MSG_DONTWAIT);
+    if (n == 0 || (ev & (EPOLLHUP | EPOLLRDHUP | EPOLLERR)) || (n < 0 && errno != EAGAIN)) {
+      close_session(s, "disconnected (its connection closed: exited or killed)");
+    }
+  });
+  spdlog::info("{} connected: session {}, uid {}, arena {} MiB", s->describe(), s->id(), peer.uid,
+               s->arena_bytes() >> 20);
+}
+
+void Daemon::reap_stale_holder(const JoinRequest& join) {
+  // A restarted rank can reconnect before the loop has seen its old
+  // connection hang up (the two sockets' events are not ordered). Look now,
+  // so the new process is not refused for a slot held by a dead one.
+  auto it = jobs_.jobs().find(join.job_id);
+  if (it == jobs_.jobs().end()) return;
+  for (const auto& slot : it->second->slots) {
+    std::shared_ptr<Session> s = slot.session;
+    if (!s || (s->local_rank != join.local_rank && s->rank != join.rank)) continue;
+    pollfd p{s->socket_fd, POLLIN | POLLRDHUP, 0};
+    if (poll(&p, 1, 0) == 1 && (p.revents & (POLLHUP | POLLRDHUP | POLLERR)))
+      close_session(s, "disconnected (its connection closed: exited or killed)");
+    return;
+  }
+}
+
+void Daemon::on_doorbell(const std::shared_ptr<Session>& s) {
+  s->drain_doorbell();
+  proto::SubmitEntry e;
+  Status err;
+  while (!s->closed && s->pop(&e, &err)) jobs_.submit(s, e);
+  if (!err.is_ok()) {
+    spdlog::error("{}", err.message());
+    [[maybe_unused]] Status ignored = s->complete(0, err.code(), err.message());
+    close_session(s, "broke the ring protocol: " + err.message());
+  }
+}
+
+void Daemon::close_session(const std::shared_ptr<Session>& s, const std::string& reason) {
+  if (s->closed) return;
+  s->closed = true;
+  loop_.remove(s->sq_doorbell());
+  loop_.remove(s->socket_fd);
+  sessions_.erase(s->id());
+  spdlog::info("{} {}", s->describe(), reason);
+  jobs_.detach(s, reason);
+  // The mapping stays until the last op holding the session lets go of it.
+}
+
+}  // namespace gsync

@@ -1,0 +1,96 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "daemon/core/event_loop.h"
+
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include <spdlog/spdlog.h>
+
+namespace gsync {
+
+EventLoop::EventLoop() : epfd_(epoll_create1(EPOLL_CLOEXEC)) {
+  if (epfd_ < 0) spdlog::critical("epoll_create1: {}", strerror(errno));
+}
+
+EventLoop::~EventLoop() {
+  if (epfd_ >= 0) close(epfd_);
+}
+
+bool EventLoop::add(int fd, uint32_t events, Handler handler) {
+  // The generation in the event's data tells a stale event (for an fd that
+  // was removed and reused within one epoll_wait batch) from a live one.
+  uint64_t gen = ++generation_;
+  epoll_event ev{};
+  ev.events = events;
+  ev.data.u64 = (gen << 32) | static_cast<uint32_t>(fd);
+  if (epoll_ctl(epfd_, EPOLL_CTL_ADD, fd, &ev) != 0) {
+    spdlog::error("epoll_ctl(ADD, fd {}): {}", fd, strerror(errno));
+    return false;
+  }
+  handlers_[fd] = Entry{std::move(handler), gen};
+  return true;
+}
+
+bool EventLoop::modify(int fd, uint32_t events) {
+  auto it = handlers_.find(fd);
+  if (it == handlers_.end()) return false;
+  epoll_event ev{};
+  ev.events = events;
+  ev.data.u64 = (it->second.generation << 32) | static_cast<uint32_t>(fd);
+  return epoll_ctl(epfd_, EPOLL_CTL_MOD, fd, &ev) == 0;
+}
+
+void EventLoop::remove(int fd) {
+  if (handlers_.erase(fd) > 0) epoll_ctl(epfd_, EPOLL_CTL_DEL, fd, nullptr);
+}
+
+void EventLoop::every(std::chrono::milliseconds period, std::function<void()> fn) {
+  timers_.push_back(Timer{period, Clock::now() + period, std::move(fn)});
+}
+
+void EventLoop::defer(std::function<void()> fn) { deferred_.push_back(std::move(fn)); }
+
+void EventLoop::stop() { running_ = false; }
+
+void EventLoop::run() {
+  running_ = true;
+  epoll_event events[64];
+  while (running_) {
+    while (!deferred_.empty()) {
+      auto batch = std::move(deferred_);
+      deferred_.clear();
+      for (auto& fn : batch) fn();
+    }
+    int timeout_ms = -1;
+    auto now = Clock::now();
+    for (auto& t : timers_) {
+      auto ms = std::chrono::ceil<std::chrono::milliseconds>(t.next - now).count();
+      if (ms < 0) ms = 0;
+      if (timeout_ms < 0 || ms < timeout_ms) timeout_ms = static_cast<int>(ms);
+    }
+    int n = epoll_wait(epfd_, events, 64, timeout_ms);
+    if (n < 0 && errno != EINTR) {
+      spdlog::critical("epoll_wait: {}", strerror(errno));
+      return;
+    }
+    for (int i = 0; i < n; i++) {
+      int fd = static_cast<int>(events[i].data.u64 & 0xffffffffu);
+      uint64_t gen = events[i].data.u64 >> 32;
+      auto it = handlers_.find(fd);
+      if (it == handlers_.end() || (it->second.generation & 0xffffffffu) != gen) continue;
+      Handler h = it->second.handler;  // the handler may remove itself
+      h(events[i].events);
+    }
+    now = Clock::now();
+    for (auto& t : timers_) {
+      if (now >= t.next) {
+        t.next = now + t.period;
+        t.fn();
+      }
+    }
+  }
+}
+
+}  // namespace gsync

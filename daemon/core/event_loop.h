@@ -1,0 +1,60 @@
+// SPDX-License-Identifier: Apache-2.0
+//
+// A single-threaded epoll loop. All daemon state (sessions, jobs, ops) is
+// owned by the thread running it, so that state needs no locks; worker
+// threads hand results back through an eventfd watched here.
+#pragma once
+
+#include <sys/epoll.h>
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <unordered_map>
+#include <vector>
+
+namespace gsync {
+
+class EventLoop {
+ public:
+  using Handler = std::function<void(uint32_t events)>;
+  using Clock = std::chrono::steady_clock;
+
+  EventLoop();
+  ~EventLoop();
+  EventLoop(const EventLoop&) = delete;
+  EventLoop& operator=(const EventLoop&) = delete;
+
+  // Watch fd for events (EPOLLIN, ...). The handler may call remove() on any
+  // fd, its own included; a removed fd's pending events are dropped.
+  bool add(int fd, uint32_t events, Handler handler);
+  bool modify(int fd, uint32_t events);
+  void remove(int fd);
+
+  // Run fn every period on the loop thread (timeouts, watchdog).
+  void every(std::chrono::milliseconds period, std::function<void()> fn);
+  // Run fn once at the start of the next iteration (deferred work).
+  void defer(std::function<void()> fn);
+
+  void run();   // until stop()
+  void stop();  // safe from the loop thread (signals arrive by signalfd)
+
+ private:
+  struct Timer {
+    std::chrono::milliseconds period;
+    Clock::time_point next;
+    std::function<void()> fn;
+  };
+  int epfd_ = -1;
+  bool running_ = false;
+  uint64_t generation_ = 0;
+  struct Entry {
+    Handler handler;
+    uint64_t generation;
+  };
+  std::unordered_map<int, Entry> handlers_;
+  std::vector<Timer> timers_;
+  std::vector<std::function<void()>> deferred_;
+};
+
+}  // namespace gsync

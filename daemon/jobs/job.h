@@ -1,0 +1,104 @@
+// SPDX-License-Identifier: Apache-2.0
+//
+// A job: the ranks of one training run that are on this host, and the ops
+// they have submitted but that have not completed yet. Ops are matched by
+// (tensor key, step), never by arrival order, so ranks may submit tensors in
+// different orders. Owned by the event thread.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "daemon/core/meter.h"
+#include "daemon/core/status.h"
+#include "daemon/shm/session.h"
+
+namespace gsync {
+
+using Clock = std::chrono::steady_clock;
+
+struct OpId {
+  uint64_t key = 0;
+  uint64_t step = 0;
+  bool operator==(const OpId&) const = default;
+};
+struct OpIdHash {
+  size_t operator()(const OpId& o) const { return o.key * 0x9e3779b97f4a7c15ull ^ o.step; }
+};
+
+// One rank's part of an op: where its tensor is and whom to tell.
+struct Arrival {
+  std::shared_ptr<Session> session;  // null: this local rank has not arrived
+  uint64_t tag = 0;
+  void* data = nullptr;
+  double weight = 0;
+};
+
+struct Op {
+  OpId id;
+  uint8_t opcode = 0, dtype = 0, redop = 0;
+  uint64_t count = 0;
+  int32_t root = -1;
+  int first = -1;  // local rank whose submission fixed the shape above
+  std::vector<Arrival> arrivals;  // by local rank
+  int arrived = 0;
+  Clock::time_point started, deadline;
+  uint32_t timeout_ms = 0;
+  bool running = false;  // handed to the executor; its buffers are in use
+  Status fail_after_run;  // set when the op must fail once the executor is done
+  // Stable storage for the executor while it runs.
+  std::vector<const void*> inputs;
+  std::vector<void*> outputs;
+  std::vector<double> weights;
+
+  uint64_t bytes() const;  // one rank's tensor
+  std::string describe(const std::string& job) const;  // "job j allreduce key 3 step 7"
+};
+
+struct RankSlot {
+  std::shared_ptr<Session> session;  // live client, or null
+  // Set when the client died or left without the job ending; cleared when a
+  // client takes the slot again. Ops fail at once while any slot is dead.
+  bool dead = false;
+  int dead_rank = -1;
+  pid_t dead_pid = 0;
+  std::string dead_reason;
+};
+
+struct Job {
+  Job(std::string id, int world, int local) : id(std::move(id)), world_size(world), local_size(local),
+      slots(static_cast<size_t>(local)) {}
+
+  std::string id;
+  int world_size;
+  int local_size;
+  std::vector<RankSlot> slots;  // by local rank
+  std::unordered_map<OpId, std::unique_ptr<Op>, OpIdHash> ops;
+  // Failed ops remembered for a while, so a rank that arrives late gets the
+  // same error instead of waiting for ranks that will never come.
+  struct Tombstone {
+    OpId id;
+    Status status;
+    Clock::time_point expires;
+  };
+  std::deque<Tombstone> tombstones;
+
+  uint64_t ops_completed = 0, ops_failed = 0, bytes_reduced = 0;
+  RateMeter meter;
+  std::string last_error;
+
+  int live_ranks() const;
+  const RankSlot* first_dead() const;
+  const Tombstone* find_tombstone(const OpId& id) const;
+};
+
+const char* opcode_name(uint8_t opcode);
+const char* dtype_name(uint8_t dtype);
+const char* redop_name(uint8_t redop);
+
+}  // namespace gsync

@@ -1,0 +1,57 @@
+// SPDX-License-Identifier: Apache-2.0
+//
+// gsyncd: the per-host gradient aggregation daemon.
+#include <cstdio>
+
+#include <CLI/CLI.hpp>
+#include <spdlog/spdlog.h>
+
+#include "daemon/config/config.h"
+#include "daemon/core/daemon.h"
+#include "gsync_build_config.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"gsyncd: per-host gradient aggregation daemon"};
+  std::string config_path = gsync::kDefaultConfigPath;
+  std::string socket, admin_socket, log_level;
+  uint32_t reduce_threads = 0, op_timeout_ms = 0;
+  bool print_config = false;
+  auto* config_opt = app.add_option("-c,--config", config_path, "TOML config file");
+  app.add_option("--socket", socket, "client socket (overrides [daemon] socket)");
+  app.add_option("--admin-socket", admin_socket, "admin socket (overrides [daemon] admin_socket)");
+  app.add_option("--log-level", log_level, "trace debug info warn error critical off");
+  app.add_option("--reduce-threads", reduce_threads, "reduce worker threads (0: one per CPU)");
+  app.add_option("--op-timeout-ms", op_timeout_ms, "default op timeout");
+  app.add_flag("--print-config", print_config, "print the config in force as TOML and exit");
+  app.set_version_flag("--version", GSYNC_VERSION_STRING);
+  CLI11_PARSE(app, argc, argv);
+
+  spdlog::set_pattern("[%Y-%m-%d %H:%M:%S.%e] [%^%l%$] %v");
+  gsync::DaemonConfig cfg;
+  // The default path is optional (defaults work with no file); a path the
+  // user named must exist.
+  if (gsync::Status st = gsync::load_config_file(config_path, config_opt->count() > 0, &cfg); !st) {
+    spdlog::critical("{}", st.message());
+    return 2;
+  }
+  if (!socket.empty()) cfg.socket_path = socket;
+  if (!admin_socket.empty()) cfg.admin_socket_path = admin_socket;
+  if (!log_level.empty()) cfg.log_level = log_level;
+  if (reduce_threads) cfg.reduce_threads = reduce_threads;
+  if (op_timeout_ms) cfg.op_timeout_ms = op_timeout_ms;
+  if (gsync::Status st = gsync::validate_config(cfg); !st) {
+    spdlog::critical("{}", st.message());
+    return 2;
+  }
+  if (print_config) {
+    std::fputs(gsync::config_to_toml(cfg).c_str(), stdout);
+    return 0;
+  }
+  spdlog::set_level(spdlog::level::from_str(cfg.log_level));
+  gsync::Daemon daemon(cfg);
+  if (gsync::Status st = daemon.start(); !st) {
+    spdlog::critical("cannot start: {}", st.message());
+    return 1;
+  }
+  return daemon.run();
+}

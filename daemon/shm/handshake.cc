@@ -1,0 +1,123 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "daemon/shm/handshake.h"
+
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include <fmt/format.h>
+
+namespace gsync {
+
+int listen_unix(const std::string& path, int type, unsigned mode, Status* err) {
+  sockaddr_un addr{};
+  if (path.empty() || path.size() >= sizeof addr.sun_path) {
+    *err = Status(GSYNC_ERR_INVALID,
+                  fmt::format("socket path '{}' must have 1 to {} bytes", path, sizeof addr.sun_path - 1));
+    return -1;
+  }
+  struct stat st{};
+  if (lstat(path.c_str(), &st) == 0) {
+    if (!S_ISSOCK(st.st_mode)) {
+      *err = Status(GSYNC_ERR_INVALID,
+                    fmt::format("{} exists and is not a socket; not replacing it", path));
+      return -1;
+    }
+    // A live daemon on it would answer; a stale file from a crash would not.
+    int probe = socket(AF_UNIX, type | SOCK_CLOEXEC, 0);
+    addr.sun_family = AF_UNIX;
+    std::memcpy(addr.sun_path, path.c_str(), path.size());
+    bool live = connect(probe, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
+    close(probe);
+    if (live) {
+      *err = Status(GSYNC_ERR_INVALID,
+                    fmt::format("{} is in use by another running daemon", path));
+      return -1;
+    }
+    unlink(path.c_str());
+  }
+  int fd = socket(AF_UNIX, type | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  addr.sun_family = AF_UNIX;
+  std::memcpy(addr.sun_path, path.c_str(), path.size());
+  if (fd < 0 || bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
+      listen(fd, 128) != 0) {
+    *err = Status(GSYNC_ERR_INVALID, fmt::format("listening on {}: {}", path, strerror(errno)));
+    if (fd >= 0) close(fd);
+    return -1;
+  }
+  if (chmod(path.c_str(), mode) != 0) {
+    *err = Status(GSYNC_ERR_INVALID, fmt::format("chmod {:o} {}: {}", mode, path, strerror(errno)));
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+bool peer_credentials(int fd, Peer* peer) {
+  ucred cred{};
+  socklen_t len = sizeof cred;
+  if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) return false;
+  peer->pid = cred.pid;
+  peer->uid = cred.uid;
+  peer->gid = cred.gid;
+  return true;
+}
+
+Status read_hello(int fd, proto::HelloRequest* hello) {
+  // One byte more than the struct, to notice a client that sends more.
+  alignas(8) char buf[sizeof(proto::HelloRequest) + 1];
+  ssize_t n = recv(fd, buf, sizeof buf, MSG_DONTWAIT);
+  if (n < 0) return {GSYNC_ERR_PROTOCOL, fmt::format("reading hello: {}", strerror(errno))};
+  if (n < 8) return {GSYNC_ERR_PROTOCOL, fmt::format("hello of {} bytes is too short", n)};
+  uint32_t magic, version;
+  std::memcpy(&magic, buf, 4);
+  std::memcpy(&version, buf + 4, 4);
+  if (magic != proto::kHelloMagic)
+    return {GSYNC_ERR_PROTOCOL, fmt::format("hello has magic {:#x}, expected {:#x}: not a gsync "
+                                            "client", magic, proto::kHelloMagic)};
+  if (version != proto::kVersion)
+    return {GSYNC_ERR_VERSION,
+            fmt::format("protocol version mismatch: client speaks version {}, daemon speaks "
+                        "version {}",
+                        version, proto::kVersion)};
+  if (n != static_cast<ssize_t>(sizeof *hello))
+    return {GSYNC_ERR_PROTOCOL, fmt::format("hello of {} bytes, expected {} for version {}", n,
+                                            sizeof *hello, version)};
+  std::memcpy(hello, buf, sizeof *hello);
+  if (memchr(hello->job_id, 0, sizeof hello->job_id) == nullptr)
+    return {GSYNC_ERR_PROTOCOL, "job id is not NUL-terminated within 64 bytes"};
+  return Status::ok();
+}
+
+bool send_reply(int fd, const proto::HelloReply& reply, const std::vector<int>& fds) {
+  iovec iov{const_cast<proto::HelloReply*>(&reply), sizeof reply};
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * 4)];
+  if (!fds.empty()) {
+    msg.msg_control = control;
+    msg.msg_controllen = CMSG_SPACE(sizeof(int) * fds.size());
+    cmsghdr* c = CMSG_FIRSTHDR(&msg);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(int) * fds.size());
+    std::memcpy(CMSG_DATA(c), fds.data(), sizeof(int) * fds.size());
+  }
+  return sendmsg(fd, &msg, MSG_NOSIGNAL) == static_cast<ssize_t>(sizeof reply);
+}
+
+proto::HelloReply refusal(const Status& st) {
+  proto::HelloReply r{};
+  r.magic = proto::kHelloMagic;
+  r.version = proto::kVersion;
+  r.status = st.code();
+  std::snprintf(r.message, sizeof r.message, "%s", st.message().c_str());
+  return r;
+}
+
+}  // namespace gsync
