@@ -1,0 +1,209 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "tools/common/procs.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
+#include <thread>
+
+namespace gsync::tools {
+
+namespace {
+
+int g_report_fd = -1;
+
+bool can_connect(const std::string& path, int type) {
+  int fd = socket(AF_UNIX, type | SOCK_CLOEXEC, 0);
+  sockaddr_un a{};
+  a.sun_family = AF_UNIX;
+  std::snprintf(a.sun_path, sizeof a.sun_path, "%s", path.c_str());
+  bool ok = connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
+  close(fd);
+  return ok;
+}
+
+std::string read_all(int fd) {
+  std::string out;
+  char buf[4096];
+  ssize_t n;
+  while ((n = read(fd, buf, sizeof buf)) > 0) out.append(buf, static_cast<size_t>(n));
+  return out;
+}
+
+}  // namespace
+
+std::string gsyncd_path() {
+  const char* p = std::getenv("GSYNCD");
+  if (p && *p) return p;
+  char self[4096];
+  ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+  if (n > 0) {
+    std::string dir(self, static_cast<size_t>(n));
+    dir = dir.substr(0, dir.rfind('/'));
+    for (const char* rel : {"/gsyncd", "/../sbin/gsyncd", "/../daemon/gsyncd", "/../../daemon/gsyncd"}) {
+      std::string c = dir + rel;
+      if (access(c.c_str(), X_OK) == 0) return c;
+    }
+  }
+  return "gsyncd";
+}
+
+DaemonProcess::DaemonProcess(std::vector<std::string> extra_args, const std::string& toml,
+                             const std::string& log_level) {
+  char tmpl[] = "/tmp/gsync.XXXXXX";
+  if (!mkdtemp(tmpl)) throw std::runtime_error("mkdtemp failed");
+  dir_ = tmpl;
+  chmod(dir_.c_str(), 0755);  // tests connect as other users too
+  socket_ = dir_ + "/gsyncd.sock";
+  admin_socket_ = dir_ + "/admin.sock";
+  log_path_ = dir_ + "/gsyncd.log";
+  std::vector<std::string> args = {gsyncd_path(), "--socket", socket_, "--admin-socket",
+                                   admin_socket_, "--log-level", log_level};
+  if (!toml.empty()) {
+    std::string cfg = dir_ + "/gsyncd.toml";
+    std::ofstream(cfg) << toml;
+    args.push_back("--config");
+    args.push_back(cfg);
+  }
+  args.insert(args.end(), extra_args.begin(), extra_args.end());
+  pid_ = fork();
+  if (pid_ == 0) {
+    int fd = open(log_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    dup2(fd, 1);
+    dup2(fd, 2);
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    execvp(argv[0], argv.data());
+    std::fprintf(stderr, "exec %s: %s\n", argv[0], strerror(errno));
+    _exit(127);
+  }
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (can_connect(socket_, SOCK_SEQPACKET) && can_connect(admin_socket_, SOCK_STREAM)) return;
+    if (!alive()) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  throw std::runtime_error("gsyncd did not come up; its log:\n" + log());
+}
+
+DaemonProcess::~DaemonProcess() {
+  if (pid_ > 0) stop();
+  std::string cmd = "rm -rf '" + dir_ + "'";
+  [[maybe_unused]] int rc = std::system(cmd.c_str());
+}
+
+bool DaemonProcess::alive() const {
+  int status;
+  return pid_ > 0 && waitpid(pid_, &status, WNOHANG) == 0;
+}
+
+std::string DaemonProcess::log() const {
+  std::ifstream in(log_path_);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+int DaemonProcess::stop() {
+  if (pid_ <= 0) return -1;
+  kill(pid_, SIGTERM);
+  int status = 0;
+  for (int i = 0; i < 1000; i++) {
+    if (waitpid(pid_, &status, WNOHANG) == pid_) {
+      pid_ = -1;
+      return WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  kill(pid_, SIGKILL);
+  waitpid(pid_, &status, 0);
+  pid_ = -1;
+  return -SIGKILL;
+}
+
+void report(const std::string& text) {
+  if (g_report_fd >= 0) {
+    [[maybe_unused]] ssize_t n = write(g_report_fd, text.data(), text.size());
+  } else {
+    std::fputs(text.c_str(), stderr);
+  }
+}
+
+pid_t spawn(const std::function<int()>& fn) {
+  std::fflush(nullptr);
+  pid_t pid = fork();
+  if (pid == 0) _exit(fn());
+  return pid;
+}
+
+std::vector<ChildResult> run_ranks(int n, const std::function<int(int)>& fn, int timeout_s) {
+  std::vector<ChildResult> results(static_cast<size_t>(n));
+  std::vector<int> pipes(static_cast<size_t>(n), -1);
+  std::fflush(nullptr);
+  for (int r = 0; r < n; r++) {
+    int p[2];
+    if (pipe2(p, O_CLOEXEC) != 0) throw std::runtime_error("pipe failed");
+    pid_t pid = fork();
+    if (pid == 0) {
+      close(p[0]);
+      g_report_fd = p[1];
+      int code = fn(r);
+      _exit(code);
+    }
+    close(p[1]);
+    pipes[static_cast<size_t>(r)] = p[0];
+    results[static_cast<size_t>(r)].pid = pid;
+  }
+  // A watchdog thread kills stragglers so a hung rank fails the test, not CI.
+  std::atomic<bool> done{false};
+  std::thread watchdog([&] {
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(timeout_s);
+    while (!done && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    if (!done)
+      for (auto& r : results) kill(r.pid, SIGKILL);
+  });
+  for (int r = 0; r < n; r++) {
+    auto& res = results[static_cast<size_t>(r)];
+    res.output = read_all(pipes[static_cast<size_t>(r)]);
+    close(pipes[static_cast<size_t>(r)]);
+    int status = 0;
+    waitpid(res.pid, &status, 0);
+    res.code = WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status);
+  }
+  done = true;
+  watchdog.join();
+  return results;
+}
+
+std::string admin_query(const std::string& admin_socket, const std::string& command) {
+  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_un a{};
+  a.sun_family = AF_UNIX;
+  std::snprintf(a.sun_path, sizeof a.sun_path, "%s", admin_socket.c_str());
+  if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+    close(fd);
+    return "";
+  }
+  std::string line = command + "\n";
+  [[maybe_unused]] ssize_t n = write(fd, line.data(), line.size());
+  std::string out = read_all(fd);
+  close(fd);
+  return out;
+}
+
+}  // namespace gsync::tools

@@ -1,0 +1,65 @@
+// SPDX-License-Identifier: Apache-2.0
+//
+// Real processes for the benchmark and the tests: a private gsyncd on
+// sockets in a temporary directory, and one forked client process per rank
+// that reports back to the parent through a pipe.
+#pragma once
+
+#include <sys/types.h>
+
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace gsync::tools {
+
+// The gsyncd binary: $GSYNCD, else gsyncd beside this program or in the
+// build tree's daemon/ folder, else "gsyncd" on PATH.
+std::string gsyncd_path();
+
+class DaemonProcess {
+ public:
+  // Starts gsyncd with extra_args and an optional TOML config text, and waits
+  // until its client socket accepts connections.
+  explicit DaemonProcess(std::vector<std::string> extra_args = {}, const std::string& toml = "",
+                         const std::string& log_level = "debug");
+  ~DaemonProcess();
+  DaemonProcess(const DaemonProcess&) = delete;
+
+  const std::string& socket() const { return socket_; }
+  const std::string& admin_socket() const { return admin_socket_; }
+  const std::string& dir() const { return dir_; }
+  pid_t pid() const { return pid_; }
+  bool alive() const;
+  // The daemon's log so far.
+  std::string log() const;
+  // SIGTERM and wait; returns the exit status (or -signal).
+  int stop();
+
+ private:
+  std::string dir_, socket_, admin_socket_, log_path_;
+  pid_t pid_ = -1;
+};
+
+// What a child rank returns to the parent: an exit code and free text.
+struct ChildResult {
+  int code = -1;        // exit code, or -signal when killed
+  std::string output;   // everything the child wrote with report()
+  pid_t pid = 0;
+};
+
+// In a child: text for the parent (ChildResult::output).
+void report(const std::string& text);
+
+// Forks one process per rank running fn(rank); fn's return value is the exit
+// code. Waits for all, killing any still alive after timeout_s.
+std::vector<ChildResult> run_ranks(int n, const std::function<int(int rank)>& fn,
+                                   int timeout_s = 120);
+
+// Forks one process running fn without waiting; for tests that kill it.
+pid_t spawn(const std::function<int()>& fn);
+
+// The admin socket's reply to one command.
+std::string admin_query(const std::string& admin_socket, const std::string& command);
+
+}  // namespace gsync::tools
