@@ -1,0 +1,396 @@
+// SPDX-License-Identifier: Apache-2.0
+//
+// gsync-perf: allreduce benchmark in the columns of nccl-tests'
+// all_reduce_perf, run through a real gsyncd by real rank processes, with the
+// machine's memory bandwidth measured in the same run as the reference.
+//
+// Without --socket it starts a private daemon and stops it at the end.
+// --workload resnet50 replaces the size sweep with ResNet-50's gradients in
+// DDP's 25 MiB buckets, averaged step after step.
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <map>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "daemon/config/config.h"
+#include "gsync/gsync.h"
+#include "tools/common/procs.h"
+#include "tools/common/reference.h"
+#include "tools/perf/membw.h"
+#include "tools/perf/resnet50.h"
+
+namespace gsync::perf {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using nlohmann::json;
+
+struct Options {
+  std::string socket;
+  int ranks = 4;
+  uint64_t min_bytes = 4 << 10, max_bytes = 256 << 20;
+  int factor = 4;
+  std::string dtype = "float32", op = "sum";
+  int iters = 20, warmup = 5;
+  bool json_out = false;
+  std::string workload;
+  int steps = 10;
+  int dtype_id = GSYNC_FLOAT32, op_id = GSYNC_SUM;
+};
+
+const std::map<std::string, int> kDtypes = {{"float32", GSYNC_FLOAT32}, {"float16", GSYNC_FLOAT16},
+                                            {"bfloat16", GSYNC_BFLOAT16}, {"float64", GSYNC_FLOAT64},
+                                            {"int32", GSYNC_INT32}};
+const std::map<std::string, int> kOps = {{"sum", GSYNC_SUM}, {"avg", GSYNC_AVG},
+                                         {"weighted_avg", GSYNC_WEIGHTED_AVG}, {"min", GSYNC_MIN},
+                                         {"max", GSYNC_MAX}};
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+int connect(const Options& o, int rank, uint64_t arena, gsync_comm_t** comm) {
+  gsync_config_t cfg;
+  gsync_config_init(&cfg);
+  cfg.socket_path = o.socket.c_str();
+  std::string job = fmt::format("gsync-perf-{}", getppid());
+  cfg.job_id = job.c_str();
+  cfg.world_size = o.ranks;
+  cfg.rank = rank;
+  cfg.local_rank = rank;
+  cfg.local_size = o.ranks;
+  cfg.arena_bytes = arena;
+  return gsync_connect(&cfg, comm);
+}
+
+// In a rank process: allreduce and wait, or report why not.
+bool allreduce(gsync_comm_t* comm, uint64_t key, uint64_t step, void* buf, size_t count,
+               const Options& o, int rank) {
+  gsync_request_t* req = nullptr;
+  int rc = gsync_allreduce(comm, key, step, buf, count, o.dtype_id, o.op_id, rank + 1.0, &req);
+  if (rc == 0) rc = gsync_wait(req, -1);
+  if (rc != 0) tools::report(fmt::format("error rank {}: {}\n", rank, gsync_last_error()));
+  if (req) gsync_request_free(req);
+  return rc == 0;
+}
+
+size_t fill_and_count_wrong(void* buf, size_t count, const Options& o, int rank, bool check) {
+  size_t wrong = 0;
+  for (size_t i = 0; i < count; i++) {
+    if (!check)
+      tools::store(buf, o.dtype_id, i, tools::test_value(rank, i));
+    else if (tools::load(buf, o.dtype_id, i) != tools::expected(o.dtype_id, o.op_id, o.ranks, i))
+      wrong++;
+  }
+  return wrong;
+}
+
+// A rank of the size sweep. Reports one line per size:
+// "size <bytes> <wrong> <t_0 us> ... <t_iters-1 us>".
+int sweep_rank(const Options& o, int rank, const std::vector<uint64_t>& sizes) {
+  gsync_comm_t* comm = nullptr;
+  if (connect(o, rank, o.max_bytes + (16 << 20), &comm) != 0) {
+    tools::report(fmt::format("error rank {}: {}\n", rank, gsync_last_error()));
+    return 1;
+  }
+  void* buf = nullptr;
+  if (gsync_alloc(comm, o.max_bytes, &buf) != 0) {
+    tools::report(fmt::format("error rank {}: {}\n", rank, gsync_last_error()));
+    return 1;
+  }
+  size_t elem = tools::elem_size(o.dtype_id);
+  for (size_t s = 0; s < sizes.size(); s++) {
+    size_t count = sizes[s] / elem;
+    fill_and_count_wrong(buf, count, o, rank, false);
+    uint64_t step = 0;
+    if (!allreduce(comm, s, step++, buf, count, o, rank)) return 1;
+    size_t wrong = fill_and_count_wrong(buf, count, o, rank, true);
+    for (int w = 0; w < o.warmup; w++)
+      if (!allreduce(comm, s, step++, buf, count, o, rank)) return 1;
+    std::string line = fmt::format("size {} {}", sizes[s], wrong);
+    for (int i = 0; i < o.iters; i++) {
+      auto t0 = Clock::now();
+      if (!allreduce(comm, s, step++, buf, count, o, rank)) return 1;
+      line += fmt::format(" {:.3f}", std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
+    }
+    tools::report(line + "\n");
+  }
+  gsync_close(comm);
+  return 0;
+}
+
+// A rank of the ResNet-50 workload. Reports "step <wrong> <us>" per step.
+int workload_rank(const Options& o, int rank, const std::vector<size_t>& buckets) {
+  size_t elem = tools::elem_size(o.dtype_id), total = 0;
+  for (size_t b : buckets) total += b;
+  gsync_comm_t* comm = nullptr;
+  if (connect(o, rank, total * elem + (16 << 20), &comm) != 0) {
+    tools::report(fmt::format("error rank {}: {}\n", rank, gsync_last_error()));
+    return 1;
+  }
+  std::vector<void*> bufs(buckets.size());
+  for (size_t b = 0; b < buckets.size(); b++) {
+    if (gsync_alloc(comm, buckets[b] * elem, &bufs[b]) != 0) {
+      tools::report(fmt::format("error rank {}: {}\n", rank, gsync_last_error()));
+      return 1;
+    }
+  }
+  for (int step = 0; step < o.steps; step++) {
+    for (size_t b = 0; b < buckets.size(); b++) fill_and_count_wrong(bufs[b], buckets[b], o, rank, false);
+    // As DDP does: every bucket handed over as soon as it is ready, then a
+    // wait for all of them before the optimizer step.
+    auto t0 = Clock::now();
+    std::vector<gsync_request_t*> reqs(buckets.size());
+    for (size_t b = 0; b < buckets.size(); b++) {
+      if (gsync_allreduce(comm, b, static_cast<uint64_t>(step), bufs[b], buckets[b], o.dtype_id,
+                          o.op_id, rank + 1.0, &reqs[b]) != 0) {
+        tools::report(fmt::format("error rank {}: {}\n", rank, gsync_last_error()));
+        return 1;
+      }
+    }
+    for (auto* r : reqs) {
+      if (gsync_wait(r, -1) != 0) {
+        tools::report(fmt::format("error rank {}: {}\n", rank, gsync_request_error(r)));
+        return 1;
+      }
+      gsync_request_free(r);
+    }
+    double us = std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
+    size_t wrong = 0;
+    for (size_t b = 0; b < buckets.size(); b++) wrong += fill_and_count_wrong(bufs[b], buckets[b], o, rank, true);
+    tools::report(fmt::format("step {} {:.3f}\n", wrong, us));
+  }
+  gsync_close(comm);
+  return 0;
+}
+
+// Per line kind, the ranks' reports as rows of numbers.
+bool collect(const std::vector<tools::ChildResult>& res, const std::string& kind,
+             std::vector<std::vector<std::vector<double>>>* rows) {
+  bool ok = true;
+  rows->assign(res.size(), {});
+  for (size_t r = 0; r < res.size(); r++) {
+    std::istringstream in(res[r].output);
+    std::string line;
+    while (std::getline(in, line)) {
+      std::istringstream ls(line);
+      std::string k;
+      ls >> k;
+      if (k == "error") {
+        std::fprintf(stderr, "gsync-perf: %s\n", line.c_str());
+        ok = false;
+      } else if (k == kind) {
+        std::vector<double> v;
+        double x;
+        while (ls >> x) v.push_back(x);
+        (*rows)[r].push_back(v);
+      }
+    }
+    if (res[r].code != 0) {
+      std::fprintf(stderr, "gsync-perf: rank %zu exited with %d\n", r, res[r].code);
+      ok = false;
+    }
+  }
+  return ok;
+}
+
+double bus_factor(int n) { return n > 1 ? 2.0 * (n - 1) / n : 0.0; }
+
+int run_sweep(const Options& o, const MemoryReference& ref, const std::string& isa) {
+  std::vector<uint64_t> sizes;
+  size_t elem = tools::elem_size(o.dtype_id);
+  for (uint64_t b = o.min_bytes; b <= o.max_bytes; b *= static_cast<uint64_t>(o.factor)) {
+    sizes.push_back(b / elem * elem);
+    if (o.factor < 2) break;
+  }
+  auto res = tools::run_ranks(o.ranks, [&](int r) { return sweep_rank(o, r, sizes); }, 3600);
+  std::vector<std::vector<std::vector<double>>> rows;
+  bool ok = collect(res, "size", &rows);
+  if (!o.json_out) {
+    std::printf("# gsync-perf: %d local ranks, %s %s, %d iters (+%d warm-up), kernels %s\n",
+                o.ranks, o.dtype.c_str(), o.op.c_str(), o.iters, o.warmup, isa.c_str());
+    std::printf("# %12s %12s %9s %12s %11s %11s %11s %7s\n", "bytes", "count", "dtype",
+                "time_us", "algbw_GB/s", "busbw_GB/s", "reduce_GB/s", "wrong");
+  }
+  double last_reduce = 0;
+  uint64_t wrong_total = 0;
+  for (size_t s = 0; s < sizes.size(); s++) {
+    // Per iteration the slowest rank's time, then the median over iterations.
+    std::vector<double> per_iter(static_cast<size_t>(o.iters), 0.0);
+    uint64_t wrong = 0;
+    for (auto& rank_rows : rows) {
+      if (s >= rank_rows.size()) continue;
+      wrong += static_cast<uint64_t>(rank_rows[s][1]);
+      for (int i = 0; i < o.iters && size_t(i) + 2 < rank_rows[s].size(); i++)
+        per_iter[size_t(i)] = std::max(per_iter[size_t(i)], rank_rows[s][size_t(i) + 2]);
+    }
+    wrong_total += wrong;
+    double us = median(per_iter);
+    double bytes = double(sizes[s]);
+    double algbw = us > 0 ? bytes / us / 1e3 : 0;
+    // Memory the local reduce moves: every rank's tensor read once and the
+    // result written once into every rank's tensor (docs/reduce.md).
+    double reduce_gbps = us > 0 ? 2.0 * o.ranks * bytes / us / 1e3 : 0;
+    last_reduce = reduce_gbps;
+    if (o.json_out) {
+      std::printf("%s\n", json{{"bytes", sizes[s]}, {"count", sizes[s] / elem}, {"dtype", o.dtype},
+                               {"op", o.op}, {"ranks", o.ranks}, {"time_us", us},
+                               {"algbw_gbps", algbw}, {"busbw_gbps", algbw * bus_factor(o.ranks)},
+                               {"reduce_gbps", reduce_gbps}, {"wrong", wrong}}
+                              .dump()
+                              .c_str());
+    } else {
+      std::printf("  %12llu %12llu %9s %12.1f %11.3f %11.3f %11.2f %7llu\n",
+                  static_cast<unsigned long long>(sizes[s]),
+                  static_cast<unsigned long long>(sizes[s] / elem), o.dtype.c_str(), us, algbw,
+                  algbw * bus_factor(o.ranks), reduce_gbps, static_cast<unsigned long long>(wrong));
+    }
+  }
+  double ratio = ref.add_gbps > 0 ? last_reduce / ref.add_gbps : 0;
+  if (o.json_out) {
+    std::printf("%s\n", json{{"memcpy_gbps", ref.memcpy_gbps}, {"add_gbps", ref.add_gbps},
+                             {"reduce_gbps", last_reduce}, {"reduce_vs_add", ratio},
+                             {"reference_bytes", o.max_bytes}, {"isa", isa}, {"wrong", wrong_total}}
+                            .dump()
+                            .c_str());
+  } else {
+    std::printf("# memory reference (1 thread, %llu MiB buffers): memcpy %.2f GB/s, fp32 a+=b %.2f "
+                "GB/s\n",
+                static_cast<unsigned long long>(o.max_bytes >> 20), ref.memcpy_gbps, ref.add_gbps);
+    std::printf("# reduce at %llu MiB: %.2f GB/s of memory traffic = %.2f x the a+=b reference\n",
+                static_cast<unsigned long long>(sizes.empty() ? 0 : sizes.back() >> 20), last_reduce,
+                ratio);
+    std::printf("# wrong elements in total: %llu\n", static_cast<unsigned long long>(wrong_total));
+  }
+  return ok && wrong_total == 0 ? 0 : 1;
+}
+
+int run_workload(const Options& o) {
+  auto tensors = resnet50_tensor_sizes();
+  size_t elem = tools::elem_size(o.dtype_id), params = 0;
+  for (size_t t : tensors) params += t;
+  auto buckets = ddp_buckets(tensors, 25 << 20, elem);
+  auto res = tools::run_ranks(o.ranks, [&](int r) { return workload_rank(o, r, buckets); }, 3600);
+  std::vector<std::vector<std::vector<double>>> rows;
+  bool ok = collect(res, "step", &rows);
+  std::vector<double> per_step(static_cast<size_t>(o.steps), 0.0);
+  uint64_t wrong = 0;
+  for (auto& rank_rows : rows)
+    for (size_t s = 0; s < rank_rows.size() && s < per_step.size(); s++) {
+      wrong += static_cast<uint64_t>(rank_rows[s][0]);
+      per_step[s] = std::max(per_step[s], rank_rows[s][1]);
+    }
+  double bytes = double(params * elem);
+  double us = median(per_step);
+  double algbw = us > 0 ? bytes / us / 1e3 : 0;
+  if (o.json_out) {
+    std::printf("%s\n", json{{"workload", "resnet50"}, {"ranks", o.ranks}, {"tensors", tensors.size()},
+                             {"params", params}, {"buckets", buckets.size()}, {"steps", o.steps},
+                             {"bytes_per_step", params * elem}, {"step_comm_us", us},
+                             {"algbw_gbps", algbw}, {"busbw_gbps", algbw * bus_factor(o.ranks)},
+                             {"wrong", wrong}}
+                            .dump()
+                            .c_str());
+  } else {
+    std::printf("# ResNet-50 gradients: %zu tensors, %zu parameters (%.1f MB %s), %zu DDP buckets "
+                "of <= 25 MiB, %d ranks, op %s\n",
+                tensors.size(), params, bytes / 1e6, o.dtype.c_str(), buckets.size(), o.ranks,
+                o.op.c_str());
+    std::printf("# %6s %14s %12s %12s %8s\n", "step", "comm_time_us", "algbw_GB/s", "busbw_GB/s",
+                "wrong");
+    for (size_t s = 0; s < per_step.size(); s++) {
+      double a = per_step[s] > 0 ? bytes / per_step[s] / 1e3 : 0;
+      uint64_t w = 0;
+      for (auto& rank_rows : rows)
+        if (s < rank_rows.size()) w += static_cast<uint64_t>(rank_rows[s][0]);
+      std::printf("  %6zu %14.1f %12.3f %12.3f %8llu\n", s, per_step[s], a, a * bus_factor(o.ranks),
+                  static_cast<unsigned long long>(w));
+    }
+    std::printf("# median step: %.1f us, algbw %.3f GB/s, busbw %.3f GB/s; every element of every "
+                "step checked: %llu wrong\n",
+                us, algbw, algbw * bus_factor(o.ranks), static_cast<unsigned long long>(wrong));
+  }
+  return ok && wrong == 0 ? 0 : 1;
+}
+
+std::string daemon_isa(const std::string& admin_socket) {
+  std::string reply = tools::admin_query(admin_socket, "status");
+  auto j = json::parse(reply, nullptr, false);
+  return j.is_object() && j.contains("isa") ? j["isa"].get<std::string>() : "unknown";
+}
+
+}  // namespace
+}  // namespace gsync::perf
+
+int main(int argc, char** argv) {
+  using namespace gsync::perf;
+  Options o;
+  std::string min_s = "4K", max_s = "256M", admin_socket;
+  CLI::App app{"gsync-perf: allreduce benchmark through gsyncd (nccl-tests columns)"};
+  app.add_option("--socket", o.socket, "daemon socket; none: start a private daemon");
+  app.add_option("--admin-socket", admin_socket, "admin socket of that daemon (for its ISA)");
+  app.add_option("-n,--ranks", o.ranks, "local rank processes")->check(CLI::Range(1, 256));
+  app.add_option("-b,--min-bytes", min_s, "smallest size (K/M/G suffixes)");
+  app.add_option("-e,--max-bytes", max_s, "largest size (K/M/G suffixes)");
+  app.add_option("-f,--factor", o.factor, "size multiplier")->check(CLI::Range(1, 1024));
+  app.add_option("-d,--dtype", o.dtype, "float32 float16 bfloat16 float64 int32");
+  app.add_option("-o,--op", o.op, "sum avg weighted_avg min max");
+  app.add_option("--iters", o.iters, "timed iterations per size")->check(CLI::Range(1, 100000));
+  app.add_option("--warmup", o.warmup, "untimed iterations per size")->check(CLI::Range(0, 100000));
+  app.add_flag("--json", o.json_out, "one JSON object per line");
+  app.add_option("--workload", o.workload, "resnet50: ResNet-50 gradients in DDP buckets");
+  app.add_option("--steps", o.steps, "steps of the workload")->check(CLI::Range(1, 100000));
+  CLI11_PARSE(app, argc, argv);
+
+  if (!gsync::parse_byte_size(min_s, &o.min_bytes) || !gsync::parse_byte_size(max_s, &o.max_bytes) ||
+      o.min_bytes == 0 || o.min_bytes > o.max_bytes) {
+    std::fprintf(stderr, "gsync-perf: bad size range '%s'..'%s'\n", min_s.c_str(), max_s.c_str());
+    return 2;
+  }
+  if (!kDtypes.count(o.dtype) || !kOps.count(o.op)) {
+    std::fprintf(stderr, "gsync-perf: unknown dtype '%s' or op '%s'\n", o.dtype.c_str(), o.op.c_str());
+    return 2;
+  }
+  if (!o.workload.empty() && o.workload != "resnet50") {
+    std::fprintf(stderr, "gsync-perf: unknown workload '%s' (known: resnet50)\n", o.workload.c_str());
+    return 2;
+  }
+  o.dtype_id = kDtypes.at(o.dtype);
+  o.op_id = kOps.at(o.op);
+
+  // The reference is measured before any rank or daemon runs, on the
+  // largest buffers of the sweep.
+  MemoryReference ref;
+  if (o.workload.empty()) ref = measure_memory(o.max_bytes, 5);
+
+  std::unique_ptr<gsync::tools::DaemonProcess> daemon;
+  if (o.socket.empty()) {
+    try {
+      daemon = std::make_unique<gsync::tools::DaemonProcess>(std::vector<std::string>{}, "", "warn");
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "gsync-perf: cannot start a private gsyncd: %s\n", e.what());
+      return 1;
+    }
+    o.socket = daemon->socket();
+    admin_socket = daemon->admin_socket();
+  }
+  std::string isa = admin_socket.empty() ? "unknown" : daemon_isa(admin_socket);
+  int rc = o.workload.empty() ? run_sweep(o, ref, isa) : run_workload(o);
+  if (daemon) {
+    int st = daemon->stop();
+    if (st != 0) std::fprintf(stderr, "gsync-perf: private gsyncd exited with %d\n", st);
+  }
+  return rc;
+}
