@@ -48,6 +48,7 @@ int main(int argc, char** argv) {
     return 0;
   }
   spdlog::set_level(spdlog::level::from_str(cfg.log_level));
+  gsync::Daemon::block_stop_signals();
   gsync::Daemon daemon(cfg);
   if (gsync::Status st = daemon.start(); !st) {
     spdlog::critical("cannot start: {}", st.message());

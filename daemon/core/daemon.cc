@@ -58,13 +58,22 @@ Daemon::~Daemon() {
   if (signal_fd_ >= 0) close(signal_fd_);
 }
 
-Status Daemon::start() {
+void Daemon::block_stop_signals() {
+  sigset_t mask = stop_signals();
+  pthread_sigmask(SIG_BLOCK, &mask, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+}
+
+sigset_t Daemon::stop_signals() {
   sigset_t mask;
   sigemptyset(&mask);
   sigaddset(&mask, SIGTERM);
   sigaddset(&mask, SIGINT);
-  sigprocmask(SIG_BLOCK, &mask, nullptr);
-  signal(SIGPIPE, SIG_IGN);
+  return mask;
+}
+
+Status Daemon::start() {
+  sigset_t mask = stop_signals();
   signal_fd_ = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
   loop_.add(signal_fd_, EPOLLIN, [this](uint32_t) {
     signalfd_siginfo si{};

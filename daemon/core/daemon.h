@@ -5,6 +5,8 @@
 // order below is the acquisition order, destruction is its reverse.
 #pragma once
 
+#include <signal.h>
+
 #include <chrono>
 #include <map>
 #include <memory>
@@ -21,6 +23,10 @@ namespace gsync {
 
 class Daemon {
  public:
+  // Must run before any thread exists (the Daemon's workers included):
+  // threads inherit the mask, and SIGTERM must reach only the signalfd.
+  static void block_stop_signals();
+
   explicit Daemon(DaemonConfig cfg);
   ~Daemon();
 
@@ -44,6 +50,7 @@ class Daemon {
   bool allowed(const Peer& peer) const;
   void reap_stale_holder(const JoinRequest& join);
   void tick();
+  static sigset_t stop_signals();
 
   DaemonConfig cfg_;
   EventLoop loop_;

@@ -1,0 +1,53 @@
+// SPDX-License-Identifier: Apache-2.0
+//
+// gsyncd's whole configuration: one typed struct. Defaults work with no file;
+// a TOML file (default /etc/gsync/gsyncd.toml) overrides them; command-line
+// flags override the file. docs/operations.md lists every key.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "daemon/core/status.h"
+
+namespace gsync {
+
+struct DaemonConfig {
+  // [daemon]
+  std::string socket_path = "/run/gsync/gsyncd.sock";
+  std::string admin_socket_path = "/run/gsync/gsyncd-admin.sock";
+  uint32_t socket_mode = 0666;  // access is decided by SO_PEERCRED, below
+  std::string log_level = "info";  // trace debug info warn error critical off
+  uint32_t reduce_threads = 0;     // 0: one per online CPU
+
+  // [auth] Empty lists: root and the daemon's own uid only.
+  std::vector<uint32_t> allowed_uids;
+  std::vector<uint32_t> allowed_gids;
+
+  // [limits]
+  uint64_t default_arena_bytes = 1ull << 30;
+  uint64_t max_arena_bytes = 64ull << 30;
+  uint32_t max_clients = 1024;
+  uint32_t ring_entries = 1024;        // power of two, 16 .. 65536
+  uint32_t op_timeout_ms = 60000;      // an op not complete by then fails
+  uint64_t inline_reduce_bytes = 256 << 10;  // smaller ops reduce on the event thread
+
+  std::string source = "defaults";  // where the values came from, for gsyncctl
+};
+
+constexpr const char* kDefaultConfigPath = "/etc/gsync/gsyncd.toml";
+
+// Loads path over the defaults in *cfg. A missing file is an error only when
+// required (the user named it); otherwise the defaults stand. Errors name the
+// file, line and key: "/etc/gsync/gsyncd.toml:12: limits.ring_entries: ...".
+Status load_config_file(const std::string& path, bool required, DaemonConfig* cfg);
+// Checks cross-field rules (ring_entries a power of two, default <= max ...).
+Status validate_config(const DaemonConfig& cfg);
+// The config in force as TOML text (gsyncctl status, --print-config).
+std::string config_to_toml(const DaemonConfig& cfg);
+
+// "64M", "1G", "4096", "2KiB" -> bytes. False on anything else.
+bool parse_byte_size(const std::string& text, uint64_t* out);
+
+}  // namespace gsync
