@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Installs everything gsync needs to build, test and benchmark, from Debian 12's
+# apt repositories only. Idempotent: does nothing when all is present.
+set -euo pipefail
+
+packages=(
+  meson ninja-build g++ pkg-config
+  libspdlog-dev libfmt-dev libtomlplusplus-dev libcli11-dev nlohmann-json3-dev
+  liburing-dev libsystemd-dev libibverbs-dev
+  libgtest-dev libgmock-dev
+  systemd python3 procps
+  openmpi-bin libopenmpi-dev
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+  exit 0
+fi
+echo "setup-deps: installing ${missing[*]}"
+sudo_cmd=()
+if [ "$(id -u)" -ne 0 ]; then sudo_cmd=(sudo); fi
+export DEBIAN_FRONTEND=noninteractive
+"${sudo_cmd[@]}" apt-get update -qq
+"${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
