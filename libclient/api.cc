@@ -1,0 +1,232 @@
+// SPDX-License-Identifier: Apache-2.0
+//
+// The extern "C" surface: argument checks that need no session, then a call
+// into Session. No C++ exception may cross this boundary: each entry point
+// converts them to GSYNC_ERR_NOMEM (allocation) or GSYNC_ERR_INTERNAL.
+#include <new>
+#include <stdexcept>
+
+// The library is built with hidden visibility; exactly the declarations of
+// the public header are exported (and libgsync.map versions them).
+#pragma GCC visibility push(default)
+#include "gsync/gsync.h"
+#pragma GCC visibility pop
+
+#include "libclient/comm.h"
+#include "libclient/error.h"
+#include "libclient/format.h"
+#include "protocol/wire.h"
+
+namespace gc = gsync::client;
+
+namespace {
+
+#define GSYNC_STR2(x) #x
+#define GSYNC_STR(x) GSYNC_STR2(x)
+constexpr const char kVersionString[] = GSYNC_STR(GSYNC_VERSION_MAJOR) "." GSYNC_STR(
+    GSYNC_VERSION_MINOR) "." GSYNC_STR(GSYNC_VERSION_PATCH);
+
+// gsync_barrier passes its timeout to the daemon, which reports who is
+// missing; the client waits this much longer before giving up on the report.
+constexpr int kBarrierGraceMs = 2000;
+
+template <typename F>
+int guarded(const char* api, F&& f) noexcept {
+  try {
+    return f();
+  } catch (const std::bad_alloc&) {
+    return gc::fail(GSYNC_ERR_NOMEM, gc::format("%s: out of host memory", api));
+  } catch (const std::exception& e) {
+    return gc::fail(GSYNC_ERR_INTERNAL, gc::format("%s: unexpected exception: %s", api, e.what()));
+  } catch (...) {
+    return gc::fail(GSYNC_ERR_INTERNAL, gc::format("%s: unexpected exception", api));
+  }
+}
+
+int null_arg(const char* api, const char* what) {
+  return gc::fail(GSYNC_ERR_INVALID, gc::format("%s: %s is NULL", api, what));
+}
+
+int submit(gsync_comm_t* comm, const gc::OpArgs& args, gsync_request_t** req) {
+  if (req == nullptr) return null_arg(args.api, "req");
+  *req = nullptr;
+  if (comm == nullptr) return null_arg(args.api, "comm");
+  std::shared_ptr<gc::RequestState> state;
+  // Allocate the handle first so that no failure can strand a submitted op.
+  auto handle = std::make_unique<gsync_request>();
+  if (int rc = comm->session->submit(args, &state); rc != GSYNC_OK) return rc;
+  handle->session = comm->session;
+  handle->state = std::move(state);
+  *req = handle.release();
+  return GSYNC_OK;
+}
+
+}  // namespace
+
+extern "C" {
+
+const char* gsync_version(void) { return kVersionString; }
+
+const char* gsync_strerror(int code) { return gc::error_name(code); }
+
+const char* gsync_last_error(void) { return gc::last_error(); }
+
+void gsync_config_init(gsync_config_t* cfg) {
+  if (cfg == nullptr) return;
+  *cfg = gsync_config_t{};
+  cfg->struct_size = sizeof(gsync_config_t);
+  cfg->world_size = 1;
+  cfg->local_size = 1;
+}
+
+int gsync_connect(const gsync_config_t* cfg, gsync_comm_t** out) {
+  return guarded("gsync_connect", [&] {
+    if (out == nullptr) return null_arg("gsync_connect", "out");
+    *out = nullptr;
+    auto comm = std::make_unique<gsync_comm>();
+    if (int rc = gc::Session::open(cfg, &comm->session); rc != GSYNC_OK) return rc;
+    *out = comm.release();
+    return static_cast<int>(GSYNC_OK);
+  });
+}
+
+int gsync_close(gsync_comm_t* comm) {
+  return guarded("gsync_close", [&] {
+    if (comm == nullptr) return null_arg("gsync_close", "comm");
+    const int rc = comm->session->close();
+    delete comm;
+    return rc;
+  });
+}
+
+int gsync_alloc(gsync_comm_t* comm, size_t bytes, void** out) {
+  return guarded("gsync_alloc", [&] {
+    if (comm == nullptr) return null_arg("gsync_alloc", "comm");
+    return comm->session->alloc(bytes, out);
+  });
+}
+
+int gsync_free(gsync_comm_t* comm, void* ptr) {
+  return guarded("gsync_free", [&] {
+    if (comm == nullptr) return null_arg("gsync_free", "comm");
+    return comm->session->free(ptr);
+  });
+}
+
+int gsync_arena_info(gsync_comm_t* comm, size_t* capacity, size_t* free_bytes) {
+  return guarded("gsync_arena_info", [&] {
+    if (comm == nullptr) return null_arg("gsync_arena_info", "comm");
+    return comm->session->arena_info(capacity, free_bytes);
+  });
+}
+
+int gsync_allreduce(gsync_comm_t* comm, uint64_t key, uint64_t step, void* buf, size_t count,
+                    int dtype, int op, double weight, gsync_request_t** req) {
+  return guarded("gsync_allreduce", [&] {
+    const gc::OpArgs args{.api = "gsync_allreduce",
+                          .opcode = gsync::proto::kOpAllreduce,
+                          .key = key,
+                          .step = step,
+                          .buf = buf,
+                          .count = count,
+                          .dtype = dtype,
+                          .redop = op,
+                          .weight = weight};
+    return submit(comm, args, req);
+  });
+}
+
+int gsync_broadcast(gsync_comm_t* comm, uint64_t key, uint64_t step, void* buf, size_t count,
+                    int dtype, int root, gsync_request_t** req) {
+  return guarded("gsync_broadcast", [&] {
+    const gc::OpArgs args{.api = "gsync_broadcast",
+                          .opcode = gsync::proto::kOpBroadcast,
+                          .key = key,
+                          .step = step,
+                          .buf = buf,
+                          .count = count,
+                          .dtype = dtype,
+                          .root = root};
+    return submit(comm, args, req);
+  });
+}
+
+int gsync_ibarrier(gsync_comm_t* comm, uint64_t step, gsync_request_t** req) {
+  return guarded("gsync_ibarrier", [&] {
+    const gc::OpArgs args{.api = "gsync_ibarrier",
+                          .opcode = gsync::proto::kOpBarrier,
+                          .key = gc::kBarrierKey,
+                          .step = step};
+    return submit(comm, args, req);
+  });
+}
+
+int gsync_barrier(gsync_comm_t* comm, uint64_t step, int timeout_ms) {
+  return guarded("gsync_barrier", [&] {
+    // timeout_ms > 0 becomes the operation's own timeout, so a late rank is
+    // reported by the daemon (which knows who is missing); <= 0 leaves the
+    // session default in force.
+    const uint32_t op_timeout = timeout_ms > 0 ? static_cast<uint32_t>(timeout_ms) : 0;
+    const gc::OpArgs args{.api = "gsync_barrier",
+                          .opcode = gsync::proto::kOpBarrier,
+                          .key = gc::kBarrierKey,
+                          .step = step,
+                          .timeout_ms = op_timeout};
+    gsync_request_t* req = nullptr;
+    if (int rc = submit(comm, args, &req); rc != GSYNC_OK) return rc;
+    const int wait_ms = timeout_ms > 0 ? timeout_ms + kBarrierGraceMs : -1;
+    int rc = req->session->wait(*req->state, wait_ms);
+    if (rc == GSYNC_ERR_AGAIN) {
+      rc = gc::fail(GSYNC_ERR_TIMEOUT,
+                    gc::format("gsync_barrier: step %llu did not complete within %d ms, and gsyncd "
+                               "did not report why within %d ms more (%s)",
+                               static_cast<unsigned long long>(step), timeout_ms, kBarrierGraceMs,
+                               req->session->context().c_str()));
+    }
+    req->session->release(*req->state);
+    delete req;
+    return rc;
+  });
+}
+
+int gsync_test(gsync_request_t* req) {
+  return guarded("gsync_test", [&] {
+    if (req == nullptr) return null_arg("gsync_test", "req");
+    return req->session->test(*req->state);
+  });
+}
+
+int gsync_wait(gsync_request_t* req, int timeout_ms) {
+  return guarded("gsync_wait", [&] {
+    if (req == nullptr) return null_arg("gsync_wait", "req");
+    return req->session->wait(*req->state, timeout_ms);
+  });
+}
+
+const char* gsync_request_error(gsync_request_t* req) {
+  if (req == nullptr) return "";
+  try {
+    return req->session->request_error(*req->state);
+  } catch (...) {
+    return "";
+  }
+}
+
+void gsync_request_free(gsync_request_t* req) {
+  if (req == nullptr) return;
+  try {
+    req->session->release(*req->state);
+  } catch (...) {
+    // Only a failing mutex lock can throw here; the handle goes regardless.
+  }
+  delete req;
+}
+
+int gsync_completion_fd(gsync_comm_t* comm) {
+  return guarded("gsync_completion_fd", [&] {
+    if (comm == nullptr) return null_arg("gsync_completion_fd", "comm");
+    return comm->session->completion_fd();
+  });
+}
+
+}  // extern "C"

@@ -1,0 +1,129 @@
+// SPDX-License-Identifier: Apache-2.0
+//
+// A client session: the submission and completion rings, the request table,
+// the arena allocator and the waiting protocol. One mutex guards all of it;
+// no thread sleeps or copies a tensor while holding it. Waiting threads elect
+// one "poller" that blocks on the completion doorbell; the others wait on a
+// condition variable and are woken by whoever drains the ring.
+//
+// Lifetime: gsync_comm and every gsync_request hold a shared_ptr. close()
+// fails pending requests with GSYNC_ERR_CLOSED and releases the socket and
+// doorbells at once; the mapping goes with the last reference.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "gsync/gsync.h"
+#include "libclient/arena_allocator.h"
+#include "libclient/connect.h"
+#include "libclient/request.h"
+#include "protocol/wire.h"
+
+namespace gsync::client {
+
+// Key of every barrier: barriers are matched by step alone. Tensor
+// operations may not use it.
+constexpr uint64_t kBarrierKey = ~uint64_t{0};
+
+struct OpArgs {
+  const char* api = "";  // "gsync_allreduce", for error text
+  uint8_t opcode = 0;
+  uint64_t key = 0;
+  uint64_t step = 0;
+  void* buf = nullptr;
+  size_t count = 0;
+  int dtype = 0;
+  int redop = 0;
+  double weight = 0.0;
+  int root = 0;
+  uint32_t timeout_ms = 0;  // 0: session default
+};
+
+class Session {
+ public:
+  static int open(const gsync_config_t* cfg, std::shared_ptr<Session>* out);
+  Session(ConnectParams params, Connection conn, UniqueFd wake);
+  Session(const Session&) = delete;
+  Session& operator=(const Session&) = delete;
+
+  int close();
+
+  int alloc(size_t bytes, void** out);
+  int free(void* ptr);
+  int arena_info(size_t* capacity, size_t* free_bytes);
+  int completion_fd();
+
+  int submit(const OpArgs& args, std::shared_ptr<RequestState>* out);
+  int test(RequestState& st);
+  int wait(RequestState& st, int timeout_ms);
+  const char* request_error(RequestState& st);
+  void release(RequestState& st);
+
+  // "job J rank R", for error text.
+  std::string context() const;
+
+ private:
+  int validate(const OpArgs& a, bool* zero_copy, uint64_t* bytes) const;
+  int publish_locked(const OpArgs& a, const std::shared_ptr<RequestState>& st, uint64_t offset);
+  void undo_submit_locked(RequestState& st);
+
+  // Consume every completion the daemon has posted.
+  void drain_locked();
+  void complete_locked(uint64_t tag, int32_t status, std::string message);
+  // Polls the socket without blocking; a hangup ends the session.
+  void check_alive_locked();
+  // Ends the session: later submissions fail with `code`, pending requests
+  // complete with it.
+  void shut_down_locked(int code, const std::string& why);
+  void free_staging_locked(RequestState& st);
+  // Status of a done request; copies a staged result out first.
+  int finish(RequestState& st, std::unique_lock<std::mutex>& lk);
+  // The poller's blocking step: spin, then sleep on the doorbell.
+  void block_for_completion(int slice_ms);
+  void kick_poller_locked();
+
+  std::string op_name(const RequestState& st) const;
+
+  const ConnectParams params_;
+  Connection conn_;
+  UniqueFd wake_;  // private eventfd to interrupt the poller
+
+  // Views into conn_.shm, from the validated geometry.
+  proto::ShmHeader* header_;
+  proto::SubmitEntry* sq_;
+  proto::CompleteEntry* cq_;
+  char* arena_;
+  uint64_t arena_bytes_;
+  uint32_t sq_mask_;
+  uint32_t cq_mask_;
+  uint32_t max_inflight_;
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  uint32_t sq_tail_;  // local copies of the indices this client owns
+  uint32_t cq_head_;
+  uint64_t next_tag_ = 1;
+  uint32_t inflight_ = 0;  // submitted, completion not yet consumed
+  std::unordered_map<uint64_t, std::shared_ptr<RequestState>> table_;
+  ArenaAllocator allocator_;
+  std::unordered_set<uint64_t> user_blocks_;  // offsets from gsync_alloc
+  bool poller_active_ = false;
+  bool armed_ = false;       // gsync_completion_fd registered a waiter for good
+  bool shut_ = false;        // no new operations; closed_code_ says why
+  bool fds_closed_ = false;  // gsync_close released the socket and doorbells
+  int closed_code_ = GSYNC_OK;
+  std::string closed_why_;
+};
+
+}  // namespace gsync::client
+
+// The opaque C handle.
+struct gsync_comm {
+  std::shared_ptr<gsync::client::Session> session;
+};

@@ -1,0 +1,57 @@
+// SPDX-License-Identifier: Apache-2.0
+//
+// Session setup: validate the caller's config, connect to gsyncd, exchange
+// the hello, receive the memfd and the two doorbells, map and validate the
+// shared memory. Everything is acquired here, in this order, and handed to
+// the Session as one Connection; see docs/protocol.md.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "gsync/gsync.h"
+#include "libclient/unique_fd.h"
+
+namespace gsync::client {
+
+// gsync_config_t after validation, with defaults resolved.
+struct ConnectParams {
+  std::string socket_path;
+  std::string socket_source;  // where the path came from, for error text
+  std::string job_id;
+  int32_t world_size = 0;
+  int32_t rank = 0;
+  int32_t local_rank = 0;
+  int32_t local_size = 0;
+  uint64_t arena_bytes = 0;
+  uint32_t timeout_ms = 0;
+};
+
+// The static part of ShmHeader, read once and checked: the client never
+// reads those fields from shared memory again.
+struct ShmGeometry {
+  uint64_t total_bytes = 0;
+  uint32_t sq_entries = 0;
+  uint32_t cq_entries = 0;
+  uint64_t sq_offset = 0;
+  uint64_t cq_offset = 0;
+  uint64_t arena_offset = 0;
+  uint64_t arena_bytes = 0;
+};
+
+struct Connection {
+  UniqueFd sock;         // kept open: its closure tells each side the other is gone
+  UniqueFd sq_doorbell;  // eventfd, client writes
+  UniqueFd cq_doorbell;  // eventfd, daemon writes; O_NONBLOCK set by the client
+  SharedMapping shm;
+  ShmGeometry geometry;
+  uint64_t session_id = 0;
+  uint32_t default_timeout_ms = 0;
+};
+
+// GSYNC_OK or GSYNC_ERR_INVALID with a message naming the bad field.
+int parse_config(const gsync_config_t* cfg, ConnectParams* out);
+// GSYNC_OK, or a GSYNC_ERR_* code with a message naming the socket, job, rank.
+int connect_session(const ConnectParams& params, Connection* out);
+
+}  // namespace gsync::client

@@ -1,0 +1,46 @@
+// SPDX-License-Identifier: Apache-2.0
+//
+// One asynchronous operation. The state is shared by the caller's handle and
+// the session's table of in-flight tags, so a handle freed while pending
+// (abandoned) still has its completion consumed and its staging block
+// released, and a handle kept after gsync_close still reads safely.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+namespace gsync::client {
+
+class Session;
+
+// Guarded by the owning Session's mutex.
+struct RequestState {
+  uint64_t tag = 0;
+  uint64_t key = 0;
+  uint64_t step = 0;
+  uint8_t opcode = 0;
+
+  bool done = false;
+  bool abandoned = false;  // handle freed while pending
+  int status = 0;          // valid once done
+  std::string error;       // valid once done with status != 0
+
+  // Copy path: the tensor lives outside the arena and travels through a
+  // staging block. The copy out happens in the caller's gsync_test/wait,
+  // outside the session lock, not in whichever thread drains the ring.
+  bool staging_held = false;
+  uint64_t staging_offset = 0;
+  uint64_t bytes = 0;
+  void* user_buf = nullptr;
+  bool copy_out = false;          // broadcast roots need none
+  bool copy_out_pending = false;  // completed successfully, not yet copied
+};
+
+}  // namespace gsync::client
+
+// The opaque C handle.
+struct gsync_request {
+  std::shared_ptr<gsync::client::Session> session;
+  std::shared_ptr<gsync::client::RequestState> state;
+};
