@@ -1,0 +1,250 @@
+// SPDX-License-Identifier: Apache-2.0
+//
+// Thin header-only C++20 wrapper over the C API in gsync.h: RAII owners for
+// the comm, requests and arena buffers, and gsync::Error (code + the text of
+// gsync_last_error) thrown where the C API returns a negative code. It adds
+// no behaviour of its own; the C API's documentation applies.
+#pragma once
+
+#include <gsync/gsync.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <ranges>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <type_traits>
+#include <utility>
+
+namespace gsync {
+
+class Error : public std::runtime_error {
+ public:
+  Error(int code, const std::string& message) : std::runtime_error(message), code_(code) {}
+  // A GSYNC_ERR_* value.
+  int code() const noexcept { return code_; }
+
+ private:
+  int code_;
+};
+
+namespace detail {
+inline void check(int rc) {
+  if (rc >= 0) return;
+  const char* text = gsync_last_error();
+  throw Error(rc, (text != nullptr && *text != '\0') ? text : gsync_strerror(rc));
+}
+}  // namespace detail
+
+// The gsync_dtype of a C++ element type, -1 for types the typed calls do not
+// take (use the *_raw calls for GSYNC_FLOAT16 / GSYNC_BFLOAT16 buffers).
+template <typename T>
+struct DtypeOf : std::integral_constant<int, -1> {};
+template <>
+struct DtypeOf<float> : std::integral_constant<int, GSYNC_FLOAT32> {};
+template <>
+struct DtypeOf<double> : std::integral_constant<int, GSYNC_FLOAT64> {};
+template <>
+struct DtypeOf<int32_t> : std::integral_constant<int, GSYNC_INT32> {};
+template <typename T>
+inline constexpr int kDtypeOf = DtypeOf<T>::value;
+
+// A writable contiguous range of a supported element type (std::vector,
+// std::span, std::array, a gsync::Buffer's as<T>() ...).
+template <typename R>
+concept TensorRange =
+    std::ranges::contiguous_range<R> && std::ranges::sized_range<R> &&
+    !std::is_const_v<std::remove_reference_t<std::ranges::range_reference_t<R>>> &&
+    (kDtypeOf<std::ranges::range_value_t<R>> >= 0);
+
+struct Config {
+  std::string socket_path;  // empty: $GSYNC_SOCKET, else GSYNC_DEFAULT_SOCKET
+  std::string job_id;
+  int32_t world_size = 1;
+  int32_t rank = 0;
+  int32_t local_rank = 0;
+  int32_t local_size = 1;
+  uint64_t arena_bytes = 0;  // 0: daemon default
+  uint32_t timeout_ms = 0;   // 0: daemon default
+};
+
+// An operation in flight; freed (abandoned if still pending) on destruction.
+class Request {
+ public:
+  Request() = default;
+  explicit Request(gsync_request_t* req) noexcept : req_(req) {}
+  Request(Request&& o) noexcept : req_(std::exchange(o.req_, nullptr)) {}
+  Request& operator=(Request&& o) noexcept {
+    if (this != &o) {
+      gsync_request_free(req_);
+      req_ = std::exchange(o.req_, nullptr);
+    }
+    return *this;
+  }
+  Request(const Request&) = delete;
+  Request& operator=(const Request&) = delete;
+  ~Request() { gsync_request_free(req_); }
+
+  // true when done; throws Error if the operation failed; false if pending.
+  bool test() {
+    const int rc = gsync_test(req_);
+    if (rc == GSYNC_ERR_AGAIN) return false;
+    detail::check(rc);
+    return true;
+  }
+  // true when done; throws Error if the operation failed; false if
+  // timeout_ms passed first (< 0: no client-side limit).
+  bool wait(int timeout_ms = -1) {
+    const int rc = gsync_wait(req_, timeout_ms);
+    if (rc == GSYNC_ERR_AGAIN) return false;
+    detail::check(rc);
+    return true;
+  }
+
+  bool valid() const noexcept { return req_ != nullptr; }
+  gsync_request_t* get() const noexcept { return req_; }
+  gsync_request_t* release() noexcept { return std::exchange(req_, nullptr); }
+
+ private:
+  gsync_request_t* req_ = nullptr;
+};
+
+// Memory in the shared arena (zero-copy path), freed on destruction. Must
+// not outlive the Comm it came from.
+class Buffer {
+ public:
+  Buffer() = default;
+  Buffer(gsync_comm_t* comm, void* data, size_t bytes) noexcept
+      : comm_(comm), data_(data), bytes_(bytes) {}
+  Buffer(Buffer&& o) noexcept
+      : comm_(std::exchange(o.comm_, nullptr)),
+        data_(std::exchange(o.data_, nullptr)),
+        bytes_(std::exchange(o.bytes_, 0)) {}
+  Buffer& operator=(Buffer&& o) noexcept {
+    if (this != &o) {
+      reset();
+      comm_ = std::exchange(o.comm_, nullptr);
+      data_ = std::exchange(o.data_, nullptr);
+      bytes_ = std::exchange(o.bytes_, 0);
+    }
+    return *this;
+  }
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+  ~Buffer() { reset(); }
+
+  void* data() const noexcept { return data_; }
+  size_t size() const noexcept { return bytes_; }
+  template <typename T>
+  std::span<T> as() const noexcept {
+    return {static_cast<T*>(data_), bytes_ / sizeof(T)};
+  }
+  void reset() noexcept {
+    if (data_ != nullptr) gsync_free(comm_, data_);
+    data_ = nullptr;
+    bytes_ = 0;
+  }
+
+ private:
+  gsync_comm_t* comm_ = nullptr;
+  void* data_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+class Comm {
+ public:
+  explicit Comm(const Config& config) {
+    gsync_config_t c;
+    gsync_config_init(&c);
+    c.socket_path = config.socket_path.empty() ? nullptr : config.socket_path.c_str();
+    c.job_id = config.job_id.c_str();
+    c.world_size = config.world_size;
+    c.rank = config.rank;
+    c.local_rank = config.local_rank;
+    c.local_size = config.local_size;
+    c.arena_bytes = config.arena_bytes;
+    c.timeout_ms = config.timeout_ms;
+    detail::check(gsync_connect(&c, &comm_));
+  }
+  Comm(Comm&& o) noexcept : comm_(std::exchange(o.comm_, nullptr)) {}
+  Comm& operator=(Comm&& o) noexcept {
+    if (this != &o) {
+      if (comm_ != nullptr) gsync_close(comm_);
+      comm_ = std::exchange(o.comm_, nullptr);
+    }
+    return *this;
+  }
+  Comm(const Comm&) = delete;
+  Comm& operator=(const Comm&) = delete;
+  ~Comm() {
+    if (comm_ != nullptr) gsync_close(comm_);
+  }
+
+  // Closes now; pending requests complete with GSYNC_ERR_CLOSED.
+  void close() {
+    if (comm_ != nullptr) detail::check(gsync_close(std::exchange(comm_, nullptr)));
+  }
+  gsync_comm_t* get() const noexcept { return comm_; }
+
+  Buffer alloc(size_t bytes) {
+    void* p = nullptr;
+    detail::check(gsync_alloc(comm_, bytes, &p));
+    return Buffer(comm_, p, bytes);
+  }
+  struct ArenaInfo {
+    size_t capacity = 0;
+    size_t free_bytes = 0;
+  };
+  ArenaInfo arena_info() const {
+    ArenaInfo info;
+    detail::check(gsync_arena_info(comm_, &info.capacity, &info.free_bytes));
+    return info;
+  }
+
+  template <TensorRange R>
+  Request allreduce(uint64_t key, uint64_t step, R&& data, int op = GSYNC_SUM,
+                    double weight = 1.0) {
+    return allreduce_raw(key, step, std::ranges::data(data), std::ranges::size(data),
+                         kDtypeOf<std::ranges::range_value_t<R>>, op, weight);
+  }
+  Request allreduce_raw(uint64_t key, uint64_t step, void* buf, size_t count, int dtype, int op,
+                        double weight = 1.0) {
+    gsync_request_t* req = nullptr;
+    detail::check(gsync_allreduce(comm_, key, step, buf, count, dtype, op, weight, &req));
+    return Request(req);
+  }
+
+  template <TensorRange R>
+  Request broadcast(uint64_t key, uint64_t step, R&& data, int root) {
+    return broadcast_raw(key, step, std::ranges::data(data), std::ranges::size(data),
+                         kDtypeOf<std::ranges::range_value_t<R>>, root);
+  }
+  Request broadcast_raw(uint64_t key, uint64_t step, void* buf, size_t count, int dtype, int root) {
+    gsync_request_t* req = nullptr;
+    detail::check(gsync_broadcast(comm_, key, step, buf, count, dtype, root, &req));
+    return Request(req);
+  }
+
+  Request ibarrier(uint64_t step) {
+    gsync_request_t* req = nullptr;
+    detail::check(gsync_ibarrier(comm_, step, &req));
+    return Request(req);
+  }
+  // timeout_ms <= 0: the session's operation timeout applies.
+  void barrier(uint64_t step, int timeout_ms = -1) {
+    detail::check(gsync_barrier(comm_, step, timeout_ms));
+  }
+
+  // See gsync_completion_fd: poll it, then test() the pending requests.
+  int completion_fd() {
+    const int fd = gsync_completion_fd(comm_);
+    detail::check(fd);
+    return fd;
+  }
+
+ private:
+  gsync_comm_t* comm_ = nullptr;
+};
+
+}  // namespace gsync
