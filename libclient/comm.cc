@@ -344,6 +344,14 @@ int Session::publish_locked(const OpArgs& a, const std::shared_ptr<RequestState>
                        "(%s)",
                        a.api, op_name(*st).c_str(), head, sq_tail_, context().c_str()));
   }
+  // Into the table before the entry is visible: if this throws (bad_alloc),
+  // nothing was published and the reservation is undone.
+  try {
+    table_.emplace(st->tag, st);
+  } catch (...) {
+    undo_submit_locked(*st);
+    throw;
+  }
   proto::SubmitEntry e{};
   e.tag = st->tag;
   e.key = a.opcode == proto::kOpBarrier ? kBarrierKey : a.key;
@@ -363,7 +371,6 @@ int Session::publish_locked(const OpArgs& a, const std::shared_ptr<RequestState>
   // Release: the entry and the tensor data (written by this thread, or by
   // the caller before it called us) are visible before the new tail.
   header_->sq_tail.store(sq_tail_, std::memory_order_release);
-  table_.emplace(st->tag, st);
   ring(conn_.sq_doorbell.get());
   return GSYNC_OK;
 }
