@@ -2,6 +2,7 @@
 #include "libclient/comm.h"
 
 #include <poll.h>
+#include <sched.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -569,6 +570,9 @@ void Session::block_for_completion(int slice_ms) {
       if (completion_ready()) return;
       cpu_relax();
     }
+    // Ranks often outnumber cores, and the daemon that must run for the
+    // completion to exist may be waiting for this core: hand it over.
+    sched_yield();
   } while (Clock::now() < spin_end);
 
   // Dekker with the daemon: announce the waiter, then look at the ring; the

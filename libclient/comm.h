@@ -29,7 +29,7 @@ namespace gsync::client {
 
 // Key of every barrier: barriers are matched by step alone. Tensor
 // operations may not use it.
-constexpr uint64_t kBarrierKey = ~uint64_t{0};
+using proto::kBarrierKey;
 
 struct OpArgs {
   const char* api = "";  // "gsync_allreduce", for error text

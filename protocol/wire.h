@@ -34,6 +34,7 @@ struct HelloRequest {
   uint32_t timeout_ms;   // 0: daemon default
   uint32_t reserved;
 };
+static_assert(sizeof(HelloRequest) == 104);
 
 // Daemon -> client. On status == 0 the message carries, by SCM_RIGHTS, three
 // fds in this order: the sealed memfd, the submission doorbell eventfd
@@ -49,8 +50,13 @@ struct HelloReply {
   uint32_t reserved2;
   char message[256];  // why, when status != 0
 };
+static_assert(sizeof(HelloReply) == 296);
 
 enum Opcode : uint8_t { kOpAllreduce = 1, kOpBroadcast = 2, kOpBarrier = 3 };
+
+// Barriers are matched like other ops, by (key, step), under this key; an
+// allreduce or broadcast may not use it.
+constexpr uint64_t kBarrierKey = ~uint64_t{0};
 
 // One submission: 64 bytes, copied out by the daemon before any use.
 struct SubmitEntry {

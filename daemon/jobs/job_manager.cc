@@ -98,9 +98,15 @@ void JobManager::detach(const std::shared_ptr<Session>& s, const std::string& re
     slot.dead_reason = reason;
     Status st(GSYNC_ERR_RANK_DEAD, fmt::format("job {}: rank {} (local {}, pid {}) {}", job.id,
                                                s->rank, s->local_rank, s->peer.pid, reason));
-    job.last_error = st.message();
-    spdlog::warn("{}; failing its pending ops", st.message());
-    fail_pending(job, st);
+    size_t pending = 0;
+    for (const auto& [id, op] : job.ops) pending += op->running ? 0 : 1;
+    if (pending) {
+      job.last_error = st.message();
+      spdlog::warn("{}; failing its {} pending ops", st.message(), pending);
+      fail_pending(job, st);
+    } else {
+      spdlog::info("{}; the job waits for it to rejoin", st.message());
+    }
   }
   maybe_erase(s->job_id);
 }
@@ -134,6 +140,8 @@ Status JobManager::validate(const Session& s, const Job& job, const proto::Submi
     if (e.count != 0) return bad(GSYNC_ERR_PROTOCOL, "a barrier carries no tensor (count must be 0)");
     return Status::ok();
   }
+  if (e.key == proto::kBarrierKey)
+    return bad(GSYNC_ERR_PROTOCOL, "key 0xffffffffffffffff is reserved for barriers");
   size_t elem = proto::dtype_size(e.dtype);
   if (elem == 0) return bad(GSYNC_ERR_PROTOCOL, fmt::format("unknown dtype {}", e.dtype));
   if (e.opcode == proto::kOpAllreduce) {
