@@ -5,6 +5,9 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <cstdlib>
 #include <numeric>
 #include <random>
@@ -230,6 +233,63 @@ TEST(Admin, StatusJobsAndClientsReportTheJob) {
       << "job should be gone once its ranks left";
   EXPECT_NE(admin_query(d.admin_socket(), "bogus").find("unknown admin command 'bogus'"),
             std::string::npos);
+}
+
+std::string run_command(const std::string& cmd) {
+  std::string out;
+  FILE* f = popen(cmd.c_str(), "r");
+  if (!f) return out;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, f)) > 0) out.append(buf, n);
+  pclose(f);
+  return out;
+}
+
+// gsyncctl against a live daemon with a live job: the tables and the JSON
+// show the job, its ranks and their pids.
+TEST(Admin, GsyncctlShowsALiveJob) {
+  const char* ctl = std::getenv("GSYNCCTL");
+  if (!ctl) GTEST_SKIP() << "SKIPPED: GSYNCCTL not set (run through meson test)";
+  DaemonProcess d;
+  int go[2], ready[2];
+  ASSERT_EQ(pipe(go), 0);
+  ASSERT_EQ(pipe(ready), 0);
+  std::vector<pid_t> ranks;
+  for (int r = 0; r < 2; r++) {
+    ranks.push_back(spawn([&, r] {
+      gsync_comm_t* comm;
+      if (connect_rank(d.socket(), "ctl-job", 2, r, &comm) != 0) return 1;
+      float* buf;
+      gsync_alloc(comm, 4096, reinterpret_cast<void**>(&buf));
+      gsync_request_t* req;
+      gsync_allreduce(comm, 1, 0, buf, 1024, GSYNC_FLOAT32, GSYNC_SUM, 0, &req);
+      int rc = gsync_wait(req, 10000);
+      char c = 'r';
+      [[maybe_unused]] ssize_t n = write(ready[1], &c, 1);
+      n = read(go[0], &c, 1);  // hold the session open while the parent looks
+      gsync_close(comm);
+      return rc == 0 ? 0 : 1;
+    }));
+  }
+  char c;
+  ASSERT_EQ(read(ready[0], &c, 1), 1);
+  ASSERT_EQ(read(ready[0], &c, 1), 1);
+  std::string base = fmt::format("{} --socket {} ", ctl, d.admin_socket());
+  std::string jobs = run_command(base + "jobs");
+  std::string clients_json = run_command(base + "--json clients");
+  std::string status = run_command(base + "status");
+  ASSERT_EQ(write(go[1], "gg", 2), 2);
+  for (pid_t p : ranks) {
+    int st;
+    waitpid(p, &st, 0);
+    EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+  }
+  EXPECT_NE(jobs.find("ctl-job"), std::string::npos) << jobs;
+  EXPECT_NE(clients_json.find(fmt::format("\"pid\": {}", ranks[1])), std::string::npos)
+      << clients_json;
+  EXPECT_NE(status.find("1 completed"), std::string::npos) << status;
+  EXPECT_NE(status.find("clients:        2"), std::string::npos) << status;
 }
 
 }  // namespace
