@@ -1,0 +1,125 @@
+// SPDX-License-Identifier: Apache-2.0
+//
+// Picks the kernel ISA once from CPUID and routes reduce_range() to it. This
+// file is compiled without -m flags: it must run on any x86-64 to decide
+// which of the ISA translation units may be entered.
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+
+#include "daemon/reduce/reduce.h"
+
+namespace gsync::reduce {
+namespace {
+
+using RangeFn = void (*)(const ReduceArgs&, size_t, size_t);
+
+constexpr RangeFn kRangeFns[] = {
+    impl::reduce_range_scalar,
+    impl::reduce_range_avx2,
+    impl::reduce_range_avx512,
+};
+
+// 16 MiB of output: half the 32 MiB L3 of the EPYC hosts. Above it the
+// results would be evicted before anybody reads them, so bypassing the cache
+// costs nothing and saves the read-for-ownership of out-of-place outputs.
+constexpr size_t kDefaultStreamingThreshold = size_t{16} << 20;
+
+std::atomic<size_t> g_streaming_threshold{kDefaultStreamingThreshold};
+// -1: no override; otherwise the Isa forced by force_isa().
+std::atomic<int> g_forced_isa{-1};
+
+bool cpu_has(Isa isa) {
+  // GCC's cpu_supports also checks XCR0, so a kernel that does not save the
+  // AVX-512 state disables the AVX-512 path.
+  __builtin_cpu_init();
+  switch (isa) {
+    case Isa::kScalar:
+      return true;
+    case Isa::kAvx2:
+      // The flags kernels_avx2.cc is built with.
+      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+             __builtin_cpu_supports("f16c");
+    case Isa::kAvx512:
+      // The flags kernels_avx512.cc is built with.
+      return cpu_has(Isa::kAvx2) && __builtin_cpu_supports("avx512f") &&
+             __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
+             __builtin_cpu_supports("avx512dq");
+  }
+  return false;
+}
+
+Isa detected_isa() {
+  static const Isa isa = cpu_has(Isa::kAvx512) ? Isa::kAvx512
+                         : cpu_has(Isa::kAvx2) ? Isa::kAvx2
+                                               : Isa::kScalar;
+  return isa;
+}
+
+}  // namespace
+
+size_t dtype_size(DType t) {
+  switch (t) {
+    case DType::kF32:
+    case DType::kI32:
+      return 4;
+    case DType::kF16:
+    case DType::kBF16:
+      return 2;
+    case DType::kF64:
+      return 8;
+  }
+  return 0;  // not a DType (a corrupt value off the wire)
+}
+
+bool supported(DType t, Op op) {
+  if (dtype_size(t) == 0 || static_cast<uint8_t>(op) > static_cast<uint8_t>(Op::kMax)) {
+    return false;
+  }
+  return !(t == DType::kI32 && op == Op::kWeightedAvg);
+}
+
+void reduce_range(const ReduceArgs& args, size_t begin, size_t end) {
+  // Nothing defined to do: return without touching memory rather than abort
+  // (callers check supported() when they accept a request).
+  if (end > args.count) end = args.count;
+  if (begin >= end || args.n_inputs == 0 || !supported(args.dtype, args.op)) return;
+  if (args.op == Op::kWeightedAvg && args.weights == nullptr) return;
+  kRangeFns[static_cast<int>(active_isa())](args, begin, end);
+}
+
+Isa active_isa() {
+  const int forced = g_forced_isa.load(std::memory_order_relaxed);
+  return forced >= 0 ? static_cast<Isa>(forced) : detected_isa();
+}
+
+const char* isa_name(Isa isa) {
+  switch (isa) {
+    case Isa::kScalar:
+      return "scalar";
+    case Isa::kAvx2:
+      return "avx2";
+    case Isa::kAvx512:
+      return "avx512";
+  }
+  return "unknown";
+}
+
+bool isa_available(Isa isa) {
+  return static_cast<uint8_t>(isa) <= static_cast<uint8_t>(detected_isa());
+}
+
+void force_isa(Isa isa) {
+  // An ISA this CPU lacks would fault on the first instruction; fall back to
+  // the best one it has instead.
+  if (!isa_available(isa)) isa = detected_isa();
+  g_forced_isa.store(static_cast<int>(isa), std::memory_order_relaxed);
+}
+
+size_t streaming_threshold() { return g_streaming_threshold.load(std::memory_order_relaxed); }
+
+void set_streaming_threshold(size_t bytes) {
+  g_streaming_threshold.store(bytes, std::memory_order_relaxed);
+}
+
+}  // namespace gsync::reduce

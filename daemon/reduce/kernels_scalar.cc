@@ -1,0 +1,122 @@
+// SPDX-License-Identifier: Apache-2.0
+//
+// Portable kernels: compiled with no -m flags so they run on any x86-64 (GCC
+// still auto-vectorises the fp32/fp64/int32 loops with SSE2, which x86-64
+// always has). They define the semantics the vector paths must match bit for
+// bit.
+#include <emmintrin.h>
+
+#include <cstdint>
+#include <cstring>
+
+#include "daemon/reduce/half.h"
+#include "daemon/reduce/kernels_impl.h"
+#include "daemon/reduce/reduce.h"
+
+namespace gsync::reduce::scalar {
+namespace {
+
+template <class S>
+struct FloatMath {
+  using Scalar = S;
+  using Vec = S;
+  static constexpr size_t kLanes = 1;
+  static Vec load_acc(const Scalar* p) { return *p; }
+  static void store_acc(Scalar* p, Vec v) { *p = v; }
+  static Vec set1(Scalar s) { return s; }
+  static Vec add(Vec a, Vec b) { return a + b; }
+  static Vec mul(Vec a, Vec b) { return a * b; }
+  // x != x is the NaN test; the comparison keeps acc on ties, and on a NaN
+  // acc (x < NaN is false), which is what vminps(x, acc) does.
+  static Vec min(Vec acc, Vec x) { return x != x ? x : (x < acc ? x : acc); }
+  static Vec max(Vec acc, Vec x) { return x != x ? x : (x > acc ? x : acc); }
+  static Vec divide(Vec acc, size_t n) { return acc / static_cast<Scalar>(n); }
+};
+
+struct F32 : FloatMath<float> {
+  using Elem = float;
+  static Vec load(const Elem* p) { return *p; }
+  static void store(Elem* p, Vec v) { *p = v; }
+};
+
+struct F16 : FloatMath<float> {
+  using Elem = uint16_t;
+  static Vec load(const Elem* p) { return half::f16_to_f32(*p); }
+  static void store(Elem* p, Vec v) { *p = half::f32_to_f16(v); }
+};
+
+struct BF16 : FloatMath<float> {
+  using Elem = uint16_t;
+  static Vec load(const Elem* p) { return half::bf16_to_f32(*p); }
+  static void store(Elem* p, Vec v) { *p = half::f32_to_bf16(v); }
+};
+
+struct F64 : FloatMath<double> {
+  using Elem = double;
+  static Vec load(const Elem* p) { return *p; }
+  static void store(Elem* p, Vec v) { *p = v; }
+};
+
+struct I32 {
+  using Elem = int32_t;
+  using Scalar = int32_t;
+  using Vec = int32_t;
+  static constexpr size_t kLanes = 1;
+  static Vec load(const Elem* p) { return *p; }
+  static void store(Elem* p, Vec v) { *p = v; }
+  static Vec load_acc(const Scalar* p) { return *p; }
+  static void store_acc(Scalar* p, Vec v) { *p = v; }
+  static Vec set1(Scalar s) { return s; }
+  // Wrapping add: signed overflow is undefined in C++, unsigned is not.
+  static Vec add(Vec a, Vec b) {
+    return static_cast<int32_t>(static_cast<uint32_t>(a) + static_cast<uint32_t>(b));
+  }
+  static Vec min(Vec acc, Vec x) { return x < acc ? x : acc; }
+  static Vec max(Vec acc, Vec x) { return x > acc ? x : acc; }
+  static Vec divide(Vec acc, size_t n) {
+    return static_cast<int32_t>(static_cast<int64_t>(acc) / static_cast<int64_t>(n));
+  }
+};
+
+struct Target {
+  using F32 = scalar::F32;
+  using F16 = scalar::F16;
+  using BF16 = scalar::BF16;
+  using F64 = scalar::F64;
+  using I32 = scalar::I32;
+  // SSE2 is part of x86-64, so even this path can stream its stores (16-byte
+  // aligned); the unaligned head and the tail go through memcpy.
+  static void copy(void* dst, const void* src, size_t bytes, bool stream) {
+    if (!stream) {
+      std::memcpy(dst, src, bytes);
+      return;
+    }
+    auto* d = static_cast<char*>(dst);
+    const auto* s = static_cast<const char*>(src);
+    size_t head = (0 - reinterpret_cast<uintptr_t>(d)) & 15;
+    if (head > bytes) head = bytes;
+    std::memcpy(d, s, head);
+    d += head;
+    s += head;
+    bytes -= head;
+    for (; bytes >= 16; bytes -= 16, d += 16, s += 16) {
+      _mm_stream_si128(reinterpret_cast<__m128i*>(d),
+                       _mm_loadu_si128(reinterpret_cast<const __m128i*>(s)));
+    }
+    std::memcpy(d, s, bytes);
+  }
+  // Streaming stores are weakly ordered: fence them before the caller
+  // publishes the result to another thread or a peer.
+  static void fence() { _mm_sfence(); }
+};
+
+}  // namespace
+}  // namespace gsync::reduce::scalar
+
+namespace gsync::reduce::impl {
+
+void reduce_range_scalar(const ReduceArgs& args, size_t begin, size_t end) {
+  detail::reduce_range_impl<scalar::Target>(args, begin, end);
+}
+
+}  // namespace gsync::reduce::impl
