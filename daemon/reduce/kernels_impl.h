@@ -169,10 +169,25 @@ void run_kernel(const ReduceArgs& args, size_t begin, size_t end, bool stream) {
   alignas(64) Elem packed[kPack ? kBlock : 1];
 
   const size_t n_in = args.n_inputs;
-  double weight_sum = 0.0;
+  const size_t n_div = args.divisor ? args.divisor : n_in;
+  double weight_sum = 1.0;
   if constexpr (kOp == Op::kWeightedAvg) {
-    for (size_t r = 0; r < n_in; ++r) weight_sum += args.weights[r];
+    if (args.normalize_weights) {
+      weight_sum = 0.0;
+      for (size_t r = 0; r < n_in; ++r) weight_sum += args.weights[r];
+    }
   }
+  // A scale on an integer tensor has no meaning; reduce_range's callers
+  // only set it on floats.
+  const bool scaled = !std::is_integral_v<Scalar> && args.scale != 1.0;
+  const Vec scale = K::set1(static_cast<Scalar>(args.scale));
+  auto finish = [&](Vec v) {
+    if constexpr (kDivide) v = K::divide(v, n_div);
+    if constexpr (!std::is_integral_v<Scalar>) {
+      if (scaled) v = K::mul(v, scale);
+    }
+    return v;
+  };
 
   for (size_t off = begin; off < end; off += kBlock) {
     const size_t n = end - off < kBlock ? end - off : kBlock;
@@ -200,16 +215,10 @@ void run_kernel(const ReduceArgs& args, size_t begin, size_t end, bool stream) {
     const size_t padded = (n + kL - 1) / kL * kL;
     const void* src = acc;
     if constexpr (kPack) {
-      for (size_t i = 0; i < padded; i += kL) {
-        Vec v = K::load_acc(acc + i);
-        if constexpr (kDivide) v = K::divide(v, n_in);
-        K::store(packed + i, v);
-      }
+      for (size_t i = 0; i < padded; i += kL) K::store(packed + i, finish(K::load_acc(acc + i)));
       src = packed;
-    } else if constexpr (kDivide) {
-      for (size_t i = 0; i < padded; i += kL) {
-        K::store_acc(acc + i, K::divide(K::load_acc(acc + i), n_in));
-      }
+    } else if (kDivide || scaled) {
+      for (size_t i = 0; i < padded; i += kL) K::store_acc(acc + i, finish(K::load_acc(acc + i)));
     }
 
     // Write phase.

@@ -36,6 +36,11 @@ struct ReduceArgs {
   size_t count = 0;                 // elements per tensor
   DType dtype = DType::kF32;
   Op op = Op::kSum;
+  // For the multi-host path (docs/algorithms.md): the host's local fold and
+  // the final store after the cross-host sum.
+  uint32_t divisor = 0;           // kAvg: divide by this, not n_inputs (0: n_inputs)
+  bool normalize_weights = true;  // kWeightedAvg: false folds sum_r in[r] * weights[r]
+  double scale = 1.0;             // float dtypes: the result times this, before the store
 };
 
 size_t dtype_size(DType t);

@@ -815,6 +815,58 @@ TEST_F(KernelTest, WeightedAverage) {
   }
 }
 
+// The multi-host fields: a divisor other than n, weights used as given, and a
+// scale applied to the result. Values chosen exact in fp32 and fp16.
+TEST_F(KernelTest, DivisorRawWeightsAndScale) {
+  const size_t n = 5003;  // several blocks and a vector tail
+  std::vector<float> a(n, 6.0f), b(n, 2.0f), out(n);
+  const void* in[] = {a.data(), b.data()};
+  void* outs[] = {out.data()};
+  for_each_isa([&](Isa isa) {
+    ReduceArgs args;
+    args.inputs = in;
+    args.n_inputs = 2;
+    args.outputs = outs;
+    args.n_outputs = 1;
+    args.count = n;
+    args.op = Op::kAvg;
+    args.divisor = 4;  // (6 + 2) / 4
+    reduce(args);
+    for (size_t i = 0; i < n; i++) ASSERT_EQ(out[i], 2.0f) << isa_name(isa) << " i=" << i;
+    const double raw[] = {0.5, 2.0};  // 6 * 0.5 + 2 * 2 = 7, not normalized
+    args.op = Op::kWeightedAvg;
+    args.divisor = 0;
+    args.weights = raw;
+    args.normalize_weights = false;
+    reduce(args);
+    for (size_t i = 0; i < n; i++) ASSERT_EQ(out[i], 7.0f) << isa_name(isa) << " i=" << i;
+    args.op = Op::kSum;
+    args.n_inputs = 1;  // a plain copy, scaled: 6 * 0.25
+    args.scale = 0.25;
+    reduce(args);
+    for (size_t i = 0; i < n; i++) ASSERT_EQ(out[i], 1.5f) << isa_name(isa) << " i=" << i;
+  });
+  // fp16: the scale is applied before the single rounding.
+  std::vector<_Float16> h(n, static_cast<_Float16>(3.0f)), hout(n);
+  const void* hin[] = {h.data()};
+  void* houts[] = {hout.data()};
+  for_each_isa([&](Isa isa) {
+    ReduceArgs args;
+    args.inputs = hin;
+    args.n_inputs = 1;
+    args.outputs = houts;
+    args.n_outputs = 1;
+    args.count = n;
+    args.dtype = DType::kF16;
+    args.op = Op::kAvg;
+    args.divisor = 2;
+    args.scale = 0.5;  // 3 / 2 * 0.5 = 0.75
+    reduce(args);
+    for (size_t i = 0; i < n; i++)
+      ASSERT_EQ(static_cast<float>(hout[i]), 0.75f) << isa_name(isa) << " i=" << i;
+  });
+}
+
 // ---------------------------------------------------------------------------
 // The API around the kernels.
 
