@@ -15,6 +15,7 @@ int main(int argc, char** argv) {
   std::string config_path = gsync::kDefaultConfigPath;
   std::string socket, admin_socket, log_level;
   uint32_t reduce_threads = 0, op_timeout_ms = 0;
+  std::string cluster_file, host_id, algorithm;
   bool print_config = false;
   auto* config_opt = app.add_option("-c,--config", config_path, "TOML config file");
   app.add_option("--socket", socket, "client socket (overrides [daemon] socket)");
@@ -22,6 +23,9 @@ int main(int argc, char** argv) {
   app.add_option("--log-level", log_level, "trace debug info warn error critical off");
   app.add_option("--reduce-threads", reduce_threads, "reduce worker threads (0: one per CPU)");
   app.add_option("--op-timeout-ms", op_timeout_ms, "default op timeout");
+  app.add_option("--cluster", cluster_file, "cluster file (overrides [cluster] file)");
+  app.add_option("--host-id", host_id, "this daemon's id in the cluster file");
+  app.add_option("--algo", algorithm, "cross-host algorithm: auto ring hier direct");
   app.add_flag("--print-config", print_config, "print the config in force as TOML and exit");
   app.set_version_flag("--version", GSYNC_VERSION_STRING);
   CLI11_PARSE(app, argc, argv);
@@ -39,6 +43,9 @@ int main(int argc, char** argv) {
   if (!log_level.empty()) cfg.log_level = log_level;
   if (reduce_threads) cfg.reduce_threads = reduce_threads;
   if (op_timeout_ms) cfg.op_timeout_ms = op_timeout_ms;
+  if (!cluster_file.empty()) cfg.cluster_file = cluster_file;
+  if (!host_id.empty()) cfg.host_id = host_id;
+  if (!algorithm.empty()) cfg.algorithm = algorithm;
   if (gsync::Status st = gsync::validate_config(cfg); !st) {
     spdlog::critical("{}", st.message());
     return 2;

@@ -185,7 +185,7 @@ Status Loader::unknown_top_level(const Entry& entry) const {
     }
     std::string hint = closest_distance <= kMaxSuggestDistance
                            ? fmt::format(" (did you mean [{}]?)", closest)
-                           : " (known: [daemon], [auth], [limits])";
+                           : " (known: [daemon], [auth], [limits], [cluster])";
     return error(entry.line, name, fmt::format("unknown table{}", hint));
   }
   // A known key above every [section] header: the header was forgotten.

@@ -33,6 +33,14 @@ struct DaemonConfig {
   uint32_t op_timeout_ms = 60000;      // an op not complete by then fails
   uint64_t inline_reduce_bytes = 256 << 10;  // smaller ops reduce on the event thread
 
+  // [cluster] Multi-host. No cluster file: this host is the whole world.
+  std::string cluster_file;
+  std::string host_id;              // this daemon in the file; "": found by local address
+  uint32_t tcp_streams = 2;         // TCP connections per peer
+  uint32_t peer_timeout_ms = 3000;  // a silent peer is declared lost after this
+  std::string algorithm = "auto";   // auto ring hier direct
+  uint64_t chunk_bytes = 0;         // pipelining unit; 0: chosen per op
+
   std::string source = "defaults";  // where the values came from, for gsyncctl
 };
 

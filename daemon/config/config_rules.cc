@@ -25,6 +25,7 @@ constexpr size_t kSunPathSize = 108;
 // More reduce threads than this is a typo, not a machine.
 constexpr uint32_t kMaxReduceThreads = 1024;
 constexpr uint32_t kMaxSocketMode = 07777;
+constexpr std::array<std::string_view, 4> kAlgorithms = {"auto", "ring", "hier", "direct"};
 constexpr std::array<std::string_view, 7> kLogLevels = {"trace", "debug",    "info", "warn",
                                                         "error", "critical", "off"};
 
@@ -42,6 +43,12 @@ const ConfigField kFields[] = {
     {"limits", "ring_entries", ConfigKind::kCount, &DaemonConfig::ring_entries},
     {"limits", "op_timeout_ms", ConfigKind::kCount, &DaemonConfig::op_timeout_ms},
     {"limits", "inline_reduce_bytes", ConfigKind::kSize, &DaemonConfig::inline_reduce_bytes},
+    {"cluster", "file", ConfigKind::kString, &DaemonConfig::cluster_file},
+    {"cluster", "host_id", ConfigKind::kString, &DaemonConfig::host_id},
+    {"cluster", "tcp_streams", ConfigKind::kCount, &DaemonConfig::tcp_streams},
+    {"cluster", "peer_timeout_ms", ConfigKind::kCount, &DaemonConfig::peer_timeout_ms},
+    {"cluster", "algorithm", ConfigKind::kString, &DaemonConfig::algorithm},
+    {"cluster", "chunk_bytes", ConfigKind::kSize, &DaemonConfig::chunk_bytes},
 };
 
 struct SizeSuffix {
@@ -157,6 +164,19 @@ std::optional<ConfigProblem> find_config_problem(const DaemonConfig& cfg) {
                                                       kMinRingEntries, kMaxRingEntries, ring));
   }
   if (cfg.op_timeout_ms == 0) return problem("limits.op_timeout_ms", "must be > 0");
+  if (cfg.tcp_streams < 1 || cfg.tcp_streams > 16)
+    return problem("cluster.tcp_streams", fmt::format("must be 1 to 16, got {}", cfg.tcp_streams));
+  if (cfg.peer_timeout_ms < 100)
+    return problem("cluster.peer_timeout_ms",
+                   fmt::format("must be at least 100, got {}", cfg.peer_timeout_ms));
+  if (std::find(kAlgorithms.begin(), kAlgorithms.end(), cfg.algorithm) == kAlgorithms.end()) {
+    return problem("cluster.algorithm",
+                   fmt::format("\"{}\" is not one of {}", cfg.algorithm,
+                               fmt::join(kAlgorithms.begin(), kAlgorithms.end(), ", ")));
+  }
+  if (cfg.chunk_bytes != 0 && (cfg.chunk_bytes < 4096 || cfg.chunk_bytes > (256u << 20)))
+    return problem("cluster.chunk_bytes",
+                   fmt::format("must be 0 (automatic) or 4K to 256M, got {}", cfg.chunk_bytes));
   return std::nullopt;
 }
 

@@ -164,7 +164,10 @@ const BadCase kBadCases[] = {
     {"UnknownKeyFarFromAll", "[auth]\n\n\nbanana = 1\n", "4: auth.banana: ", "unknown key"},
     {"UnknownTableSuggests", "[daemon]\nlog_level = \"info\"\n[limit]\nmax_clients = 1\n",
      "3: limit: ", "unknown table (did you mean [limits]?)"},
-    {"UnknownTableFar", "[cluster]\nhosts = 1\n", "1: cluster: ", "unknown table"},
+    {"UnknownTableFar", "[network]\nhosts = 1\n", "1: network: ", "unknown table"},
+    {"UnknownAlgorithm", "[cluster]\nalgorithm = \"butterfly\"\n", "2: cluster.algorithm: ",
+     "is not one of auto, ring, hier, direct"},
+    {"TooManyStreams", "[cluster]\ntcp_streams = 64\n", "2: cluster.tcp_streams: ", "1 to 16"},
     {"KeyOutsideSection", "ring_entries = 64\n", "1: ring_entries: ", "belongs under [limits]"},
     {"SectionNotTable", "\nlimits = 5\n", "2: limits: ", "expected a table"},
     {"Negative", "[limits]\nop_timeout_ms = -1\n",
@@ -400,8 +403,10 @@ TEST(ConfigJson, MirrorsTomlLayout) {
   EXPECT_EQ(j["limits"]["ring_entries"], 1024);
   EXPECT_EQ(j["limits"]["op_timeout_ms"], 60000);
   EXPECT_EQ(j["limits"]["inline_reduce_bytes"], 256 << 10);
-  EXPECT_EQ(j.size(), 3u);
-  EXPECT_EQ(j["daemon"].size() + j["auth"].size() + j["limits"].size(), 13u);
+  EXPECT_EQ(j["cluster"]["algorithm"], "auto");
+  EXPECT_EQ(j["cluster"]["tcp_streams"], 2);
+  EXPECT_EQ(j.size(), 4u);
+  EXPECT_EQ(j["daemon"].size() + j["auth"].size() + j["limits"].size() + j["cluster"].size(), 19u);
 }
 
 #ifdef GSYNC_EXAMPLE_CONFIG
