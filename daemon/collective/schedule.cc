@@ -1,0 +1,159 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "daemon/collective/schedule.h"
+
+#include <algorithm>
+#include <map>
+
+namespace gsync::collective {
+
+const char* algo_name(Algo a) {
+  switch (a) {
+    case Algo::kRing: return "ring";
+    case Algo::kHier: return "hier";
+    case Algo::kDirect: return "direct";
+  }
+  return "unknown";
+}
+
+bool parse_algo(const std::string& name, Algo* out) {
+  if (name == "ring") *out = Algo::kRing;
+  else if (name == "hier") *out = Algo::kHier;
+  else if (name == "direct") *out = Algo::kDirect;
+  else return false;
+  return true;
+}
+
+namespace {
+
+// Chunk c belongs to segment floor(c * n / chunks): n contiguous segments
+// whose sizes differ by at most one chunk (some are empty when chunks < n).
+int segment_of(size_t c, int n, size_t chunks) {
+  return static_cast<int>(c * static_cast<size_t>(n) / chunks);
+}
+
+// Ring reduce-scatter then allgather of one chunk among members (participant
+// indices, in ring order), seen from member q. Reductions use scratch slot
+// `slot`. Returns true when q owns the fully reduced chunk after the
+// reduce-scatter (the phases before the allgather are appended to rs, the
+// allgather ones to ag).
+bool ring_phases(const std::vector<int>& members, int q, int segment, uint8_t slot,
+                 std::vector<Phase>* rs, std::vector<Phase>* ag) {
+  int m = static_cast<int>(members.size());
+  if (m == 1) return true;
+  int d = ((q - segment) % m + m) % m;  // how far down the chain from the segment's start
+  int left = members[static_cast<size_t>((q - 1 + m) % m)];
+  int right = members[static_cast<size_t>((q + 1) % m)];
+  int self = members[static_cast<size_t>(q)];
+  if (d >= 1) rs->push_back(Phase{{}, {{left, Xfer::kReduce, slot}}, {left, self}});
+  if (d <= m - 2) rs->push_back(Phase{{{right, Xfer::kReduce, slot}}, {}, {}});
+  bool owner = d == m - 1;
+  if (owner) {
+    ag->push_back(Phase{{{right, Xfer::kCopy, 0}}, {}, {}});
+  } else {
+    ag->push_back(Phase{{}, {{left, Xfer::kCopy, 0}}, {}});
+    if (d <= m - 3) ag->push_back(Phase{{{right, Xfer::kCopy, 0}}, {}, {}});
+  }
+  return owner;
+}
+
+}  // namespace
+
+Schedule build_schedule(Algo algo, const std::vector<Participant>& parts, int self,
+                        size_t chunks) {
+  Schedule s;
+  s.algo = algo;
+  s.self = self;
+  s.chunks.resize(chunks);
+  int n = static_cast<int>(parts.size());
+  if (n <= 1 || chunks == 0) return s;
+
+  if (algo == Algo::kDirect) {
+    // One phase: everyone sends its chunk to everyone, and folds all n in
+    // participant order. One hop of latency; (n-1) x S on the wire each way.
+    s.slots = n;
+    Phase p;
+    for (int j = 0; j < n; j++) {
+      p.fold.push_back(j);
+      if (j == self) continue;
+      p.sends.push_back({j, Xfer::kReduce, static_cast<uint8_t>(self)});
+      p.recvs.push_back({j, Xfer::kReduce, static_cast<uint8_t>(j)});
+    }
+    for (auto& c : s.chunks) c = {p};
+    return s;
+  }
+
+  if (algo == Algo::kRing) {
+    std::vector<int> all(static_cast<size_t>(n));
+    for (int i = 0; i < n; i++) all[static_cast<size_t>(i)] = i;
+    s.slots = 1;
+    for (size_t c = 0; c < chunks; c++) {
+      std::vector<Phase> rs, ag;
+      ring_phases(all, self, segment_of(c, n, chunks), 0, &rs, &ag);
+      rs.insert(rs.end(), ag.begin(), ag.end());
+      s.chunks[c] = std::move(rs);
+    }
+    return s;
+  }
+
+  // Hierarchical: racks in order of first appearance.
+  std::vector<std::string> rack_names;
+  std::map<std::string, std::vector<int>> racks;
+  for (int i = 0; i < n; i++) {
+    const auto& r = parts[static_cast<size_t>(i)].rack;
+    if (!racks.count(r)) rack_names.push_back(r);
+    racks[r].push_back(i);
+  }
+  int nr = static_cast<int>(rack_names.size());
+  int my_rack = static_cast<int>(std::find(rack_names.begin(), rack_names.end(),
+                                           parts[static_cast<size_t>(self)].rack) -
+                                 rack_names.begin());
+  const auto& mine = racks[rack_names[static_cast<size_t>(my_rack)]];
+  int q = static_cast<int>(std::find(mine.begin(), mine.end(), self) - mine.begin());
+  s.slots = 1 + nr;
+  for (size_t c = 0; c < chunks; c++) {
+    std::vector<Phase> rs, ag;
+    int seg = segment_of(c, static_cast<int>(mine.size()), chunks);
+    bool owner = ring_phases(mine, q, seg, 0, &rs, &ag);
+    if (owner && nr > 1) {
+      // The owners of this chunk in every rack exchange their rack sums and
+      // fold them in rack order: S each way over each rack's uplink.
+      Phase x;
+      for (int r = 0; r < nr; r++) {
+        const auto& members = racks[rack_names[static_cast<size_t>(r)]];
+        int m = static_cast<int>(members.size());
+        int their_seg = segment_of(c, m, chunks);
+        int their_owner = members[static_cast<size_t>((their_seg + m - 1) % m)];
+        x.fold.push_back(their_owner);
+        if (r == my_rack) continue;
+        x.sends.push_back({their_owner, Xfer::kReduce, static_cast<uint8_t>(1 + my_rack)});
+        x.recvs.push_back({their_owner, Xfer::kReduce, static_cast<uint8_t>(1 + r)});
+      }
+      rs.push_back(std::move(x));
+    }
+    rs.insert(rs.end(), ag.begin(), ag.end());
+    s.chunks[c] = std::move(rs);
+  }
+  return s;
+}
+
+Algo choose_algo(const std::vector<Participant>& parts, uint64_t bytes) {
+  // Below this a tensor is latency-bound: one exchange step beats the 2(n-1)
+  // steps of a ring (measured: docs/algorithms.md).
+  constexpr uint64_t kDirectBytes = 64 << 10;
+  if (bytes <= kDirectBytes) return Algo::kDirect;
+  std::vector<std::string> racks;
+  for (const auto& p : parts)
+    if (std::find(racks.begin(), racks.end(), p.rack) == racks.end()) racks.push_back(p.rack);
+  return racks.size() > 1 ? Algo::kHier : Algo::kRing;
+}
+
+uint64_t choose_chunk_bytes(Algo algo, size_t hosts, uint64_t bytes) {
+  if (algo == Algo::kDirect && bytes <= (1u << 20)) return std::max<uint64_t>(bytes, 4096);
+  // Enough chunks per segment to keep the pipeline full (8), none smaller
+  // than 256 KiB (per-write overhead) or larger than 4 MiB (pipeline fill).
+  uint64_t per = bytes / (hosts * 8);
+  per = std::clamp<uint64_t>(per, 256 << 10, 4 << 20);
+  return (per + 4095) / 4096 * 4096;
+}
+
+}  // namespace gsync::collective

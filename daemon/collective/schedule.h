@@ -1,0 +1,66 @@
+// SPDX-License-Identifier: Apache-2.0
+//
+// Cross-host allreduce algorithms as per-chunk schedules. The tensor is cut
+// into chunks; for every chunk this host runs a short list of phases, each a
+// set of writes to peers and of writes it expects from peers. A phase ends
+// when its writes are sent and its expected writes have landed; then the
+// contributions that arrived for reduction are folded, in a fixed order, into
+// this host's copy of the chunk, and the next phase starts. Different chunks
+// run independently, so chunk c can be in the allgather while chunk c+1 is
+// still in the reduce-scatter: that is the pipeline. docs/algorithms.md gives
+// the steps and bytes on the wire of each algorithm.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace gsync::collective {
+
+enum class Algo : uint8_t { kRing = 1, kHier = 2, kDirect = 3 };
+const char* algo_name(Algo a);
+bool parse_algo(const std::string& name, Algo* out);  // "ring" "hier" "direct"
+
+// kReduce lands in one of the receiver's scratch slots and is folded there;
+// kCopy lands in the receiver's data (a final value).
+enum class Xfer : uint8_t { kReduce = 0, kCopy = 1 };
+
+struct Transfer {
+  int peer;  // participant index
+  Xfer kind;
+  uint8_t slot;  // the receiver's scratch slot (kReduce)
+};
+
+struct Phase {
+  std::vector<Transfer> sends;
+  std::vector<Transfer> recvs;
+  // When recvs include kReduce: the fold order, as participant indices; this
+  // host's own data stands at its own index, the others come from the slot
+  // their transfer named. The same order on every host that computes the same
+  // sum, so all of them get the same bits.
+  std::vector<int> fold;
+};
+
+struct Participant {
+  int host;          // cluster index
+  std::string rack;  // hosts of one rack are contiguous in hierarchical plans
+};
+
+struct Schedule {
+  Algo algo = Algo::kRing;
+  int self = -1;  // participant index of this host
+  int slots = 0;  // scratch slots, each as large as the tensor
+  std::vector<std::vector<Phase>> chunks;  // phases per chunk
+};
+
+// Builds this host's schedule. participants are in cluster order.
+Schedule build_schedule(Algo algo, const std::vector<Participant>& participants, int self,
+                        size_t chunks);
+
+// The algorithm auto picks: direct for small tensors, hier across several
+// racks, ring otherwise.
+Algo choose_algo(const std::vector<Participant>& participants, uint64_t bytes);
+// Chunk size in bytes for a tensor (a multiple of 4 KiB, or the whole).
+uint64_t choose_chunk_bytes(Algo algo, size_t hosts, uint64_t bytes);
+
+}  // namespace gsync::collective
