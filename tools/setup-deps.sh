@@ -9,7 +9,7 @@ packages=(
   liburing-dev libsystemd-dev libibverbs-dev
   libgtest-dev libgmock-dev
   systemd python3 procps
-  openmpi-bin libopenmpi-dev
+  openmpi-bin libopenmpi-dev libgloo-dev
 )
 
 missing=()

@@ -1,0 +1,540 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "tools/peers/launch.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+namespace gsync::peers {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr size_t kStderrKeep = 16 << 10;  // tail of a child's stderr kept for errors
+constexpr auto kReapGrace = std::chrono::seconds(1);
+constexpr auto kTermGrace = std::chrono::seconds(2);
+
+std::string errno_text(int e) { return std::strerror(e); }
+
+bool executable_file(const std::string& p) {
+  return !p.empty() && access(p.c_str(), X_OK) == 0 && std::filesystem::is_regular_file(p);
+}
+
+// $env if set; else `name` beside this program, in the build tree's
+// tools/peers/ (reached from tools/perf/ or tests/integration/), or in an
+// installed libexec folder; else "".
+std::string find_driver(const char* env, const char* name) {
+  if (const char* p = std::getenv(env); p && *p) return p;
+  char self[4096];
+  ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+  if (n <= 0) return "";
+  std::string dir(self, static_cast<size_t>(n));
+  dir = dir.substr(0, dir.rfind('/'));
+  for (const char* rel :
+       {"/", "/../peers/", "/../tools/peers/", "/../../tools/peers/", "/../libexec/gsync/"}) {
+    std::string c = dir + rel + name;
+    if (executable_file(c)) return std::filesystem::path(c).lexically_normal().string();
+  }
+  return "";
+}
+
+std::string slot_address(const HostSlot& s) { return s.address.empty() ? "127.0.0.1" : s.address; }
+
+std::string slot_text(const HostSlot& s) {
+  return (s.netns.empty() ? std::string("current netns") : "netns " + s.netns) + ", " +
+         slot_address(s);
+}
+
+std::string describe_status(int status) {
+  if (WIFEXITED(status)) return "exit " + std::to_string(WEXITSTATUS(status));
+  if (WIFSIGNALED(status)) {
+    int sig = WTERMSIG(status);
+    // The drivers arm alarm(--timeout) as their kill switch.
+    return "signal " + std::to_string(sig) + " (" + strsignal(sig) +
+           (sig == SIGALRM ? ": its --timeout ran out)" : ")");
+  }
+  return "status " + std::to_string(status);
+}
+
+std::string join(const std::vector<std::string>& argv) {
+  std::string s;
+  for (const auto& a : argv) s += (s.empty() ? "" : " ") + a;
+  return s;
+}
+
+// A /var/run/netns file, open across fork: the child enters it with
+// setns(2) before exec, the parent closes its copy afterwards.
+class NetnsFd {
+ public:
+  NetnsFd() = default;
+  NetnsFd(const NetnsFd&) = delete;
+  NetnsFd& operator=(const NetnsFd&) = delete;
+  ~NetnsFd() {
+    if (fd_ >= 0) close(fd_);
+  }
+  // "" = stay in the caller's namespace (fd -1).
+  bool open(const std::string& name, std::string* error) {
+    if (name.empty()) return true;
+    const std::string path = "/var/run/netns/" + name;
+    fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd_ < 0) *error = "network namespace " + path + ": " + errno_text(errno);
+    return fd_ >= 0;
+  }
+  int fd() const { return fd_; }
+
+ private:
+  int fd_ = -1;
+};
+
+// One child program: its own process group (so that mpirun's ranks can be
+// signalled with it), stdin from /dev/null, stdout and stderr captured. The
+// destructor kills and reaps whatever is still there, so no early return
+// leaves a process behind.
+class Child {
+ public:
+  Child(std::string label, std::vector<std::string> argv)
+      : label_(std::move(label)), argv_(std::move(argv)) {}
+  Child(const Child&) = delete;
+  Child& operator=(const Child&) = delete;
+  ~Child() {
+    // pid_ stays -1 if never started, and waitpid(-1) would reap someone else's child.
+    if (pid_ > 0 && !reaped_) {
+      kill_group(SIGKILL);
+      int st;
+      while (waitpid(pid_, &st, 0) < 0 && errno == EINTR) {
+      }
+    }
+    for (int fd : {out_fd_, err_fd_})
+      if (fd >= 0) close(fd);
+  }
+
+  // Forks and execs argv[0], inside the namespace netns_fd (-1 = the
+  // caller's). Only async-signal-safe calls between fork and exec: the caller
+  // may have threads.
+  bool start(int netns_fd, std::string* error) {
+    int out[2], err[2];
+    if (pipe2(out, O_CLOEXEC) != 0) return fail(error, "pipe");
+    if (pipe2(err, O_CLOEXEC) != 0) {
+      close(out[0]);
+      close(out[1]);
+      return fail(error, "pipe");
+    }
+    int devnull = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+    std::vector<char*> cargv;
+    for (auto& a : argv_) cargv.push_back(a.data());
+    cargv.push_back(nullptr);
+    const std::string setns_msg = label_ + ": setns(CLONE_NEWNET) failed\n";
+    const std::string exec_msg = label_ + ": cannot execute " + argv_[0] + "\n";
+    const pid_t parent = getpid();
+
+    pid_ = fork();
+    if (pid_ == 0) {
+      setpgid(0, 0);
+      // Ranks must not outlive the benchmark that started them. (This ties
+      // them to the forking thread, which waits for them in this call.)
+      prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (getppid() != parent) _exit(125);
+      sigset_t none;
+      sigemptyset(&none);
+      sigprocmask(SIG_SETMASK, &none, nullptr);
+      signal(SIGPIPE, SIG_DFL);
+      if (netns_fd >= 0 && setns(netns_fd, CLONE_NEWNET) != 0) {
+        (void)!write(err[1], setns_msg.data(), setns_msg.size());
+        _exit(126);
+      }
+      if (devnull >= 0) dup2(devnull, 0);
+      dup2(out[1], 1);
+      dup2(err[1], 2);
+      execv(cargv[0], cargv.data());
+      (void)!write(2, exec_msg.data(), exec_msg.size());
+      _exit(127);
+    }
+    const int fork_errno = errno;
+    close(out[1]);
+    close(err[1]);
+    if (devnull >= 0) close(devnull);
+    if (pid_ < 0) {
+      close(out[0]);
+      close(err[0]);
+      reaped_ = true;
+      errno = fork_errno;
+      return fail(error, "fork");
+    }
+    setpgid(pid_, pid_);  // also here: kill_group may run before the child's own call
+    out_fd_ = out[0];
+    err_fd_ = err[0];
+    return true;
+  }
+
+  // Signals the child's whole process group; the leader is not reaped yet,
+  // so the group id is still this child's own.
+  void kill_group(int sig) {
+    if (pid_ <= 0 || reaped_) return;
+    if (kill(-pid_, sig) != 0) kill(pid_, sig);
+  }
+
+  void reap() {
+    if (reaped_ || pid_ <= 0) return;
+    if (waitpid(pid_, &status_, WNOHANG) == pid_) {
+      reaped_ = true;
+      reaped_at_ = Clock::now();
+    }
+  }
+
+  // Exited, and its pipes drained (or held open only by a leftover
+  // grandchild for longer than a grace period).
+  bool done() const {
+    return reaped_ && ((out_fd_ < 0 && err_fd_ < 0) || Clock::now() > reaped_at_ + kReapGrace);
+  }
+  bool failed() const { return reaped_ && !(WIFEXITED(status_) && WEXITSTATUS(status_) == 0); }
+
+  // Collects its pipe ends for poll(); read_ready consumes what poll found.
+  void add_fds(std::vector<pollfd>* fds, std::vector<std::pair<Child*, int*>>* owners) {
+    for (int* fd : {&out_fd_, &err_fd_}) {
+      if (*fd < 0) continue;
+      fds->push_back(pollfd{*fd, POLLIN, 0});
+      owners->push_back({this, fd});
+    }
+  }
+  void read_ready(int* fd) {
+    char buf[65536];
+    ssize_t n = read(*fd, buf, sizeof buf);
+    if (n < 0 && (errno == EINTR || errno == EAGAIN)) return;
+    if (n <= 0) {
+      close(*fd);
+      *fd = -1;
+      return;
+    }
+    std::string& dst = fd == &out_fd_ ? out_ : err_;
+    dst.append(buf, static_cast<size_t>(n));
+    if (fd == &err_fd_ && err_.size() > 2 * kStderrKeep) err_.erase(0, err_.size() - kStderrKeep);
+  }
+
+  const std::string& label() const { return label_; }
+  const std::string& out() const { return out_; }
+  const std::vector<std::string>& argv() const { return argv_; }
+
+  // "<label>: exit 1: <last stderr lines>"
+  std::string report() const {
+    std::string s = label_ + ": " + (reaped_ ? describe_status(status_) : "still running");
+    std::string tail = err_.size() > 2000 ? "..." + err_.substr(err_.size() - 2000) : err_;
+    while (!tail.empty() && (tail.back() == '\n' || tail.back() == ' ')) tail.pop_back();
+    if (!tail.empty()) s += ": " + tail;
+    return s;
+  }
+
+ private:
+  bool fail(std::string* error, const char* what) {
+    *error = label_ + ": " + what + ": " + errno_text(errno);
+    return false;
+  }
+
+  std::string label_;
+  std::vector<std::string> argv_;
+  pid_t pid_ = -1;
+  int out_fd_ = -1, err_fd_ = -1;
+  int status_ = 0;
+  bool reaped_ = false;
+  Clock::time_point reaped_at_;
+  std::string out_, err_;
+};
+
+// Reads from every child's pipes for up to wait_ms and reaps those that exited.
+void pump(const std::vector<Child*>& children, int wait_ms) {
+  std::vector<pollfd> fds;
+  std::vector<std::pair<Child*, int*>> owners;
+  for (Child* c : children) c->add_fds(&fds, &owners);
+  if (poll(fds.data(), fds.size(), wait_ms) > 0) {
+    for (size_t i = 0; i < fds.size(); i++) {
+      if (fds[i].revents) owners[i].first->read_ready(owners[i].second);
+    }
+  }
+  for (Child* c : children) c->reap();
+}
+
+// Runs until every child is done, one has failed (the others then cannot
+// finish: a collective needs all ranks), or the deadline. Returns "" or the
+// error, naming the failed child or those still running.
+std::string wait_all(const std::vector<Child*>& children, Clock::time_point deadline,
+                     const std::string& what, int timeout_s) {
+  for (;;) {
+    pump(children, 50);
+    bool all_done = true;
+    for (Child* c : children) {
+      if (c->failed()) {
+        // Give the others a moment to print their side of the failure.
+        for (auto t = Clock::now() + std::chrono::milliseconds(300); Clock::now() < t;)
+          pump(children, 50);
+        std::string e = what + " failed: " + c->report();
+        for (Child* o : children) {
+          if (o != c && o->failed()) e += "; " + o->report();
+        }
+        // The rest would only wait for the failed one until their timeout.
+        for (Child* o : children) o->kill_group(SIGKILL);
+        for (auto t = Clock::now() + kTermGrace; Clock::now() < t;) {
+          pump(children, 50);
+          if (std::all_of(children.begin(), children.end(), [](Child* o) { return o->done(); }))
+            break;
+        }
+        return e;
+      }
+      all_done = all_done && c->done();
+    }
+    if (all_done) return "";
+    if (Clock::now() > deadline) break;
+  }
+  std::string e = what + " timed out after " + std::to_string(timeout_s) + " s";
+  for (Child* c : children) {
+    if (!c->done()) e += "; " + c->report();
+  }
+  // Ask politely first (mpirun then stops its ranks), then kill.
+  for (Child* c : children) c->kill_group(SIGTERM);
+  for (auto t = Clock::now() + kTermGrace; Clock::now() < t;) {
+    pump(children, 50);
+    if (std::all_of(children.begin(), children.end(), [](Child* c) { return c->done(); })) break;
+  }
+  for (Child* c : children) c->kill_group(SIGKILL);
+  return e;
+}
+
+// The JSON lines a driver printed, as rows; "" or an error.
+std::string parse_rows(const std::string& out, Result* r) {
+  std::istringstream in(out);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.empty() || line[0] != '{') continue;
+    auto j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (j.is_discarded() || !j.is_object() || !j.contains("bytes")) {
+      return "unexpected output line: " + line;
+    }
+    try {
+      Row row;
+      row.bytes = j.at("bytes").get<uint64_t>();
+      row.time_us = j.at("time_us").get<double>();
+      row.algbw_gbps = j.at("algbw_gbps").get<double>();
+      row.busbw_gbps = j.at("busbw_gbps").get<double>();
+      row.wrong = j.at("wrong").get<int64_t>();
+      if (j.contains("algo")) r->algo = j["algo"].get<std::string>();
+      r->rows[row.bytes] = row;
+    } catch (const nlohmann::json::exception& e) {
+      return "bad row " + line + ": " + e.what();
+    }
+  }
+  return "";
+}
+
+size_t expected_sizes(uint64_t min_bytes, uint64_t max_bytes) {
+  size_t n = 0;
+  for (uint64_t b = min_bytes; b <= max_bytes; b *= 4) n++;
+  return n;
+}
+
+// Common tail of run_gloo / run_mpi_tcp: parse rank 0's output, check that
+// every size came back.
+void finish(const std::string& out, uint64_t min_bytes, uint64_t max_bytes, Result* r) {
+  std::string e = parse_rows(out, r);
+  if (e.empty() && r->rows.size() != expected_sizes(min_bytes, max_bytes)) {
+    e = "printed " + std::to_string(r->rows.size()) + " of " +
+        std::to_string(expected_sizes(min_bytes, max_bytes)) + " sizes";
+  }
+  if (!e.empty()) r->error = e;
+}
+
+bool valid_sizes(uint64_t min_bytes, uint64_t max_bytes, int iters, Result* r) {
+  if (min_bytes < 4 || min_bytes % 4 != 0 || max_bytes < min_bytes || iters < 1) {
+    r->error = "bad arguments: sizes must be multiples of 4 with min <= max, iters >= 1";
+    return false;
+  }
+  return true;
+}
+
+// Removes a flat directory (the FileStore's: one file per key).
+void remove_store(const std::string& dir) {
+  std::error_code ec;
+  std::filesystem::remove_all(dir, ec);
+}
+
+}  // namespace
+
+std::string gloo_driver_path() { return find_driver("GSYNC_GLOO_DRIVER", "gloo-allreduce"); }
+std::string mpi_driver_path() { return find_driver("GSYNC_MPI_DRIVER", "mpi-allreduce"); }
+std::string tcp_stream_path() { return find_driver("GSYNC_TCP_STREAM", "tcp-stream"); }
+
+std::string mpirun_path() {
+  const char* path = std::getenv("PATH");
+  std::istringstream dirs(path && *path ? path : "/usr/local/bin:/usr/bin:/bin");
+  std::string d;
+  while (std::getline(dirs, d, ':')) {
+    if (d.empty()) continue;
+    std::string c = d + "/mpirun";
+    if (executable_file(c)) return c;
+  }
+  return "";
+}
+
+Result run_gloo(const std::vector<HostSlot>& slots, uint64_t min_bytes, uint64_t max_bytes,
+                int iters, int timeout_s, const std::string& algo) {
+  Result r;
+  if (!valid_sizes(min_bytes, max_bytes, iters, &r)) return r;
+  if (slots.empty()) {
+    r.error = "gloo: no host slots";
+    return r;
+  }
+  const std::string driver = gloo_driver_path();
+  if (driver.empty()) {
+    r.error =
+        "gloo: driver gloo-allreduce not found (needs libgloo-dev at build time; or set "
+        "GSYNC_GLOO_DRIVER)";
+    return r;
+  }
+  char tmpl[] = "/tmp/gsync-gloo.XXXXXX";
+  if (!mkdtemp(tmpl)) {
+    r.error = "gloo: mkdtemp: " + errno_text(errno);
+    return r;
+  }
+  const std::string store = tmpl;
+
+  const int n = static_cast<int>(slots.size());
+  std::vector<std::unique_ptr<Child>> ranks;
+  std::vector<Child*> all;
+  for (int i = 0; i < n; i++) {
+    std::vector<std::string> argv = {driver};
+    auto flag = [&argv](const char* name, const std::string& value) {
+      argv.insert(argv.end(), {name, value});
+    };
+    flag("--rank", std::to_string(i));
+    flag("--size", std::to_string(n));
+    flag("--store", store);
+    flag("--address", slot_address(slots[i]));
+    flag("--min-bytes", std::to_string(min_bytes));
+    flag("--max-bytes", std::to_string(max_bytes));
+    flag("--iters", std::to_string(iters));
+    flag("--timeout", std::to_string(timeout_s));
+    if (!algo.empty()) flag("--algo", algo);
+    if (i == 0) r.command = join(argv);
+    ranks.push_back(std::make_unique<Child>(
+        "gloo rank " + std::to_string(i) + " (" + slot_text(slots[i]) + ")", std::move(argv)));
+    all.push_back(ranks.back().get());
+    NetnsFd ns;
+    std::string e;
+    if (!ns.open(slots[i].netns, &e)) e = ranks.back()->label() + ": " + e;
+    if (!e.empty() || !ranks.back()->start(ns.fd(), &e)) {
+      r.error = e;
+      ranks.clear();  // kills and reaps the ranks already started
+      remove_store(store);
+      return r;
+    }
+  }
+  // The driver's own alarm fires at timeout_s; this one is the backstop.
+  const auto deadline = Clock::now() + std::chrono::seconds(timeout_s + 5);
+  r.error = wait_all(all, deadline, "gloo", timeout_s);
+  remove_store(store);
+  if (r.error.empty()) finish(ranks[0]->out(), min_bytes, max_bytes, &r);
+  return r;
+}
+
+Result run_mpi_tcp(int ranks, uint64_t min_bytes, uint64_t max_bytes, int iters, int timeout_s) {
+  Result r;
+  if (!valid_sizes(min_bytes, max_bytes, iters, &r)) return r;
+  const std::string mpirun = mpirun_path(), driver = mpi_driver_path();
+  if (mpirun.empty() || driver.empty()) {
+    r.error = mpirun.empty() ? "mpi: mpirun not on PATH (openmpi-bin)"
+                             : "mpi: driver mpi-allreduce not found (needs libopenmpi-dev at "
+                               "build time; or set GSYNC_MPI_DRIVER)";
+    return r;
+  }
+  // ob1 + tcp btl: Debian's Open MPI also has the UCX pml, which would
+  // ignore the btl list (peers/README.md). Loopback only.
+  // clang-format off
+  std::vector<std::string> argv = {
+      mpirun, "--allow-run-as-root", "--oversubscribe", "-np", std::to_string(ranks),
+      "--mca", "pml", "ob1", "--mca", "btl", "self,tcp",
+      "--mca", "btl_tcp_if_include", "lo", "--mca", "oob_tcp_if_include", "lo",
+      driver, std::to_string(min_bytes), std::to_string(max_bytes), std::to_string(iters)};
+  // clang-format on
+  r.command = join(argv);
+  Child mpi("mpirun -np " + std::to_string(ranks), std::move(argv));
+  std::string e;
+  if (!mpi.start(-1, &e)) {
+    r.error = "mpi: " + e;
+    return r;
+  }
+  r.error = wait_all({&mpi}, Clock::now() + std::chrono::seconds(timeout_s), "mpi", timeout_s);
+  if (r.error.empty()) finish(mpi.out(), min_bytes, max_bytes, &r);
+  return r;
+}
+
+double tcp_stream_gbps(const HostSlot& from, const HostSlot& to, double seconds,
+                       std::string* error) {
+  std::string scratch;
+  std::string& err = error ? *error : scratch;
+  err.clear();
+  const std::string tool = tcp_stream_path();
+  if (tool.empty()) {
+    err = "tcp-stream: program not found (or set GSYNC_TCP_STREAM)";
+    return -1;
+  }
+  if (!(seconds > 0)) {
+    err = "tcp-stream: seconds must be > 0";
+    return -1;
+  }
+  const int budget_s = static_cast<int>(std::ceil(seconds)) + 20;
+  const std::string budget = std::to_string(budget_s);
+  const auto deadline = Clock::now() + std::chrono::seconds(budget_s);
+
+  NetnsFd to_ns, from_ns;
+  if (!to_ns.open(to.netns, &err) || !from_ns.open(from.netns, &err)) return -1;
+  Child server("tcp-stream server (" + slot_text(to) + ")",
+               {tool, "server", "--bind", slot_address(to), "--port", "0", "--timeout", budget});
+  if (!server.start(to_ns.fd(), &err)) return -1;
+  // The server prints its kernel-chosen port once listening: no fixed port
+  // to collide with other users of the machine.
+  int port = 0;
+  while (port == 0) {
+    pump({&server}, 50);
+    const std::string& out = server.out();
+    if (auto nl = out.find('\n'); nl != std::string::npos) {
+      auto j = nlohmann::json::parse(out.substr(0, nl), nullptr, false);
+      if (!j.is_object() || !j.contains("port") || !j["port"].is_number_integer()) {
+        err = "tcp-stream server printed " + out.substr(0, nl);
+        return -1;
+      }
+      port = j["port"].get<int>();
+    } else if (server.failed() || Clock::now() > deadline) {
+      err = server.failed() ? server.report() : "tcp-stream server: no port within the deadline";
+      return -1;
+    }
+  }
+  Child client("tcp-stream client (" + slot_text(from) + " -> " + slot_text(to) + ")",
+               {tool, "client", "--connect", slot_address(to), "--port", std::to_string(port),
+                "--seconds", std::to_string(seconds), "--timeout", budget});
+  if (!client.start(from_ns.fd(), &err)) return -1;
+  err = wait_all({&server, &client}, deadline, "tcp-stream", budget_s);
+  if (!err.empty()) return -1;
+  std::istringstream in(client.out());
+  std::string line;
+  while (std::getline(in, line)) {
+    auto j = nlohmann::json::parse(line, nullptr, false);
+    if (j.is_object() && j.contains("gbps") && j["gbps"].is_number())
+      return j["gbps"].get<double>();
+  }
+  err = "tcp-stream client printed no result: " + client.out();
+  return -1;
+}
+
+}  // namespace gsync::peers
