@@ -34,6 +34,8 @@ constexpr Command kCommands[] = {
     {"status", "daemon summary and the configuration in force", gsync::cli::render_status},
     {"jobs", "jobs with their ranks, operations and throughput", gsync::cli::render_jobs},
     {"clients", "connected client sessions (one per rank process)", gsync::cli::render_clients},
+    {"peers", "the cluster's other daemons: state, address, rack, transport, traffic",
+     gsync::cli::render_peers},
 };
 
 }  // namespace

@@ -113,6 +113,7 @@ std::string render_status(const json& reply) {
       {"isa", text(field(reply, "isa"))},
       {"reduce threads", text(field(reply, "reduce_threads"))},
       {"transport", text(field(reply, "transport"))},
+      {"cluster epoch", text(field(reply, "epoch"))},
       {"clients", text(field(reply, "clients"))},
       {"jobs", text(field(reply, "jobs"))},
       {"ops", ops_text},
@@ -209,6 +210,49 @@ std::string render_clients(const json& reply) {
           {"CONNECTED", Align::kRight},
       },
       rows);
+}
+
+std::string render_peers(const json& reply) {
+  const json& self = field(reply, "self");
+  if (!self.is_object()) return "no cluster configured: this daemon is a single host\n";
+  std::string out = fmt::format("cluster {}, this host {} ({}, rack {}), epoch {}\n",
+                                text(field(reply, "cluster")), text(field(self, "host")),
+                                text(field(self, "address")), text(field(self, "rack")),
+                                text(field(reply, "epoch")));
+  const json& peers = field(reply, "peers");
+  if (!peers.is_array() || peers.empty()) return out + "no peers\n";
+  std::vector<Row> rows;
+  for (const json& p : peers) {
+    std::string last_error = text(field(p, "last_error"));
+    rows.push_back({
+        text(field(p, "host")),
+        text(field(p, "address")),
+        text(field(p, "rack")),
+        text(field(p, "state")),
+        text(field(p, "transport")),
+        bytes(field(p, "bytes_sent")),
+        bytes(field(p, "bytes_received")),
+        gbps(field(p, "send_gbps")),
+        gbps(field(p, "recv_gbps")),
+        text(field(p, "connects")),
+        last_error.empty() ? std::string(kMissing) : last_error,
+    });
+  }
+  return out + format_table(
+                   {
+                       {"PEER"},
+                       {"ADDRESS"},
+                       {"RACK"},
+                       {"STATE"},
+                       {"TRANSPORT"},
+                       {"SENT", Align::kRight},
+                       {"RECEIVED", Align::kRight},
+                       {"SEND", Align::kRight},
+                       {"RECV", Align::kRight},
+                       {"CONNECTS", Align::kRight},
+                       {"LAST ERROR"},
+                   },
+                   rows);
 }
 
 }  // namespace gsync::cli
