@@ -1,0 +1,931 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "tools/testbed/testbed.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <linux/inet_diag.h>
+#include <linux/netlink.h>
+#include <linux/sock_diag.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sched.h>
+#include <spawn.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <mutex>
+#include <regex>
+#include <set>
+#include <sstream>
+#include <thread>
+
+#include "tools/common/procs.h"
+
+extern char** environ;
+
+namespace gsync::testbed {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
+// Every name a bed makes starts with kPrefix-<owner pid>-<seq>; cleanup_stale
+// reads the owner pid back out of it.
+constexpr const char* kPrefix = "gtb";
+constexpr const char* kSubnet = "10.77";
+constexpr int kStopGraceMs = 5000;
+constexpr int kProbeTimeoutMs = 3000;
+constexpr size_t kLogTail = 4000;
+constexpr int kPortReleaseS = 5;
+
+std::atomic<int> g_seq{0};
+
+// ---------------------------------------------------------------------------
+// Running system commands (ip, tc) with their stderr kept for the error.
+
+struct CommandResult {
+  int exit_code = -1;  // -signal when killed
+  std::string out, err;
+  std::string spawn_error;  // non-empty when it could not be started at all
+};
+
+std::string join(const std::vector<std::string>& argv) {
+  std::string s;
+  for (const auto& a : argv) {
+    if (!s.empty()) s += ' ';
+    s += a;
+  }
+  return s;
+}
+
+std::string trim(std::string s) {
+  while (!s.empty() && (s.back() == '\n' || s.back() == ' ' || s.back() == '\r')) s.pop_back();
+  return s;
+}
+
+// posix_spawn rather than fork: the caller may have threads (gtest, perf),
+// and the child must start with a clean signal mask because the CLI blocks
+// SIGINT/SIGTERM to sigwait() on them.
+CommandResult run_command(const std::vector<std::string>& argv) {
+  CommandResult res;
+  int out_pipe[2], err_pipe[2];
+  if (pipe2(out_pipe, O_CLOEXEC) != 0) {
+    res.spawn_error = std::string("pipe: ") + strerror(errno);
+    return res;
+  }
+  if (pipe2(err_pipe, O_CLOEXEC) != 0) {
+    res.spawn_error = std::string("pipe: ") + strerror(errno);
+    close(out_pipe[0]);
+    close(out_pipe[1]);
+    return res;
+  }
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+  posix_spawn_file_actions_adddup2(&fa, out_pipe[1], 1);
+  posix_spawn_file_actions_adddup2(&fa, err_pipe[1], 2);
+  posix_spawnattr_t attr;
+  posix_spawnattr_init(&attr);
+  sigset_t none, dfl;
+  sigemptyset(&none);
+  sigemptyset(&dfl);
+  sigaddset(&dfl, SIGINT);
+  sigaddset(&dfl, SIGTERM);
+  sigaddset(&dfl, SIGPIPE);
+  posix_spawnattr_setsigmask(&attr, &none);
+  posix_spawnattr_setsigdefault(&attr, &dfl);
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+  std::vector<char*> cargv;
+  for (const auto& a : argv) cargv.push_back(const_cast<char*>(a.c_str()));
+  cargv.push_back(nullptr);
+  pid_t pid = -1;
+  int rc = posix_spawnp(&pid, cargv[0], &fa, &attr, cargv.data(), environ);
+  posix_spawn_file_actions_destroy(&fa);
+  posix_spawnattr_destroy(&attr);
+  close(out_pipe[1]);
+  close(err_pipe[1]);
+  if (rc != 0) {
+    res.spawn_error = strerror(rc);
+    close(out_pipe[0]);
+    close(err_pipe[0]);
+    return res;
+  }
+  pollfd fds[2] = {{out_pipe[0], POLLIN, 0}, {err_pipe[0], POLLIN, 0}};
+  std::string* bufs[2] = {&res.out, &res.err};
+  int open_fds = 2;
+  while (open_fds > 0) {
+    if (poll(fds, 2, -1) < 0) {
+      if (errno == EINTR) continue;
+      break;
+    }
+    for (int i = 0; i < 2; i++) {
+      if (fds[i].fd < 0 || !(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+      char buf[4096];
+      ssize_t n = read(fds[i].fd, buf, sizeof buf);
+      if (n > 0) {
+        bufs[i]->append(buf, static_cast<size_t>(n));
+      } else if (n == 0 || errno != EINTR) {
+        close(fds[i].fd);
+        fds[i].fd = -1;
+        open_fds--;
+      }
+    }
+  }
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  res.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status);
+  return res;
+}
+
+// One command that must succeed: the error is "<command line> failed: <its
+// stderr>", e.g. "ip link add ... failed: RTNETLINK answers: File exists".
+Status must_run(const std::vector<std::string>& argv) {
+  CommandResult r = run_command(argv);
+  if (!r.spawn_error.empty())
+    return {GSYNC_ERR_INTERNAL, join(argv) + " could not be started: " + r.spawn_error};
+  if (r.exit_code != 0) {
+    std::string why = trim(r.err);
+    if (why.empty()) why = trim(r.out);
+    if (why.empty()) why = "(no output)";
+    return {GSYNC_ERR_INTERNAL,
+            join(argv) + " failed (exit " + std::to_string(r.exit_code) + "): " + why};
+  }
+  return Status::ok();
+}
+
+// ---------------------------------------------------------------------------
+// Small helpers.
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+std::string tail(const std::string& s, size_t n) {
+  return s.size() <= n ? s : "[...]" + s.substr(s.size() - n);
+}
+
+// The daemons are exec'd with execv (no PATH search after fork), so the path
+// is resolved here, and a missing binary fails before any network is built.
+std::string resolve_executable(const std::string& name) {
+  if (name.find('/') != std::string::npos) return access(name.c_str(), X_OK) == 0 ? name : "";
+  const char* path = std::getenv("PATH");
+  std::stringstream ss(path ? path : "/usr/sbin:/usr/bin:/sbin:/bin");
+  std::string dir;
+  while (std::getline(ss, dir, ':')) {
+    std::string c = (dir.empty() ? "." : dir) + "/" + name;
+    if (access(c.c_str(), X_OK) == 0) return c;
+  }
+  return "";
+}
+
+bool pid_exists(pid_t pid) { return pid > 0 && (kill(pid, 0) == 0 || errno == EPERM); }
+
+std::string describe_status(int status) {
+  if (WIFEXITED(status)) return "exited with status " + std::to_string(WEXITSTATUS(status));
+  if (WIFSIGNALED(status)) return std::string("killed by ") + strsignal(WTERMSIG(status));
+  return "stopped";
+}
+
+// Whether a unix socket bound to path is listening in pid's network
+// namespace, from /proc/<pid>/net/unix. Read rather than connect()ed: a probe
+// connection is a client that never says hello, and gsyncd logs a warning for
+// each one; a socket in the listening state accepts the next connect().
+bool unix_listening(pid_t pid, const std::string& path) {
+  constexpr unsigned long kAcceptCon = 0x10000;  // __SO_ACCEPTCON: listen() was called
+  std::ifstream in("/proc/" + std::to_string(pid) + "/net/unix");
+  std::string line;
+  std::getline(in, line);  // "Num RefCount Protocol Flags Type St Inode Path"
+  while (std::getline(in, line)) {
+    if (line.size() <= path.size() ||
+        line.compare(line.size() - path.size(), path.size(), path) != 0 ||
+        line[line.size() - path.size() - 1] != ' ')
+      continue;
+    std::istringstream ls(line);
+    std::string num, refs, proto, flags;
+    ls >> num >> refs >> proto >> flags;
+    if (std::stoul(flags, nullptr, 16) & kAcceptCon) return true;
+  }
+  return false;
+}
+
+// A sock_diag netlink socket in netns ("" = ours). A thread enters the
+// namespace, makes the socket and ends: a socket stays in the namespace it
+// was made in, and no thread of the caller ever changes namespace.
+int open_diag_socket(const std::string& netns) {
+  int fd = -1;
+  auto make = [&] { fd = ::socket(AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC, NETLINK_SOCK_DIAG); };
+  if (netns.empty()) {
+    make();
+    return fd;
+  }
+  int ns_fd = open(("/run/netns/" + netns).c_str(), O_RDONLY | O_CLOEXEC);
+  if (ns_fd < 0) return -1;
+  std::thread([&] {
+    if (setns(ns_fd, CLONE_NEWNET) == 0) make();
+  }).join();
+  close(ns_fd);
+  return fd;
+}
+
+// Whether a TCP socket listens on port in netns. Asked through sock_diag for
+// listeners only, which walks just the listening hash: reading
+// /proc/<pid>/net/tcp walks every established bucket too and cost 11 ms a
+// read here, too much to poll.
+bool listens_on(const std::string& netns, uint16_t port) {
+  int fd = open_diag_socket(netns);
+  if (fd < 0) return false;
+  bool found = false;
+  for (uint8_t family : {uint8_t{AF_INET}, uint8_t{AF_INET6}}) {
+    struct {
+      nlmsghdr nlh;
+      inet_diag_req_v2 req;
+    } msg{};
+    msg.nlh.nlmsg_len = sizeof msg;
+    msg.nlh.nlmsg_type = SOCK_DIAG_BY_FAMILY;
+    msg.nlh.nlmsg_flags = NLM_F_REQUEST | NLM_F_DUMP;
+    msg.req.sdiag_family = family;
+    msg.req.sdiag_protocol = IPPROTO_TCP;
+    msg.req.idiag_states = 1u << TCP_LISTEN;
+    if (send(fd, &msg, sizeof msg, 0) != static_cast<ssize_t>(sizeof msg)) break;
+    bool done = false;
+    while (!done) {
+      alignas(nlmsghdr) char buf[16384];
+      ssize_t n = recv(fd, buf, sizeof buf, 0);
+      if (n <= 0) {
+        done = true;
+        break;
+      }
+      int len = static_cast<int>(n);
+      for (auto* h = reinterpret_cast<nlmsghdr*>(buf); NLMSG_OK(h, len); h = NLMSG_NEXT(h, len)) {
+        if (h->nlmsg_type == NLMSG_DONE || h->nlmsg_type == NLMSG_ERROR) {
+          done = true;
+          break;
+        }
+        auto* d = static_cast<inet_diag_msg*>(NLMSG_DATA(h));
+        if (ntohs(d->id.idiag_sport) == port) found = true;
+      }
+    }
+  }
+  close(fd);
+  return found;
+}
+
+// "" when addr:port answers (connected or refused: either way the host's
+// kernel replied, which is all a reachability probe needs), else why not.
+std::string tcp_probe(const std::string& addr, uint16_t port, int timeout_ms) {
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_port = htons(port);
+  if (inet_pton(AF_INET, addr.c_str(), &sa.sin_addr) != 1) return "bad address " + addr;
+  auto deadline = Clock::now() + milliseconds(timeout_ms);
+  std::string last = "timed out";
+  while (Clock::now() < deadline) {
+    int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0) return std::string("socket: ") + strerror(errno);
+    int rc = connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa);
+    int err = rc == 0 ? 0 : errno;
+    if (err == EINPROGRESS) {
+      auto left = std::chrono::duration_cast<milliseconds>(deadline - Clock::now()).count();
+      pollfd p{fd, POLLOUT, 0};
+      if (poll(&p, 1, static_cast<int>(std::max<long>(left, 1))) == 1) {
+        socklen_t len = sizeof err;
+        getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len);
+      } else {
+        err = ETIMEDOUT;
+      }
+    }
+    close(fd);
+    if (err == 0 || err == ECONNREFUSED) return "";
+    last = strerror(err);
+    std::this_thread::sleep_for(milliseconds(50));
+  }
+  return last;
+}
+
+bool port_free(uint16_t port) {
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_port = htons(port);
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  bool ok = bind(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa) == 0;
+  close(fd);
+  return ok;
+}
+
+// Loopback ports come from below the ephemeral range: a port the kernel hands
+// out for bind(0) may be taken as the source port of some outgoing
+// connection (one daemon dialling another) before the daemon meant to listen
+// on it has started.
+Status pick_loopback_ports(int n, std::set<uint16_t>* taken, std::vector<uint16_t>* out) {
+  int low = 32768, high = 60999;
+  std::ifstream("/proc/sys/net/ipv4/ip_local_port_range") >> low >> high;
+  const int first = 10000;
+  const int span = low - first;
+  if (span < n) return {GSYNC_ERR_INTERNAL, "no room for ports below the ephemeral range"};
+  // Start at a pid-dependent place so concurrent beds rarely probe the same ports.
+  int start = static_cast<int>(
+      (static_cast<unsigned>(getpid()) * 7919u + static_cast<unsigned>(g_seq.load()) * 104729u) %
+      static_cast<unsigned>(span));
+  for (int i = 0; i < span && static_cast<int>(out->size()) < n; i++) {
+    auto p = static_cast<uint16_t>(first + (start + i) % span);
+    if (taken->count(p) || !port_free(p)) continue;
+    taken->insert(p);
+    out->push_back(p);
+  }
+  if (static_cast<int>(out->size()) < n)
+    return {GSYNC_ERR_INTERNAL, "fewer than " + std::to_string(n) + " free loopback ports in " +
+                                    std::to_string(first) + ".." + std::to_string(low - 1)};
+  return Status::ok();
+}
+
+std::vector<pid_t> netns_pids(const std::string& ns) {
+  std::vector<pid_t> pids;
+  CommandResult r = run_command({"ip", "netns", "pids", ns});
+  std::istringstream in(r.out);
+  long p;
+  while (in >> p) pids.push_back(static_cast<pid_t>(p));
+  return pids;
+}
+
+// Deletes a namespace after SIGKILLing what still runs in it: a namespace
+// lives on, unnamed and with its veth, as long as one process is inside.
+Status delete_netns(const std::string& ns) {
+  for (pid_t p : netns_pids(ns))
+    if (p != getpid()) kill(p, SIGKILL);
+  return must_run({"ip", "netns", "del", ns});
+}
+
+// Beds alive in this process, torn down at exit() if their owners did not.
+std::mutex g_live_mu;
+std::set<Testbed*>* g_live = nullptr;
+
+void teardown_live_beds() {
+  std::vector<Testbed*> beds;
+  {
+    std::lock_guard<std::mutex> lock(g_live_mu);
+    if (g_live) beds.assign(g_live->begin(), g_live->end());
+  }
+  for (Testbed* b : beds) b->teardown();
+}
+
+void register_bed(Testbed* b) {
+  std::lock_guard<std::mutex> lock(g_live_mu);
+  if (!g_live) {
+    g_live = new std::set<Testbed*>();  // never freed: atexit may run after statics die
+    std::atexit(teardown_live_beds);
+  }
+  g_live->insert(b);
+}
+
+void unregister_bed(Testbed* b) {
+  std::lock_guard<std::mutex> lock(g_live_mu);
+  if (g_live) g_live->erase(b);
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------
+
+bool gsyncd_has_cluster_flag(const std::string& gsyncd) {
+  CommandResult r = run_command({gsyncd, "--help"});
+  return (r.out + r.err).find("--cluster") != std::string::npos;
+}
+
+Status Testbed::create(const Options& options, std::unique_ptr<Testbed>* out) {
+  std::unique_ptr<Testbed> bed(new Testbed());
+  bed->owner_pid_ = getpid();
+  register_bed(bed.get());
+  Status st = bed->build(options);
+  if (!st) return st;  // ~Testbed() removes whatever build() made
+  *out = std::move(bed);
+  return Status::ok();
+}
+
+Testbed::~Testbed() { teardown(); }
+
+Status Testbed::build(const Options& options) {
+  options_ = options;
+  if (Status st = plan(options); !st) return st;
+  if (namespaces()) {
+    if (Status st = build_network(); !st) return st;
+    if (Status st = verify_network(); !st) return st;
+  }
+  if (Status st = write_cluster_file(); !st) return st;
+  if (!options_.start_daemons) return Status::ok();
+  std::vector<int> all;
+  for (int h = 0; h < hosts(); h++) {
+    if (Status st = launch_daemon(h); !st) return st;
+    all.push_back(h);
+  }
+  return wait_ready(all);
+}
+
+// Sizes, names, the directory, the mode, and every host's identity.
+Status Testbed::plan(const Options& o) {
+  std::vector<int> sizes = o.rack_sizes;
+  if (sizes.empty()) {
+    if (o.hosts < 1 || o.racks < 1 || o.racks > o.hosts)
+      return {GSYNC_ERR_INVALID, "testbed: need 1 <= racks <= hosts, got hosts=" +
+                                     std::to_string(o.hosts) + " racks=" + std::to_string(o.racks)};
+    for (int r = 0; r < o.racks; r++) sizes.push_back(o.hosts / o.racks + (r < o.hosts % o.racks));
+  }
+  int total = 0;
+  for (int s : sizes) {
+    if (s < 1) return {GSYNC_ERR_INVALID, "testbed: every rack needs at least one host"};
+    total += s;
+  }
+  // Addresses are 10.77.<rack>.<host>, so both fit in one byte.
+  if (total > 254 || sizes.size() > 254)
+    return {GSYNC_ERR_INVALID, "testbed: at most 254 hosts and 254 racks"};
+  racks_ = static_cast<int>(sizes.size());
+
+  int seq = ++g_seq;
+  name_ = std::string(kPrefix) + "-" + std::to_string(getpid()) + "-" + std::to_string(seq);
+  std::string tmpl = "/tmp/" + name_ + ".XXXXXX";
+  if (!mkdtemp(tmpl.data()))
+    return {GSYNC_ERR_INTERNAL, "mkdtemp " + tmpl + ": " + strerror(errno)};
+  dir_ = tmpl;
+  chmod(dir_.c_str(), 0755);  // clients of other uids reach the sockets inside
+  cluster_file_ = dir_ + "/cluster.toml";
+
+  if (o.start_daemons) {
+    std::string want = o.gsyncd.empty() ? tools::gsyncd_path() : o.gsyncd;
+    gsyncd_ = resolve_executable(want);
+    if (gsyncd_.empty())
+      return {GSYNC_ERR_INVALID, "testbed: gsyncd '" + want + "' not found or not executable"};
+  }
+
+  // The mode: namespaces when we can make them, else loopback.
+  if (o.loopback) {
+    loopback_reason_ = "loopback asked for";
+  } else if (geteuid() != 0) {
+    loopback_reason_ = "not root (euid " + std::to_string(geteuid()) + ")";
+  } else {
+    std::string fab = name_ + "-fab";
+    Status st = must_run({"ip", "netns", "add", fab});
+    if (st) {
+      fabric_netns_ = fab;
+      made_netns_.push_back(fab);
+    } else {
+      loopback_reason_ = "network namespaces unavailable: " + st.message();
+    }
+  }
+  uplink_mbit_ = o.uplink_mbit;
+  if (uplink_mbit_ > 0 && !namespaces())
+    return {GSYNC_ERR_INVALID, "testbed: uplink_mbit=" + std::to_string(uplink_mbit_) +
+                                   " needs network namespaces, but the bed would be loopback (" +
+                                   loopback_reason_ + ")"};
+
+  std::vector<uint16_t> ports;
+  if (!namespaces()) {
+    std::set<uint16_t> taken;
+    if (Status st = pick_loopback_ports(total, &taken, &ports); !st) return st;
+  }
+  int i = 0;
+  for (int r = 0; r < racks_; r++) {
+    for (int k = 0; k < sizes[static_cast<size_t>(r)]; k++, i++) {
+      Host h;
+      h.id = "h" + std::to_string(i + 1);
+      h.rack = "r" + std::to_string(r + 1);
+      h.rack_index = r + 1;
+      if (namespaces()) {
+        h.address =
+            std::string(kSubnet) + "." + std::to_string(r + 1) + "." + std::to_string(i + 1);
+        h.port = o.port;
+        h.netns = name_ + "-" + h.id;
+      } else {
+        h.address = "127.0.0.1";
+        h.port = ports[static_cast<size_t>(i)];
+      }
+      h.dir = dir_ + "/" + h.id;
+      h.socket = h.dir + "/gsyncd.sock";
+      h.admin_socket = h.dir + "/admin.sock";
+      h.log_path = h.dir + "/gsyncd.log";
+      if (mkdir(h.dir.c_str(), 0755) != 0)
+        return {GSYNC_ERR_INTERNAL, "mkdir " + h.dir + ": " + strerror(errno)};
+      hosts_.push_back(std::move(h));
+    }
+  }
+  return Status::ok();
+}
+
+// The commands of docs/testbed.md. Interface names need no bed prefix: every
+// link is created directly inside the bed's own namespaces (ip link add ...
+// netns X ... peer ... netns Y), so nothing ever appears in the root
+// namespace and two beds cannot collide.
+Status Testbed::build_network() {
+  const std::string& fab = fabric_netns_;
+  std::vector<std::vector<std::string>> cmds;
+  auto in_fab = [&](std::vector<std::string> args) {
+    args.insert(args.begin(), {"ip", "-n", fab});
+    cmds.push_back(std::move(args));
+  };
+  in_fab({"link", "set", "lo", "up"});
+  in_fab({"link", "add", "core", "up", "type", "bridge"});
+  for (int r = 1; r <= racks_; r++) {
+    std::string br = "br" + std::to_string(r), up = "up" + std::to_string(r),
+                upc = "upc" + std::to_string(r);
+    in_fab({"link", "add", br, "up", "type", "bridge"});
+    in_fab({"link", "add", up, "type", "veth", "peer", "name", upc});
+    in_fab({"link", "set", up, "master", br, "up"});
+    in_fab({"link", "set", upc, "master", "core", "up"});
+    if (uplink_mbit_ > 0) {
+      // tbf on the egress of both ends: rack->core and core->rack each get
+      // the rate (shared/research/probe-infra.md section 4: 957 Mbit/s
+      // measured through a 1 Gbit/s tbf with these burst/latency values).
+      for (const std::string& dev : {up, upc})
+        cmds.push_back({"tc", "-n", fab, "qdisc", "replace", "dev", dev, "root", "tbf", "rate",
+                        std::to_string(uplink_mbit_) + "mbit", "burst", "256kb", "latency",
+                        "10ms"});
+    }
+  }
+  for (auto& c : cmds)
+    if (Status st = must_run(c); !st) return st;
+
+  for (int i = 0; i < hosts(); i++) {
+    const Host& h = hosts_[static_cast<size_t>(i)];
+    if (Status st = must_run({"ip", "netns", "add", h.netns}); !st) return st;
+    made_netns_.push_back(h.netns);
+    std::string port = "p" + std::to_string(i + 1);
+    std::vector<std::vector<std::string>> host_cmds = {
+        {"ip", "-n", h.netns, "link", "set", "lo", "up"},
+        {"ip", "link", "add", "eth0", "netns", h.netns, "type", "veth", "peer", "name", port,
+         "netns", fab},
+        {"ip", "-n", fab, "link", "set", port, "master", "br" + std::to_string(h.rack_index), "up"},
+        {"ip", "-n", h.netns, "addr", "add", h.address + "/16", "dev", "eth0"},
+        {"ip", "-n", h.netns, "link", "set", "eth0", "up"},
+    };
+    for (auto& c : host_cmds)
+      if (Status st = must_run(c); !st) return st;
+  }
+  return Status::ok();
+}
+
+// A TCP probe from host 1 to every other host, before any daemon runs: a
+// refused connection proves the path (bridges, uplinks, addresses) works.
+// Host 1 to all others crosses every host link and every rack's uplink.
+Status Testbed::verify_network() {
+  if (hosts() < 2) return Status::ok();
+  int p[2];
+  if (pipe2(p, O_CLOEXEC) != 0)
+    return {GSYNC_ERR_INTERNAL, std::string("pipe: ") + strerror(errno)};
+  pid_t child = spawn_in_host(0, [&] {
+    close(p[0]);
+    std::string report;
+    for (int j = 1; j < hosts(); j++) {
+      std::string why = tcp_probe(address(j), port(j), kProbeTimeoutMs);
+      if (!why.empty())
+        report += "TCP probe from " + host_id(0) + " (netns " + netns(0) + ") to " + host_id(j) +
+                  " at " + address(j) + ":" + std::to_string(port(j)) + " failed: " + why + "\n";
+    }
+    [[maybe_unused]] ssize_t n = write(p[1], report.data(), report.size());
+    return report.empty() ? 0 : 1;
+  });
+  close(p[1]);
+  if (child < 0) {
+    close(p[0]);
+    return {GSYNC_ERR_INTERNAL, std::string("fork: ") + strerror(errno)};
+  }
+  std::string report;
+  char buf[4096];
+  ssize_t n;
+  while ((n = read(p[0], buf, sizeof buf)) > 0) report.append(buf, static_cast<size_t>(n));
+  close(p[0]);
+  int status = 0;
+  waitpid(child, &status, 0);
+  if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return Status::ok();
+  if (report.empty()) report = "the probe process " + describe_status(status);
+  return {GSYNC_ERR_CONNECT, trim(report)};
+}
+
+Status Testbed::write_cluster_file() {
+  std::ostringstream t;
+  t << "# Written by gsync-testbed (bed " << name_ << "); one [[hosts]] per host, in order.\n";
+  t << "name = \"" << name_ << "\"\n";
+  for (const Host& h : hosts_) {
+    t << "\n[[hosts]]\n";
+    t << "id = \"" << h.id << "\"\n";
+    t << "address = \"" << h.address << "\"\n";
+    t << "port = " << h.port << "\n";
+    t << "rack = \"" << h.rack << "\"\n";
+  }
+  std::ofstream out(cluster_file_);
+  out << t.str();
+  out.close();
+  if (!out) return {GSYNC_ERR_INTERNAL, "cannot write " + cluster_file_};
+  return Status::ok();
+}
+
+std::vector<std::string> Testbed::daemon_command(int h) const {
+  const Host& host = hosts_.at(static_cast<size_t>(h));
+  std::vector<std::string> argv = {
+      gsyncd_,       "--socket",  host.socket, "--admin-socket", host.admin_socket, "--cluster",
+      cluster_file_, "--host-id", host.id,     "--log-level",    options_.log_level};
+  argv.insert(argv.end(), options_.daemon_args.begin(), options_.daemon_args.end());
+  return argv;
+}
+
+// fork + setns + execv rather than `ip netns exec`: the pid we get is the
+// daemon's, and the daemon keeps our mount namespace (ip netns exec would
+// remount /sys, which a daemon that only uses sockets does not need).
+Status Testbed::launch_daemon(int h) {
+  Host& host = hosts_.at(static_cast<size_t>(h));
+  std::vector<std::string> args = daemon_command(h);
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  int flags = O_WRONLY | O_CREAT | O_CLOEXEC | (host.started_once ? O_APPEND : O_TRUNC);
+  int log_fd = open(host.log_path.c_str(), flags, 0644);
+  if (log_fd < 0) return {GSYNC_ERR_INTERNAL, "open " + host.log_path + ": " + strerror(errno)};
+  if (host.started_once) {
+    std::string mark = "--- testbed: restarting " + host.id + " ---\n";
+    [[maybe_unused]] ssize_t n = write(log_fd, mark.data(), mark.size());
+  }
+  int ns_fd = -1;
+  if (!host.netns.empty()) {
+    std::string path = "/run/netns/" + host.netns;
+    ns_fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (ns_fd < 0) {
+      close(log_fd);
+      return {GSYNC_ERR_INTERNAL, "open " + path + ": " + strerror(errno)};
+    }
+  }
+  pid_t parent = getpid();
+  std::fflush(nullptr);
+  pid_t pid = fork();
+  if (pid == 0) {
+    // Only async-signal-safe calls until exec: the parent may have threads.
+    // Own process group: a Ctrl-C meant for gsync-testbed must not reach the
+    // daemons before it tears them down in order. PDEATHSIG: a crashed owner
+    // leaves no daemons behind.
+    setpgid(0, 0);
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent) _exit(1);
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, nullptr);
+    dup2(log_fd, 1);
+    dup2(log_fd, 2);
+    int null_fd = open("/dev/null", O_RDONLY);
+    if (null_fd >= 0) dup2(null_fd, 0);
+    if (ns_fd >= 0 && setns(ns_fd, CLONE_NEWNET) != 0) {
+      const char msg[] = "testbed: setns into the host's network namespace failed\n";
+      [[maybe_unused]] ssize_t n = write(2, msg, sizeof msg - 1);
+      _exit(126);
+    }
+    execv(argv[0], argv.data());
+    const char msg[] = "testbed: execv of gsyncd failed\n";
+    [[maybe_unused]] ssize_t n = write(2, msg, sizeof msg - 1);
+    _exit(127);
+  }
+  int fork_errno = errno;
+  close(log_fd);
+  if (ns_fd >= 0) close(ns_fd);
+  if (pid < 0) return {GSYNC_ERR_INTERNAL, std::string("fork: ") + strerror(fork_errno)};
+  host.pid = pid;
+  host.started_once = true;
+  return Status::ok();
+}
+
+Status Testbed::wait_ready(const std::vector<int>& which) {
+  auto deadline = Clock::now() + std::chrono::seconds(options_.start_timeout_s);
+  std::vector<int> waiting = which;
+  while (!waiting.empty()) {
+    for (auto it = waiting.begin(); it != waiting.end();) {
+      const Host& host = hosts_.at(static_cast<size_t>(*it));
+      pid_t pid = host.pid;
+      int status = 0;
+      if (pid <= 0 || waitpid(pid, &status, WNOHANG) == pid) {
+        host.pid = -1;
+        return {GSYNC_ERR_CONNECT,
+                "gsyncd of " + host.id + " " + describe_status(status) +
+                    " before it was ready; command: " + join(daemon_command(*it)) + "; log " +
+                    host.log_path + ":\n" + tail(read_file(host.log_path), kLogTail)};
+      }
+      bool ready = unix_listening(pid, host.socket) && unix_listening(pid, host.admin_socket) &&
+                   (!options_.wait_tcp_listen || listens_on(host.netns, host.port));
+      it = ready ? waiting.erase(it) : it + 1;
+    }
+    if (waiting.empty()) break;
+    if (Clock::now() >= deadline) {
+      const Host& host = hosts_.at(static_cast<size_t>(waiting.front()));
+      pid_t pid = host.pid;
+      std::string what = !unix_listening(pid, host.socket) ? "its client socket " + host.socket
+                         : !unix_listening(pid, host.admin_socket)
+                             ? "its admin socket " + host.admin_socket
+                             : "TCP " + host.address + ":" + std::to_string(host.port) +
+                                   " (no socket listens on the port; see Options::wait_tcp_listen)";
+      return {GSYNC_ERR_CONNECT,
+              "gsyncd of " + host.id + " (pid " + std::to_string(host.pid) + ") not ready after " +
+                  std::to_string(options_.start_timeout_s) + " s: not listening on " + what +
+                  "; command: " + join(daemon_command(waiting.front())) + "; log " + host.log_path +
+                  ":\n" + tail(read_file(host.log_path), kLogTail)};
+    }
+    std::this_thread::sleep_for(milliseconds(20));
+  }
+  return Status::ok();
+}
+
+bool Testbed::daemon_alive(int h) const {
+  const Host& host = hosts_.at(static_cast<size_t>(h));
+  if (host.pid <= 0) return false;
+  int status;
+  if (waitpid(host.pid, &status, WNOHANG) == 0) return true;
+  host.pid = -1;
+  return false;
+}
+
+std::string Testbed::daemon_log(int h) const { return read_file(hosts_.at(h).log_path); }
+
+// A reaped gsyncd can still hold its TCP port for a few milliseconds: its
+// io_uring instance is torn down by a kernel worker after the process is
+// gone, and requests still in flight keep the listening socket open until
+// then (measured here: bind() of the port failed 1-3 ms after waitpid
+// returned). A daemon started at once on the same port would fail with
+// EADDRINUSE, so wait until nothing listens on it.
+bool Testbed::wait_port_released(int h) const {
+  const Host& host = hosts_.at(static_cast<size_t>(h));
+  auto deadline = Clock::now() + std::chrono::seconds(kPortReleaseS);
+  while (listens_on(host.netns, host.port)) {
+    if (Clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(milliseconds(2));
+  }
+  return true;
+}
+
+void Testbed::kill_daemon(int h, int sig) {
+  Host& host = hosts_.at(static_cast<size_t>(h));
+  if (host.pid <= 0) return;
+  kill(host.pid, sig);
+  if (sig == SIGKILL) {
+    int status;
+    while (waitpid(host.pid, &status, 0) < 0 && errno == EINTR) {
+    }
+    host.pid = -1;
+    wait_port_released(h);
+  }
+}
+
+Status Testbed::start_daemon(int h) {
+  if (h < 0 || h >= hosts()) return {GSYNC_ERR_INVALID, "testbed: no host " + std::to_string(h)};
+  if (gsyncd_.empty())
+    return {GSYNC_ERR_INVALID, "testbed: created with start_daemons=false, no gsyncd configured"};
+  if (daemon_alive(h))
+    return {GSYNC_ERR_INVALID, "testbed: gsyncd of " + host_id(h) + " is already running (pid " +
+                                   std::to_string(daemon_pid(h)) + ")"};
+  if (!wait_port_released(h))
+    return {GSYNC_ERR_CONNECT, "testbed: port " + address(h) + ":" + std::to_string(port(h)) +
+                                   " of " + host_id(h) + " is still listened on " +
+                                   std::to_string(kPortReleaseS) + " s after its daemon exited"};
+  if (Status st = launch_daemon(h); !st) return st;
+  return wait_ready({h});
+}
+
+pid_t Testbed::spawn_in_host(int h, std::function<int()> fn) {
+  int ns_fd = -1;
+  if (namespaces()) {
+    std::string path = "/run/netns/" + netns(h);
+    ns_fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (ns_fd < 0) return -1;
+  }
+  pid_t parent = getpid();
+  std::fflush(nullptr);
+  pid_t pid = fork();
+  if (pid == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent) _exit(1);
+    if (ns_fd >= 0 && setns(ns_fd, CLONE_NEWNET) != 0) {
+      std::fprintf(stderr, "testbed: setns into %s: %s\n", netns(h).c_str(), strerror(errno));
+      _exit(126);
+    }
+    if (ns_fd >= 0) close(ns_fd);
+    _exit(fn());
+  }
+  if (ns_fd >= 0) close(ns_fd);
+  return pid;
+}
+
+void Testbed::teardown() {
+  // A forked child (spawn_in_host, run_ranks) inherits the bed; only the
+  // process that made it may take it down.
+  if (torn_down_ || getpid() != owner_pid_) return;
+  torn_down_ = true;
+  unregister_bed(this);
+
+  // SIGTERM all at once so they shut down in parallel, then SIGKILL stragglers.
+  std::vector<Host*> running;
+  for (Host& h : hosts_)
+    if (h.pid > 0 && kill(h.pid, SIGTERM) == 0) running.push_back(&h);
+  auto deadline = Clock::now() + milliseconds(kStopGraceMs);
+  while (!running.empty()) {
+    for (auto it = running.begin(); it != running.end();) {
+      int status;
+      if (waitpid((*it)->pid, &status, WNOHANG) != 0) {
+        (*it)->pid = -1;
+        it = running.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    if (running.empty()) break;
+    if (Clock::now() >= deadline) {
+      for (Host* h : running) {
+        std::fprintf(stderr, "testbed: gsyncd of %s (pid %d) ignored SIGTERM for %d ms; SIGKILL\n",
+                     h->id.c_str(), h->pid, kStopGraceMs);
+        kill(h->pid, SIGKILL);
+        int status;
+        waitpid(h->pid, &status, 0);
+        h->pid = -1;
+      }
+      break;
+    }
+    std::this_thread::sleep_for(milliseconds(10));
+  }
+
+  // Hosts first, the fabric last: the reverse of creation.
+  for (auto it = made_netns_.rbegin(); it != made_netns_.rend(); ++it)
+    if (Status st = delete_netns(*it); !st)
+      std::fprintf(stderr, "testbed: teardown: %s\n", st.message().c_str());
+  made_netns_.clear();
+
+  if (!dir_.empty()) {
+    std::error_code ec;
+    std::filesystem::remove_all(dir_, ec);
+    if (ec)
+      std::fprintf(stderr, "testbed: teardown: rm -rf %s: %s\n", dir_.c_str(),
+                   ec.message().c_str());
+  }
+}
+
+Status Testbed::cleanup_stale(std::string* report) {
+  static const std::regex kNetnsName(std::string("^") + kPrefix +
+                                     "-([0-9]+)-[0-9]+-(fab|h[0-9]+)$");
+  static const std::regex kDirName(std::string("^") + kPrefix + "-([0-9]+)-[0-9]+\\..+$");
+  auto note = [&](const std::string& line) {
+    if (report) *report += line + "\n";
+  };
+  auto owner_gone = [](const std::smatch& m) {
+    pid_t pid = static_cast<pid_t>(std::stol(m[1].str()));
+    return pid != getpid() && !pid_exists(pid);
+  };
+  Status result = Status::ok();
+  if (geteuid() == 0) {
+    CommandResult r = run_command({"ip", "netns", "list"});
+    if (!r.spawn_error.empty() || r.exit_code != 0)
+      return {GSYNC_ERR_INTERNAL, "ip netns list failed: " + trim(r.err + r.spawn_error)};
+    // "name (id: 3)" per line; hosts before fabrics so each fabric goes last.
+    std::vector<std::string> stale;
+    std::istringstream in(r.out);
+    std::string line;
+    while (std::getline(in, line)) {
+      std::string name = line.substr(0, line.find(' '));
+      std::smatch m;
+      if (std::regex_match(name, m, kNetnsName) && owner_gone(m)) stale.push_back(name);
+    }
+    std::stable_partition(stale.begin(), stale.end(), [](const std::string& n) {
+      return n.size() < 4 || n.compare(n.size() - 4, 4, "-fab") != 0;
+    });
+    for (const auto& ns : stale) {
+      Status st = delete_netns(ns);
+      if (st) {
+        note("deleted netns " + ns);
+      } else {
+        note("could not delete netns " + ns + ": " + st.message());
+        result = st;
+      }
+    }
+  }
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator("/tmp", ec)) {
+    std::string name = entry.path().filename().string();
+    std::smatch m;
+    if (!entry.is_directory(ec) || !std::regex_match(name, m, kDirName) || !owner_gone(m)) continue;
+    std::error_code rm_ec;
+    std::filesystem::remove_all(entry.path(), rm_ec);
+    note(rm_ec ? "could not remove " + entry.path().string() + ": " + rm_ec.message()
+               : "removed " + entry.path().string());
+  }
+  return result;
+}
+
+}  // namespace gsync::testbed
