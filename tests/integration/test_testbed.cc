@@ -502,8 +502,21 @@ TEST_F(TestbedDaemons, StartKillRestartOneHost) {
   EXPECT_FALSE(st);
   EXPECT_NE(st.message().find("already running"), std::string::npos) << st.message();
 
+  // From a forked child (a rank process) too, where the daemons are siblings.
+  pid_t rank = tools::spawn([&] {
+    if (!bed->daemon_alive(0)) return 1;
+    bed->kill_daemon(3);
+    return 0;
+  });
+  ASSERT_EQ(waitpid(rank, &status, 0), rank);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  EXPECT_FALSE(bed->daemon_alive(3));
+  st = bed->start_daemon(3);
+  ASSERT_TRUE(st) << st.message();
+
   std::vector<pid_t> all(pids.begin(), pids.end());
   all.push_back(bed->daemon_pid(1));
+  all.push_back(bed->daemon_pid(3));
   bed.reset();
   for (pid_t p : all) EXPECT_NE(kill(p, 0), 0) << "pid " << p << " survived teardown";
 }

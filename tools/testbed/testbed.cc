@@ -27,6 +27,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <mutex>
 #include <regex>
 #include <set>
@@ -198,6 +199,18 @@ std::string resolve_executable(const std::string& name) {
 }
 
 bool pid_exists(pid_t pid) { return pid > 0 && (kill(pid, 0) == 0 || errno == EPERM); }
+
+// Whether pid runs (exists and is not a zombie), for a process that is not
+// our child: a forked rank or test child holds a copy of the bed, and
+// waitpid() on the daemons fails there with ECHILD.
+bool running_not_child(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  auto paren = stat.rfind(')');
+  if (paren == std::string::npos || paren + 2 >= stat.size()) return false;
+  char state = stat[paren + 2];
+  return state != 'Z' && state != 'X';
+}
 
 std::string describe_status(int status) {
   if (WIFEXITED(status)) return "exited with status " + std::to_string(WEXITSTATUS(status));
@@ -750,7 +763,9 @@ bool Testbed::daemon_alive(int h) const {
   const Host& host = hosts_.at(static_cast<size_t>(h));
   if (host.pid <= 0) return false;
   int status;
-  if (waitpid(host.pid, &status, WNOHANG) == 0) return true;
+  pid_t r = waitpid(host.pid, &status, WNOHANG);
+  if (r == 0) return true;
+  if (r < 0 && errno == ECHILD) return running_not_child(host.pid);
   host.pid = -1;
   return false;
 }
@@ -779,7 +794,14 @@ void Testbed::kill_daemon(int h, int sig) {
   kill(host.pid, sig);
   if (sig == SIGKILL) {
     int status;
-    while (waitpid(host.pid, &status, 0) < 0 && errno == EINTR) {
+    pid_t r;
+    while ((r = waitpid(host.pid, &status, 0)) < 0 && errno == EINTR) {
+    }
+    if (r < 0 && errno == ECHILD) {
+      // Called in a forked child: the daemon is a sibling; wait it out.
+      auto deadline = Clock::now() + std::chrono::seconds(kPortReleaseS);
+      while (running_not_child(host.pid) && Clock::now() < deadline)
+        std::this_thread::sleep_for(milliseconds(1));
     }
     host.pid = -1;
     wait_port_released(h);

@@ -117,6 +117,8 @@ class Testbed {
   // Sends sig to host h's daemon. For SIGKILL also reaps it and waits (up
   // to 5 s) until its TCP port is free again, so daemon_alive(h) is false and
   // a new daemon can bind the port on return; other signals are only sent.
+  // daemon_alive and kill_daemon also work in a forked child (a rank), where
+  // the daemons are siblings rather than children.
   void kill_daemon(int h, int sig = SIGKILL);
   // (Re)starts host h's daemon with the same identity, sockets and port, and
   // waits as create() does. Its log is appended to.
