@@ -1,0 +1,588 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "daemon/transport/tcp/context.h"
+
+#include <sys/socket.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <random>
+#include <unordered_set>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+namespace gsync::transport {
+
+std::unique_ptr<Context> make_tcp_context(const ContextOptions& options, Status* err) {
+  std::unique_ptr<tcp::TcpContext> ctx;
+  Status st = tcp::TcpContext::create(options, &ctx);
+  if (err != nullptr) *err = st;
+  if (!st) return nullptr;
+  return ctx;
+}
+
+}  // namespace gsync::transport
+
+namespace gsync::transport::tcp {
+
+namespace {
+
+constexpr int kMaxStreams = 64;
+// Completions handled per poll(); the rest wait for the next call, so one
+// busy link cannot keep the caller's thread from its other work.
+constexpr int kMaxCompletionsPerPoll = 4096;
+// How long a refused connection may take to receive its REFUSE.
+constexpr auto kRefuseLinger = std::chrono::seconds(1);
+constexpr auto kAcceptRetry = std::chrono::milliseconds(100);
+// A deadline further away than this means "no timer needed".
+constexpr auto kNoDeadline = std::chrono::hours(1);
+// Late writes into deregistered regions are received into this, a chunk at
+// a time, and dropped.
+constexpr size_t kDiscardBytes = 256 << 10;
+
+uint64_t random_u64() {
+  std::random_device rd;
+  uint64_t v = (uint64_t{rd()} << 32) ^ rd();
+  return v == 0 ? 1 : v;
+}
+
+}  // namespace
+
+TcpContext::TcpContext(const ContextOptions& options)
+    : options_(options), instance_id_(random_u64()) {}
+
+Status TcpContext::create(const ContextOptions& o, std::unique_ptr<TcpContext>* out) {
+  int n = static_cast<int>(o.hosts.size());
+  if (n == 0) return {GSYNC_ERR_INVALID, "tcp transport: the hosts table is empty"};
+  if (o.self < 0 || o.self >= n)
+    return {GSYNC_ERR_INVALID, fmt::format("tcp transport: self index {} is outside the hosts "
+                                           "table ({} hosts)",
+                                           o.self, n)};
+  if (o.streams < 1 || o.streams > kMaxStreams)
+    return {GSYNC_ERR_INVALID,
+            fmt::format("tcp transport: streams = {}; it must be 1..{}", o.streams, kMaxStreams)};
+  if (o.heartbeat_ms == 0 || o.peer_timeout_ms <= o.heartbeat_ms)
+    return {GSYNC_ERR_INVALID,
+            fmt::format("tcp transport: peer_timeout_ms ({}) must exceed heartbeat_ms ({}) > 0, or "
+                        "a quiet but live peer would be declared down",
+                        o.peer_timeout_ms, o.heartbeat_ms)};
+  if (o.reconnect_min_ms == 0 || o.reconnect_min_ms > o.reconnect_max_ms)
+    return {GSYNC_ERR_INVALID,
+            fmt::format("tcp transport: reconnect backoff {}..{} ms is not a range",
+                        o.reconnect_min_ms, o.reconnect_max_ms)};
+  std::unordered_set<std::string> ids;
+  for (int i = 0; i < n; i++) {
+    const PeerInfo& h = o.hosts[static_cast<size_t>(i)];
+    if (h.host_id.empty() || h.host_id.size() > kMaxHelloString)
+      return {GSYNC_ERR_INVALID, fmt::format("tcp transport: host {} has an empty or over-long "
+                                             "host id",
+                                             i)};
+    if (!ids.insert(h.host_id).second)
+      return {
+          GSYNC_ERR_INVALID,
+          fmt::format("tcp transport: host id '{}' appears twice in the hosts table", h.host_id)};
+  }
+
+  std::unique_ptr<TcpContext> ctx(new TcpContext(o));
+  const PeerInfo& me = o.hosts[static_cast<size_t>(o.self)];
+  Status st = Device::create(o.listen_address.empty() ? me.address : o.listen_address, me.port,
+                             &ctx->device_);
+  if (!st) return {st.code(), fmt::format("tcp transport for {}: {}", me.host_id, st.message())};
+  ctx->pairs_.resize(static_cast<size_t>(n));
+  for (int i = 0; i < n; i++)
+    if (i != o.self) ctx->pairs_[static_cast<size_t>(i)] = std::make_unique<Pair>(*ctx, i);
+  *out = std::move(ctx);
+  return Status::ok();
+}
+
+TcpContext::~TcpContext() {
+  if (!device_) return;  // create() failed before anything was started
+  // The kernel may still be receiving into a header buffer or a caller's
+  // region, or reading a caller's source buffer: stop every operation and
+  // wait for its completion before any of that memory can go away.
+  for (auto& [p, c] : conns_) ::shutdown(c->fd(), SHUT_RDWR);
+  io_uring_sqe* s = device_->sqe(make_tag(nullptr, Op::kIgnore));
+  io_uring_prep_cancel64(s, 0, IORING_ASYNC_CANCEL_ANY | IORING_ASYNC_CANCEL_ALL);
+  auto deadline = Clock::now() + std::chrono::seconds(2);
+  Completion c;
+  while (device_->outstanding() > 0) {
+    if (device_->next(&c)) continue;
+    if (Clock::now() > deadline) {
+      spdlog::error("tcp transport: {} io_uring operations still in flight after 2 s at shutdown",
+                    device_->outstanding());
+      break;
+    }
+    device_->wait_any(20);
+  }
+  pairs_.clear();
+  conns_.clear();
+}
+
+std::string TcpContext::describe_host(int index) const {
+  const PeerInfo& h = options_.hosts[static_cast<size_t>(index)];
+  bool v6 = h.address.find(':') != std::string::npos;
+  return fmt::format("{} ({}{}{}:{})", h.host_id, v6 ? "[" : "", h.address, v6 ? "]" : "", h.port);
+}
+
+uint32_t TcpContext::handshake_timeout_ms() const {
+  return std::max<uint32_t>(options_.peer_timeout_ms, 1000);
+}
+
+Status TcpContext::start(Handlers handlers) {
+  if (started_) return {GSYNC_ERR_INVALID, "tcp transport: start() called twice"};
+  handlers_ = std::move(handlers);
+  // A missing handler means "not interested"; calling an empty
+  // std::function would throw.
+  if (!handlers_.on_write) handlers_.on_write = [](int, uint32_t, uint64_t, uint64_t, uint64_t) {};
+  if (!handlers_.on_write_done) handlers_.on_write_done = [](int, uint64_t, const Status&) {};
+  if (!handlers_.on_control) handlers_.on_control = [](int, std::string_view) {};
+  if (!handlers_.on_peer_up) handlers_.on_peer_up = [](int) {};
+  if (!handlers_.on_peer_down) handlers_.on_peer_down = [](int, const Status&) {};
+  started_ = true;
+  const PeerInfo& me = options_.hosts[static_cast<size_t>(options_.self)];
+  spdlog::info(
+      "tcp transport: {} listening on {} (cluster '{}', {} hosts, {} stream{} per peer; "
+      "socket buffers: asked {} KiB, kernel granted send {} KiB, receive {} KiB)",
+      me.host_id, device_->listen_endpoint().text, options_.identity.cluster_name, size(),
+      options_.streams, options_.streams == 1 ? "" : "s", kSocketBufferBytes >> 10,
+      device_->granted_sndbuf() >> 10, device_->granted_rcvbuf() >> 10);
+  post_accept();
+  for (auto& p : pairs_)
+    if (p) p->start();
+  device_->submit();
+  // The first poll() arms the timers.
+  device_->notify();
+  return Status::ok();
+}
+
+Region TcpContext::register_region(void* base, uint64_t bytes) { return regions_.add(base, bytes); }
+
+void TcpContext::deregister_region(uint32_t id, std::function<void()> released) {
+  if (!regions_.remove(id))
+    spdlog::warn("tcp transport: deregister_region({}): no such region", id);
+  // A recv into the region may be in flight (closing connections included):
+  // the kernel writes into the memory until it completes, so released waits
+  // for those completions. Whatever of the payload is still to come after
+  // that is received into the discard buffer.
+  int receives = 0;
+  for (auto& [p, c] : conns_) {
+    if (!c->receiving_into(id) || c->releasing) continue;
+    c->releasing = true;
+    receives++;
+  }
+  if (receives == 0) {
+    if (released) released();
+    return;
+  }
+  releasing_[id] = Release{receives, std::move(released)};
+}
+
+void TcpContext::write(int peer, const void* src, uint64_t len, uint32_t remote_region,
+                       uint64_t remote_offset, uint64_t imm, uint64_t cookie) {
+  if (!started_ || peer < 0 || peer >= size() || peer == self()) {
+    post_write_done(peer, cookie,
+                    Status(GSYNC_ERR_INVALID,
+                           fmt::format("tcp transport: write to host index {}: {}", peer,
+                                       !started_ ? "the context is not started"
+                                                 : fmt::format("not a peer (this daemon is {} of "
+                                                               "{} hosts)",
+                                                               self(), size()))));
+  } else {
+    pairs_[static_cast<size_t>(peer)]->write(src, len, remote_region, remote_offset, imm, cookie);
+  }
+  kick();
+}
+
+void TcpContext::send_control(int peer, std::string_view msg) {
+  if (!started_ || peer < 0 || peer >= size() || peer == self()) {
+    spdlog::error("tcp transport: control message to host index {} dropped: not a peer", peer);
+    return;
+  }
+  pairs_[static_cast<size_t>(peer)]->send_control(msg);
+  kick();
+}
+
+bool TcpContext::peer_up(int peer) const {
+  if (peer < 0 || peer >= size() || peer == self()) return false;
+  return pairs_[static_cast<size_t>(peer)]->up();
+}
+
+PeerStats TcpContext::stats(int peer) const {
+  if (peer < 0 || peer >= size() || peer == self()) {
+    PeerStats s;
+    s.state = PeerState::kDown;
+    s.last_error = fmt::format("host index {} is not a peer", peer);
+    return s;
+  }
+  return pairs_[static_cast<size_t>(peer)]->stats();
+}
+
+// --- poll -------------------------------------------------------------------
+
+void TcpContext::poll() {
+  if (in_poll_) return;  // a handler called poll(); its caller is polling already
+  in_poll_ = true;
+  // Drained before the completions are looked at: one posted from here on
+  // makes the fd readable again, so no wakeup is lost.
+  device_->drain_event_fd();
+  flush_events();
+  Completion c;
+  int n = 0;
+  while (n < kMaxCompletionsPerPoll && device_->next(&c)) {
+    dispatch(c);
+    flush_events();
+    n++;
+  }
+  if (n == kMaxCompletionsPerPoll) device_->notify();
+  if (started_) run_timers();
+  reap();
+  device_->submit();
+  in_poll_ = false;
+}
+
+void TcpContext::kick() {
+  if (in_poll_) return;  // poll() submits and flushes at its end
+  device_->submit();
+  if (!events_.empty()) device_->notify();
+}
+
+void TcpContext::dispatch(const Completion& cq) {
+  Op op = tag_op(cq.tag);
+  switch (op) {
+    case Op::kIgnore:
+      return;
+    case Op::kAccept:
+      accept_posted_ = false;
+      on_accept(cq.res);
+      return;
+    case Op::kTimer:
+      timer_armed_ = false;
+      return;
+    default:
+      break;
+  }
+  auto* c = tag_owner<Connection>(cq.tag);
+  c->op_done(op);
+  if (op == Op::kRecv && c->releasing) {
+    // Before the closed check: a closing connection's last recv may be the
+    // one a deregistered region waits for.
+    c->releasing = false;
+    auto it = releasing_.find(c->rx_region());
+    if (it != releasing_.end() && --it->second.receives == 0) {
+      events_.push_back(
+          Event{Event::Kind::kReleased, -1, 0, Status::ok(), std::move(it->second.released)});
+      releasing_.erase(it);
+    }
+  }
+  if (c->closed()) return;  // reap() frees it once nothing is in flight
+  switch (op) {
+    case Op::kRecv: {
+      if (c->pair != nullptr && cq.res > 0) c->pair->on_traffic();
+      bool region_gone = c->rx_stage() == Connection::RxStage::kRegionPayload &&
+                         !regions_.contains(c->rx_region());
+      switch (c->on_recv(cq.res, region_gone)) {
+        case Connection::RecvResult::kMore:
+          return;
+        case Connection::RecvResult::kEof:
+          on_connection_error(c, "the peer closed the connection");
+          return;
+        case Connection::RecvResult::kError:
+          on_connection_error(c, strerror(-cq.res));
+          return;
+        case Connection::RecvResult::kDone:
+          if (c->pair != nullptr)
+            c->pair->on_received(c);
+          else
+            on_unidentified(c);
+          return;
+      }
+      return;
+    }
+    case Op::kSend:
+      if (cq.res < 0) {
+        on_connection_error(c, fmt::format("send: {}", strerror(-cq.res)));
+      } else if (c->pair != nullptr) {
+        c->pair->on_sent(c, cq.res);
+      } else {
+        c->on_sent(cq.res, [](SendItem*) {});
+        if (c->close_after_send && c->send_idle())
+          drop_unidentified(c, "");
+        else
+          c->post_send();
+      }
+      return;
+    case Op::kConnect:
+      if (c->pair != nullptr) c->pair->on_connected(c, cq.res);
+      return;
+    default:
+      return;  // link timeouts and cancels: their targets report
+  }
+}
+
+void TcpContext::on_connection_error(Connection* c, const std::string& what) {
+  if (c->pair != nullptr)
+    c->pair->on_connection_error(c, what);
+  else
+    drop_unidentified(c, c->close_after_send ? "" : what);
+}
+
+// --- Accepting and identifying ------------------------------------------------
+
+void TcpContext::post_accept() {
+  accept_len_ = sizeof accept_addr_;
+  io_uring_sqe* s = device_->sqe(make_tag(nullptr, Op::kAccept));
+  io_uring_prep_accept(s, device_->listen_fd(), reinterpret_cast<sockaddr*>(&accept_addr_),
+                       &accept_len_, SOCK_CLOEXEC);
+  accept_posted_ = true;
+}
+
+void TcpContext::on_accept(int res) {
+  if (res < 0) {
+    // EMFILE and friends: retry later rather than spin on the error.
+    spdlog::warn("tcp transport: accept on {}: {}; retrying", device_->listen_endpoint().text,
+                 strerror(-res));
+    accept_retry_at_ = Clock::now() + kAcceptRetry;
+    return;
+  }
+  std::string remote = endpoint_text(reinterpret_cast<sockaddr*>(&accept_addr_), accept_len_);
+  post_accept();
+  Status st = tune_socket(res);
+  if (!st) spdlog::warn("tcp transport: connection from {}: {}", remote, st.message());
+  Connection* c = new_connection(res, false, remote);
+  c->deadline = Clock::now() + std::chrono::milliseconds(handshake_timeout_ms());
+  unidentified_.push_back(c);
+  c->expect_header();
+}
+
+void TcpContext::on_unidentified(Connection* c) {
+  if (c->close_after_send) {
+    // Refused: whatever it sends now is not read.
+    return;
+  }
+  if (c->rx_stage() == Connection::RxStage::kHeader) {
+    const FrameHeader& h = c->header();
+    if (h.magic != kFrameMagic) {
+      drop_unidentified(c, fmt::format("bad frame magic 0x{:08x} in its first frame (not a gsync "
+                                       "daemon?)",
+                                       h.magic));
+    } else if (h.version != kFrameVersion) {
+      refuse(c, -1,
+             fmt::format("frame version mismatch: the daemon at {} speaks frame version {}, "
+                         "this daemon {} speaks {}",
+                         c->remote(), h.version,
+                         options_.hosts[static_cast<size_t>(self())].host_id, kFrameVersion));
+    } else if (h.type != static_cast<uint8_t>(FrameType::kHello)) {
+      drop_unidentified(c, fmt::format("a {} frame before HELLO", frame_type_name(h.type)));
+    } else if (h.length == 0 || h.length > kMaxHello) {
+      drop_unidentified(c, fmt::format("a HELLO of {} bytes (at most {})", h.length, kMaxHello));
+    } else {
+      c->expect_small(h.length);
+    }
+    return;
+  }
+  Hello hello;
+  std::string why;
+  std::string_view p = c->small_payload();
+  if (!decode_hello(reinterpret_cast<const uint8_t*>(p.data()), p.size(), &hello, &why)) {
+    drop_unidentified(c, "malformed HELLO: " + why);
+    return;
+  }
+  int index =
+      hello.host_index < static_cast<uint32_t>(size()) ? static_cast<int>(hello.host_index) : -1;
+  std::string refusal = check_hello(hello);
+  if (refusal.empty()) refusal = pairs_[static_cast<size_t>(index)]->adopt(c, hello);
+  if (!refusal.empty()) {
+    refuse(c, index, refusal);
+    return;
+  }
+  unidentified_.erase(std::find(unidentified_.begin(), unidentified_.end(), c));
+}
+
+std::string TcpContext::check_hello(const Hello& h) const {
+  const Identity& me = options_.identity;
+  const std::string& my_id = options_.hosts[static_cast<size_t>(self())].host_id;
+  bool known = h.host_index < static_cast<uint32_t>(size()) &&
+               options_.hosts[h.host_index].host_id == h.host_id;
+  std::string them = known ? describe_host(static_cast<int>(h.host_index))
+                           : fmt::format("{} (host index {})", h.host_id, h.host_index);
+  // Cluster first: a daemon of another cluster is best told so, whatever
+  // else differs.
+  if (h.identity.cluster_name != me.cluster_name)
+    return fmt::format("cluster name mismatch: {} is in cluster '{}', this daemon {} is in '{}'",
+                       them, h.identity.cluster_name, my_id, me.cluster_name);
+  if (h.identity.protocol_version != me.protocol_version)
+    return fmt::format("protocol version mismatch: {} speaks version {}, this daemon {} speaks {}",
+                       them, h.identity.protocol_version, my_id, me.protocol_version);
+  if (h.identity.build_id != me.build_id)
+    return fmt::format("build id mismatch: {} runs build '{}', this daemon {} runs build '{}'",
+                       them, h.identity.build_id, my_id, me.build_id);
+  if (h.host_index >= static_cast<uint32_t>(size()))
+    return fmt::format(
+        "host index mismatch: {} says it is host index {}, but the hosts table of "
+        "this daemon {} has {} hosts",
+        h.host_id, h.host_index, my_id, size());
+  if (!known)
+    return fmt::format(
+        "host id mismatch: the connecting daemon says it is {} at host index {}, "
+        "but in the hosts table of this daemon {} index {} is {}",
+        h.host_id, h.host_index, my_id, h.host_index,
+        describe_host(static_cast<int>(h.host_index)));
+  if (static_cast<int>(h.host_index) == self())
+    return fmt::format(
+        "{} connected to itself (a connection claimed this daemon's own host "
+        "index {})",
+        them, h.host_index);
+  if (static_cast<int>(h.host_index) > self())
+    return fmt::format(
+        "direction mismatch: {} (host index {}) connected to this daemon {} (host "
+        "index {}), but the lower index connects; are the hosts tables the same?",
+        them, h.host_index, my_id, self());
+  if (h.streams != static_cast<uint32_t>(options_.streams))
+    return fmt::format("streams mismatch: {} opens {} streams per peer, this daemon {} expects {}",
+                       them, h.streams, my_id, options_.streams);
+  if (h.stream >= h.streams)
+    return fmt::format("{} sent stream index {} of {} streams", them, h.stream, h.streams);
+  return "";
+}
+
+void TcpContext::refuse(Connection* c, int claimed_index, const std::string& reason) {
+  // Once per distinct reason: a misconfigured peer retries forever.
+  if (logged_refusals_.size() > 256) logged_refusals_.clear();
+  if (logged_refusals_.insert(reason).second)
+    spdlog::error("tcp transport: refused a connection from {}: {}", c->remote(), reason);
+  else
+    spdlog::debug("tcp transport: refused a connection from {}: {}", c->remote(), reason);
+  if (claimed_index >= 0 && claimed_index != self())
+    pairs_[static_cast<size_t>(claimed_index)]->note_refusal(reason);
+  SendItem* it = c->item();
+  it->header.type = static_cast<uint8_t>(FrameType::kRefuse);
+  it->owned.assign(reason.substr(0, kMaxRefuse));
+  it->use_owned = true;
+  it->header.length = static_cast<uint32_t>(it->owned.size());
+  c->push(it);
+  c->close_after_send = true;
+  c->deadline = Clock::now() + kRefuseLinger;
+  c->post_send();
+}
+
+void TcpContext::drop_unidentified(Connection* c, const std::string& why) {
+  if (!why.empty())
+    spdlog::error("tcp transport: dropping the connection from {}: {}", c->remote(), why);
+  auto it = std::find(unidentified_.begin(), unidentified_.end(), c);
+  if (it != unidentified_.end()) unidentified_.erase(it);
+  retire(c);
+}
+
+// --- Connections, timers, events -------------------------------------------
+
+Connection* TcpContext::new_connection(int fd, bool outbound, std::string remote) {
+  if (discard_.empty()) discard_.resize(kDiscardBytes);
+  auto owned = std::make_unique<Connection>(*device_, fd, outbound, std::move(remote),
+                                            discard_.data(), discard_.size());
+  Connection* c = owned.get();
+  conns_.emplace(c, std::move(owned));
+  return c;
+}
+
+void TcpContext::retire(Connection* c) {
+  if (c->closed()) return;
+  c->close();
+  closing_.push_back(c);
+}
+
+void TcpContext::reap() {
+  auto keep = std::remove_if(closing_.begin(), closing_.end(), [this](Connection* c) {
+    if (c->ops() > 0) return false;
+    conns_.erase(c);
+    return true;
+  });
+  closing_.erase(keep, closing_.end());
+}
+
+void TcpContext::run_timers() {
+  Clock::time_point now = Clock::now();
+  Clock::time_point next = now + kNoDeadline;
+  for (auto& p : pairs_) {
+    if (!p) continue;
+    p->tick(now, &next);
+    flush_events();
+  }
+  // Iterated over a copy: dropping one edits the list.
+  std::vector<Connection*> waiting = unidentified_;
+  for (Connection* c : waiting) {
+    if (now >= c->deadline)
+      drop_unidentified(c, c->close_after_send
+                               ? ""
+                               : fmt::format("no HELLO within {} ms", handshake_timeout_ms()));
+    else
+      next = std::min(next, c->deadline);
+  }
+  if (!accept_posted_) {
+    if (now >= accept_retry_at_)
+      post_accept();
+    else
+      next = std::min(next, accept_retry_at_);
+  }
+  if (next < now + kNoDeadline) arm_timer(next);
+}
+
+void TcpContext::arm_timer(Clock::time_point deadline) {
+  // One timeout in flight, moved earlier when needed; a later deadline just
+  // lets the current one fire early, and the poll() it causes re-arms.
+  if (timer_armed_ && deadline + std::chrono::milliseconds(1) >= timer_deadline_) return;
+  auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(deadline.time_since_epoch());
+  // steady_clock is CLOCK_MONOTONIC, the clock io_uring timeouts use.
+  timer_ts_.tv_sec = ns.count() / 1000000000;
+  timer_ts_.tv_nsec = ns.count() % 1000000000;
+  if (timer_armed_) {
+    io_uring_sqe* s = device_->sqe(make_tag(nullptr, Op::kIgnore));
+    io_uring_prep_timeout_update(s, &timer_ts_, make_tag(nullptr, Op::kTimer), IORING_TIMEOUT_ABS);
+  } else {
+    io_uring_sqe* s = device_->sqe(make_tag(nullptr, Op::kTimer));
+    io_uring_prep_timeout(s, &timer_ts_, 0, IORING_TIMEOUT_ABS);
+    timer_armed_ = true;
+  }
+  timer_deadline_ = deadline;
+}
+
+void TcpContext::post_write_done(int peer, uint64_t cookie, Status st) {
+  events_.push_back(Event{Event::Kind::kWriteDone, peer, cookie, std::move(st), {}});
+}
+
+void TcpContext::post_peer_up(int peer) {
+  events_.push_back(Event{Event::Kind::kPeerUp, peer, 0, Status::ok(), {}});
+}
+
+void TcpContext::post_peer_down(int peer, Status why) {
+  events_.push_back(Event{Event::Kind::kPeerDown, peer, 0, std::move(why), {}});
+}
+
+void TcpContext::flush_events() {
+  // Before start() there are no handlers; the events wait for them.
+  if (flushing_events_ || !started_) return;  // a handler's own events join the loop below
+  flushing_events_ = true;
+  while (!events_.empty()) {
+    std::swap(events_, flushing_);
+    for (const Event& e : flushing_) {
+      switch (e.kind) {
+        case Event::Kind::kWriteDone:
+          handlers_.on_write_done(e.peer, e.cookie, e.status);
+          break;
+        case Event::Kind::kPeerUp:
+          handlers_.on_peer_up(e.peer);
+          break;
+        case Event::Kind::kPeerDown:
+          handlers_.on_peer_down(e.peer, e.status);
+          break;
+        case Event::Kind::kReleased:
+          if (e.released) e.released();
+          break;
+      }
+    }
+    flushing_.clear();
+  }
+  flushing_events_ = false;
+}
+
+}  // namespace gsync::transport::tcp
