@@ -1,0 +1,706 @@
+// SPDX-License-Identifier: Apache-2.0
+//
+// The TCP transport over real sockets on 127.0.0.1: several contexts in this
+// process, driven by poll() from the test thread, and a raw socket that
+// speaks the frame format by hand to send what a correct peer never would.
+#include <arpa/inet.h>
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <spdlog/sinks/ostream_sink.h>
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <numeric>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "daemon/transport/tcp/frame.h"
+#include "daemon/transport/transport.h"
+
+namespace gsync::transport {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Ports nobody listens on right now: bound to port 0 together (so they
+// differ), then released for the contexts to take.
+std::vector<uint16_t> free_ports(int n) {
+  std::vector<int> fds;
+  std::vector<uint16_t> ports;
+  for (int i = 0; i < n; i++) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    EXPECT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+    socklen_t len = sizeof a;
+    getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+    fds.push_back(fd);
+    ports.push_back(ntohs(a.sin_port));
+  }
+  for (int fd : fds) close(fd);
+  return ports;
+}
+
+std::vector<uint8_t> pattern(uint64_t n, uint32_t seed) {
+  std::vector<uint8_t> v(n);
+  std::mt19937 rng(seed);
+  for (auto& b : v) b = static_cast<uint8_t>(rng());
+  return v;
+}
+
+struct Landed {
+  int peer;
+  uint32_t region;
+  uint64_t offset, len, imm;
+};
+
+struct Done {
+  int peer;
+  uint64_t cookie;
+  Status st;
+};
+
+// One context and everything its handlers reported.
+struct Node {
+  std::unique_ptr<Context> ctx;
+  std::vector<int> ups;
+  std::vector<std::pair<int, Status>> downs;
+  std::vector<Landed> landed;
+  std::vector<Done> dones;
+  std::vector<std::pair<int, std::string>> controls;
+  std::function<void(const Landed&)> on_write;  // optional extra reaction
+
+  size_t ok_dones() const {
+    size_t n = 0;
+    for (auto& d : dones) n += d.st.is_ok();
+    return n;
+  }
+};
+
+class Cluster {
+ public:
+  explicit Cluster(int n, int streams = 2) {
+    std::vector<uint16_t> ports = free_ports(n);
+    base_.identity = {"test", 7, "build-1"};
+    for (int i = 0; i < n; i++)
+      base_.hosts.push_back({fmt::format("h{}", i), "127.0.0.1", ports[size_t(i)], ""});
+    base_.streams = streams;
+    base_.heartbeat_ms = 100;
+    base_.peer_timeout_ms = 1000;
+    base_.reconnect_min_ms = 20;
+    base_.reconnect_max_ms = 200;
+    nodes_.resize(size_t(n));
+  }
+
+  ContextOptions options(int i) const {
+    ContextOptions o = base_;
+    o.self = i;
+    return o;
+  }
+  ContextOptions& base() { return base_; }
+
+  // Creates and starts host i's context (replacing any earlier one).
+  Node& start(int i, const ContextOptions* custom = nullptr) {
+    nodes_[size_t(i)] = std::make_unique<Node>();
+    Node& n = *nodes_[size_t(i)];
+    ContextOptions o = custom ? *custom : options(i);
+    Status st;
+    n.ctx = make_tcp_context(o, &st);
+    EXPECT_TRUE(n.ctx) << st.message();
+    if (!n.ctx) return n;
+    Handlers h;
+    h.on_peer_up = [&n](int p) { n.ups.push_back(p); };
+    h.on_peer_down = [&n](int p, const Status& why) { n.downs.emplace_back(p, why); };
+    h.on_write = [&n](int p, uint32_t r, uint64_t off, uint64_t len, uint64_t imm) {
+      n.landed.push_back({p, r, off, len, imm});
+      if (n.on_write) n.on_write(n.landed.back());
+    };
+    h.on_write_done = [&n](int p, uint64_t cookie, const Status& st) {
+      n.dones.push_back({p, cookie, st});
+    };
+    h.on_control = [&n](int p, std::string_view m) { n.controls.emplace_back(p, std::string(m)); };
+    Status s = n.ctx->start(std::move(h));
+    EXPECT_TRUE(s) << s.message();
+    return n;
+  }
+  void stop(int i) { nodes_[size_t(i)].reset(); }
+  Node& operator[](int i) { return *nodes_[size_t(i)]; }
+
+  // Polls every live context until pred() holds or timeout_ms passes.
+  bool pump(const std::function<bool()>& pred, int timeout_ms = 5000) {
+    auto deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
+    for (;;) {
+      if (pred()) return true;
+      if (Clock::now() > deadline) return false;
+      std::vector<pollfd> fds;
+      for (auto& n : nodes_)
+        if (n && n->ctx) fds.push_back({n->ctx->event_fd(), POLLIN, 0});
+      ::poll(fds.data(), fds.size(), 2);
+      for (auto& n : nodes_)
+        if (n && n->ctx) n->ctx->poll();
+    }
+  }
+  // Polls for ms whatever happens.
+  void idle(int ms) {
+    pump([] { return false; }, ms);
+  }
+  bool all_up() {
+    for (size_t i = 0; i < nodes_.size(); i++)
+      for (size_t j = 0; j < nodes_.size(); j++)
+        if (i != j && (!nodes_[i] || !nodes_[i]->ctx->peer_up(int(j)))) return false;
+    return true;
+  }
+
+ private:
+  ContextOptions base_;
+  std::vector<std::unique_ptr<Node>> nodes_;
+};
+
+// Captures what the transport logs during a test, still echoing to stderr.
+class LogCapture {
+ public:
+  LogCapture() : saved_(spdlog::default_logger()) {
+    auto mem = std::make_shared<spdlog::sinks::ostream_sink_mt>(out_);
+    auto err = std::make_shared<spdlog::sinks::stderr_color_sink_mt>();
+    auto logger = std::make_shared<spdlog::logger>("capture", spdlog::sinks_init_list{mem, err});
+    logger->set_pattern("[%l] %v");
+    spdlog::set_default_logger(logger);
+  }
+  ~LogCapture() { spdlog::set_default_logger(saved_); }
+  std::vector<std::string> lines_with(const std::string& level, const std::string& needle) const {
+    std::vector<std::string> r;
+    std::istringstream in(out_.str());
+    for (std::string line; std::getline(in, line);)
+      if (line.rfind("[" + level + "]", 0) == 0 && line.find(needle) != std::string::npos)
+        r.push_back(line);
+    return r;
+  }
+  std::string text() const { return out_.str(); }
+
+ private:
+  std::ostringstream out_;
+  std::shared_ptr<spdlog::logger> saved_;
+};
+
+// --- A peer spoken by hand ---------------------------------------------------
+
+class RawPeer {
+ public:
+  ~RawPeer() {
+    if (fd_ >= 0) close(fd_);
+  }
+  bool connect_to(uint16_t port) {
+    fd_ = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    a.sin_port = htons(port);
+    timeval tv{0, 20000};  // short: the test thread must keep polling the contexts
+    setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    return connect(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
+  }
+  void send_frame(const tcp::FrameHeader& h, const std::string& payload = "") {
+    std::string wire(reinterpret_cast<const char*>(&h), sizeof h);
+    wire += payload;
+    ASSERT_EQ(send(fd_, wire.data(), wire.size(), MSG_NOSIGNAL), ssize_t(wire.size()));
+  }
+  void send_hello(const Identity& id, uint32_t index, const std::string& host_id, uint32_t stream,
+                  uint32_t streams, uint64_t link) {
+    tcp::Hello hello;
+    hello.identity = id;
+    hello.host_index = index;
+    hello.host_id = host_id;
+    hello.stream = stream;
+    hello.streams = streams;
+    hello.link_id = link;
+    hello.instance_id = 99;
+    std::string p = tcp::encode_hello(hello);
+    tcp::FrameHeader h;
+    h.type = uint8_t(tcp::FrameType::kHello);
+    h.length = uint32_t(p.size());
+    send_frame(h, p);
+  }
+  // Reads whatever has arrived (non-blocking beyond the short timeout).
+  // Returns false once the other side has closed the connection.
+  bool read_some() {
+    char buf[4096];
+    ssize_t n = recv(fd_, buf, sizeof buf, 0);
+    if (n == 0) return false;
+    if (n > 0) in_.append(buf, size_t(n));
+    return true;
+  }
+  // The first complete frame received, if any.
+  bool frame(tcp::FrameHeader* h, std::string* payload) {
+    if (in_.size() < sizeof *h) return false;
+    std::memcpy(h, in_.data(), sizeof *h);
+    if (in_.size() < sizeof *h + h->length) return false;
+    *payload = in_.substr(sizeof *h, h->length);
+    in_.erase(0, sizeof *h + h->length);
+    return true;
+  }
+
+ private:
+  int fd_ = -1;
+  std::string in_;
+};
+
+// --- Bring-up -----------------------------------------------------------------
+
+TEST(TcpTransport, TwoContextsComeUp) {
+  Cluster c(2);
+  c.start(0);
+  c.start(1);
+  ASSERT_TRUE(c.pump([&] { return c.all_up(); }));
+  ASSERT_TRUE(c.pump([&] { return !c[0].ups.empty() && !c[1].ups.empty(); }));
+  EXPECT_EQ(c[0].ups, std::vector<int>{1});
+  EXPECT_EQ(c[1].ups, std::vector<int>{0});
+  PeerStats s = c[0].ctx->stats(1);
+  EXPECT_EQ(s.state, PeerState::kUp);
+  EXPECT_EQ(s.connects, 1u);
+  EXPECT_EQ(s.transport, "tcp");
+  EXPECT_EQ(c[0].ctx->self(), 0);
+  EXPECT_EQ(c[0].ctx->size(), 2);
+}
+
+TEST(TcpTransport, ThreeContextsComeUpWhicheverStartsFirst) {
+  Cluster c(3, 3);
+  // The acceptor of every pair starts last: connectors must retry.
+  c.start(0);
+  c.idle(50);
+  c.start(1);
+  c.start(2);
+  ASSERT_TRUE(c.pump([&] { return c.all_up(); }));
+  c.idle(20);
+  for (int i = 0; i < 3; i++) {
+    EXPECT_EQ(c[i].ups.size(), 2u) << "host " << i;
+    EXPECT_TRUE(c[i].downs.empty()) << "host " << i;
+  }
+}
+
+TEST(TcpTransport, WriteToAPeerThatIsNotUpFailsAtOnce) {
+  Cluster c(2);
+  c.start(0);
+  uint8_t b = 1;
+  c[0].ctx->write(1, &b, 1, 1, 0, 0, 42);
+  ASSERT_TRUE(c.pump([&] { return !c[0].dones.empty(); }, 1000));
+  EXPECT_EQ(c[0].dones[0].cookie, 42u);
+  EXPECT_FALSE(c[0].dones[0].st.is_ok());
+  EXPECT_NE(c[0].dones[0].st.message().find("h1"), std::string::npos) << c[0].dones[0].st.message();
+}
+
+// --- Control and writes ----------------------------------------------------
+
+TEST(TcpTransport, ControlMessagesArriveInOrderBothWays) {
+  Cluster c(2);
+  c.start(0);
+  c.start(1);
+  ASSERT_TRUE(c.pump([&] { return c.all_up(); }));
+  constexpr int kN = 1000;
+  for (int i = 0; i < kN; i++) {
+    // Sizes vary so frames straddle socket reads in every way.
+    std::string m = "msg " + std::to_string(i) + std::string(size_t(i % 97) * 13, 'x');
+    c[0].ctx->send_control(1, m);
+    c[1].ctx->send_control(0, m);
+  }
+  std::string big(kMaxControl, 'b');
+  c[0].ctx->send_control(1, big);
+  ASSERT_TRUE(c.pump([&] { return c[1].controls.size() == kN + 1 && c[0].controls.size() == kN; }));
+  for (int i = 0; i < kN; i++) {
+    std::string want = "msg " + std::to_string(i) + std::string(size_t(i % 97) * 13, 'x');
+    ASSERT_EQ(c[1].controls[size_t(i)].second, want) << i;
+    ASSERT_EQ(c[1].controls[size_t(i)].first, 0);
+    ASSERT_EQ(c[0].controls[size_t(i)].second, want) << i;
+  }
+  EXPECT_EQ(c[1].controls.back().second, big);
+}
+
+TEST(TcpTransport, WritesOfEverySizeLandWithTheirRangeAndImmediate) {
+  Cluster c(2);
+  c.start(0);
+  c.start(1);
+  ASSERT_TRUE(c.pump([&] { return c.all_up(); }));
+  const std::vector<uint64_t> sizes = {1, 4096, (1 << 20) + 3, 64ull << 20};
+  uint64_t total = 0;
+  for (uint64_t s : sizes) total += s + 4096;
+  std::vector<uint8_t> dst(total, 0);
+  Region r = c[1].ctx->register_region(dst.data(), dst.size());
+  ASSERT_NE(r.id, 0u);
+  std::vector<std::vector<uint8_t>> srcs;
+  uint64_t off = 7;  // unaligned on purpose
+  std::vector<uint64_t> offsets;
+  for (size_t i = 0; i < sizes.size(); i++) {
+    srcs.push_back(pattern(sizes[i], uint32_t(i + 1)));
+    offsets.push_back(off);
+    c[0].ctx->write(1, srcs[i].data(), sizes[i], r.id, off, 1000 + i, 500 + i);
+    off += sizes[i] + 4096;
+  }
+  ASSERT_TRUE(c.pump(
+      [&] { return c[1].landed.size() == sizes.size() && c[0].dones.size() == sizes.size(); },
+      20000));
+  for (const Done& d : c[0].dones) EXPECT_TRUE(d.st.is_ok()) << d.st.message();
+  for (const Landed& l : c[1].landed) {
+    size_t i = l.imm - 1000;
+    ASSERT_LT(i, sizes.size());
+    EXPECT_EQ(l.peer, 0);
+    EXPECT_EQ(l.region, r.id);
+    EXPECT_EQ(l.offset, offsets[i]);
+    EXPECT_EQ(l.len, sizes[i]);
+    EXPECT_EQ(std::memcmp(dst.data() + offsets[i], srcs[i].data(), sizes[i]), 0) << sizes[i];
+    // Nothing outside the range was touched.
+    EXPECT_EQ(dst[offsets[i] + sizes[i]], 0);
+  }
+  EXPECT_EQ(dst[6], 0);
+  PeerStats s0 = c[0].ctx->stats(1), s1 = c[1].ctx->stats(0);
+  EXPECT_EQ(s0.writes_sent, sizes.size());
+  EXPECT_EQ(s1.writes_received, sizes.size());
+  EXPECT_EQ(s1.bytes_received, s0.bytes_sent);
+  c[1].ctx->deregister_region(r.id, nullptr);
+}
+
+TEST(TcpTransport, ManyConcurrentWritesBothDirections) {
+  Cluster c(2, 4);
+  c.start(0);
+  c.start(1);
+  ASSERT_TRUE(c.pump([&] { return c.all_up(); }));
+  constexpr int kWrites = 300;
+  std::mt19937 rng(5);
+  std::vector<uint64_t> sizes, offsets;
+  uint64_t total = 0;
+  for (int i = 0; i < kWrites; i++) {
+    uint64_t s = (i % 50 == 0) ? (1u << 20) + rng() % 100000 : 1 + rng() % 200000;
+    sizes.push_back(s);
+    offsets.push_back(total);
+    total += s;
+  }
+  std::vector<uint8_t> src = pattern(total, 9);
+  std::vector<uint8_t> dst0(total, 0), dst1(total, 0);
+  Region r0 = c[0].ctx->register_region(dst0.data(), total);
+  Region r1 = c[1].ctx->register_region(dst1.data(), total);
+  for (int i = 0; i < kWrites; i++) {
+    c[0].ctx->write(1, src.data() + offsets[size_t(i)], sizes[size_t(i)], r1.id, offsets[size_t(i)],
+                    uint64_t(i), uint64_t(i));
+    c[1].ctx->write(0, src.data() + offsets[size_t(i)], sizes[size_t(i)], r0.id, offsets[size_t(i)],
+                    uint64_t(i), uint64_t(i));
+  }
+  ASSERT_TRUE(c.pump(
+      [&] {
+        return c[0].landed.size() == kWrites && c[1].landed.size() == kWrites &&
+               c[0].dones.size() == kWrites && c[1].dones.size() == kWrites;
+      },
+      20000));
+  for (Node* n : {&c[0], &c[1]}) {
+    std::vector<int> seen(kWrites, 0);
+    for (const Landed& l : n->landed) {
+      ASSERT_LT(l.imm, uint64_t(kWrites));
+      seen[l.imm]++;
+      EXPECT_EQ(l.offset, offsets[l.imm]);
+      EXPECT_EQ(l.len, sizes[l.imm]);
+    }
+    EXPECT_EQ(std::count(seen.begin(), seen.end(), 1), kWrites) << "each write lands once";
+    EXPECT_EQ(n->ok_dones(), size_t(kWrites));
+  }
+  EXPECT_EQ(dst0, src);
+  EXPECT_EQ(dst1, src);
+}
+
+// --- Handshake ---------------------------------------------------------------
+
+struct Mismatch {
+  const char* name;
+  std::function<void(Identity*)> change;
+  const char* expect;  // in the refusal text, with both values
+  const char* ours;
+  const char* theirs;
+};
+
+class HandshakeMismatch : public ::testing::TestWithParam<int> {};
+
+TEST_P(HandshakeMismatch, IsRefusedNamingBothValues) {
+  static const Mismatch cases[] = {
+      {"cluster", [](Identity* id) { id->cluster_name = "other"; }, "cluster name mismatch",
+       "'other'", "'test'"},
+      {"protocol", [](Identity* id) { id->protocol_version = 8; }, "protocol version mismatch",
+       "version 8", "speaks 7"},
+      {"build", [](Identity* id) { id->build_id = "build-2"; }, "build id mismatch", "'build-2'",
+       "'build-1'"},
+  };
+  const Mismatch& m = cases[GetParam()];
+  LogCapture log;
+  Cluster c(2);
+  ContextOptions o0 = c.options(0);
+  m.change(&o0.identity);
+  c.start(0, &o0);  // the connector (lower index) is the odd one
+  c.start(1);
+  ASSERT_TRUE(c.pump(
+      [&] { return c[0].ctx->stats(1).last_error.find(m.expect) != std::string::npos; }, 3000));
+  // Several retries' worth of time: still refused, and logged once.
+  c.idle(300);
+  EXPECT_FALSE(c[0].ctx->peer_up(1));
+  EXPECT_FALSE(c[1].ctx->peer_up(0));
+  std::string err = c[0].ctx->stats(1).last_error;
+  EXPECT_NE(err.find(m.expect), std::string::npos) << err;
+  EXPECT_NE(err.find(m.ours), std::string::npos) << err;
+  EXPECT_NE(err.find(m.theirs), std::string::npos) << err;
+  EXPECT_NE(err.find("h0 (127.0.0.1:"), std::string::npos) << err;
+  EXPECT_NE(err.find("h1"), std::string::npos) << err;
+  EXPECT_EQ(log.lines_with("error", m.expect).size(), 2u)
+      << "one line on each side, not one per retry:\n"
+      << log.text();
+  EXPECT_NE(c[1].ctx->stats(0).last_error.find(m.expect), std::string::npos);
+  EXPECT_TRUE(c[0].ups.empty());
+}
+
+INSTANTIATE_TEST_SUITE_P(Identity, HandshakeMismatch, ::testing::Values(0, 1, 2));
+
+TEST(TcpTransport, StreamCountMismatchIsRefused) {
+  Cluster c(2);
+  ContextOptions o1 = c.options(1);
+  o1.streams = 3;
+  c.start(0);
+  c.start(1, &o1);
+  ASSERT_TRUE(c.pump(
+      [&] { return c[0].ctx->stats(1).last_error.find("mismatch") != std::string::npos; }, 3000));
+  std::string err = c[0].ctx->stats(1).last_error;
+  EXPECT_NE(err.find("streams mismatch: h0 (127.0.0.1:"), std::string::npos) << err;
+  EXPECT_NE(err.find("opens 2 streams"), std::string::npos) << err;
+  EXPECT_NE(err.find("expects 3"), std::string::npos) << err;
+}
+
+// --- A misbehaving peer ------------------------------------------------------
+
+// Host 0 is a raw socket; hosts 1 and 2 are real contexts. The raw peer is
+// the connector towards host 1 (lower index), completes a proper handshake,
+// then sends a WRITE past the end of host 1's region.
+TEST(TcpTransport, MalformedWriteDropsOnlyThatPeer) {
+  LogCapture log;
+  Cluster c(3);
+  c.start(1);
+  c.start(2);
+  ASSERT_TRUE(c.pump([&] { return c[1].ctx->peer_up(2) && c[2].ctx->peer_up(1); }));
+  std::vector<uint8_t> mem(4096, 0);
+  Region r = c[1].ctx->register_region(mem.data(), mem.size());
+
+  uint16_t port = c.options(1).hosts[1].port;
+  RawPeer s0, s1;
+  ASSERT_TRUE(s0.connect_to(port));
+  ASSERT_TRUE(s1.connect_to(port));
+  Identity id = c.options(0).identity;
+  s0.send_hello(id, 0, "h0", 0, 2, 4242);
+  s1.send_hello(id, 0, "h0", 1, 2, 4242);
+  tcp::FrameHeader h;
+  std::string payload;
+  bool acked0 = false, acked1 = false;
+  ASSERT_TRUE(c.pump([&] {
+    s0.read_some();
+    s1.read_some();
+    acked0 = acked0 || s0.frame(&h, &payload);
+    acked1 = acked1 || s1.frame(&h, &payload);
+    return acked0 && acked1;
+  }));
+  EXPECT_EQ(h.type, uint8_t(tcp::FrameType::kHelloAck));
+  ASSERT_TRUE(c.pump([&] { return c[1].ctx->peer_up(0); }));
+
+  tcp::FrameHeader bad;
+  bad.type = uint8_t(tcp::FrameType::kWrite);
+  bad.region = r.id;
+  bad.offset = 4096;
+  bad.length = 8192;
+  bad.write_len = 8192;
+  s1.send_frame(bad, std::string(8192, 'z'));
+  bool closed0 = false, closed1 = false;
+  ASSERT_TRUE(c.pump([&] {
+    closed0 = closed0 || !s0.read_some();
+    closed1 = closed1 || !s1.read_some();
+    return closed0 && closed1 && !c[1].downs.empty();
+  }));
+  ASSERT_EQ(c[1].downs.size(), 1u);
+  EXPECT_EQ(c[1].downs[0].first, 0);
+  EXPECT_EQ(c[1].downs[0].second.code(), GSYNC_ERR_PROTOCOL);
+  const std::string& why = c[1].downs[0].second.message();
+  EXPECT_NE(why.find("h0 (127.0.0.1:"), std::string::npos) << why;
+  EXPECT_NE(why.find("stream 1"), std::string::npos) << why;
+  EXPECT_NE(why.find("outside region"), std::string::npos) << why;
+  EXPECT_EQ(log.lines_with("error", "h0 (").size(), 1u) << "exactly one line:\n" << log.text();
+  EXPECT_EQ(c[1].ctx->stats(0).last_error, why);
+  EXPECT_TRUE(std::all_of(mem.begin(), mem.end(), [](uint8_t b) { return b == 0; }));
+
+  // The good peer is served as before, both ways.
+  std::vector<uint8_t> in2(1 << 16, 0), in1(1 << 16, 0);
+  Region r2 = c[2].ctx->register_region(in2.data(), in2.size());
+  Region r1 = c[1].ctx->register_region(in1.data(), in1.size());
+  std::vector<uint8_t> src = pattern(1 << 16, 3);
+  c[1].ctx->write(2, src.data(), src.size(), r2.id, 0, 1, 1);
+  c[2].ctx->write(1, src.data(), src.size(), r1.id, 0, 2, 2);
+  ASSERT_TRUE(c.pump([&] { return c[2].landed.size() == 1 && c[1].landed.size() == 1; }));
+  EXPECT_EQ(in2, src);
+  EXPECT_EQ(in1, src);
+  EXPECT_TRUE(c[1].ctx->peer_up(2));
+  EXPECT_TRUE(c[2].downs.empty());
+}
+
+TEST(TcpTransport, FrameBeforeHelloDropsTheConnection) {
+  LogCapture log;
+  Cluster c(2);
+  c.start(1);
+  RawPeer raw;
+  ASSERT_TRUE(raw.connect_to(c.options(1).hosts[1].port));
+  tcp::FrameHeader h;
+  h.type = uint8_t(tcp::FrameType::kWrite);
+  h.region = 1;
+  h.length = 16;
+  raw.send_frame(h, std::string(16, 'q'));
+  bool closed = false;
+  ASSERT_TRUE(c.pump([&] {
+    closed = closed || !raw.read_some();
+    return closed;
+  }));
+  EXPECT_EQ(log.lines_with("error", "WRITE frame before HELLO").size(), 1u) << log.text();
+  EXPECT_TRUE(c[1].downs.empty());
+}
+
+TEST(TcpTransport, SilentPeerIsDeclaredDown) {
+  Cluster c(2, 1);
+  c.base().peer_timeout_ms = 400;
+  c.start(1);
+  RawPeer raw;
+  ASSERT_TRUE(raw.connect_to(c.options(1).hosts[1].port));
+  raw.send_hello(c.options(0).identity, 0, "h0", 0, 1, 77);
+  ASSERT_TRUE(c.pump([&] { return c[1].ctx->peer_up(0); }));
+  auto t0 = Clock::now();
+  ASSERT_TRUE(c.pump(
+      [&] {
+        raw.read_some();  // takes the heartbeats; sends nothing back
+        return !c[1].downs.empty();
+      },
+      3000));
+  auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0).count();
+  EXPECT_GE(waited, 300);
+  EXPECT_LT(waited, 1500);
+  EXPECT_EQ(c[1].downs[0].second.code(), GSYNC_ERR_TIMEOUT);
+  EXPECT_NE(c[1].downs[0].second.message().find("no traffic from h0 (127.0.0.1:"),
+            std::string::npos)
+      << c[1].downs[0].second.message();
+}
+
+// --- Losing a peer -----------------------------------------------------------
+
+TEST(TcpTransport, PeerDestroyedMidTransferThenReplaced) {
+  Cluster c(2);
+  c.start(0);
+  c.start(1);
+  ASSERT_TRUE(c.pump([&] { return c.all_up(); }));
+  constexpr uint64_t kSize = 16 << 20;
+  std::vector<uint8_t> src = pattern(kSize, 11);
+  auto dst = std::make_unique<std::vector<uint8_t>>(kSize);
+  Region r = c[1].ctx->register_region(dst->data(), kSize);
+  uint64_t issued = 0;
+  auto top_up = [&] {
+    while (issued - c[0].dones.size() < 4 && c[0].ctx->peer_up(1)) {
+      c[0].ctx->write(1, src.data(), kSize, r.id, 0, issued, issued);
+      issued++;
+    }
+  };
+  ASSERT_TRUE(c.pump(
+      [&] {
+        top_up();
+        return c[1].landed.size() >= 3;
+      },
+      10000));
+  top_up();
+  ASSERT_GT(issued, c[0].dones.size()) << "writes must be pending when the peer goes";
+
+  auto t0 = Clock::now();
+  c.stop(1);  // mid-transfer
+  dst.reset();
+  ASSERT_TRUE(c.pump([&] { return !c[0].downs.empty() && c[0].dones.size() == issued; },
+                     int(c.base().peer_timeout_ms) + 500));
+  auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0).count();
+  EXPECT_LE(waited, c.base().peer_timeout_ms);
+  EXPECT_EQ(c[0].downs[0].first, 1);
+  EXPECT_NE(c[0].downs[0].second.message().find("h1 (127.0.0.1:"), std::string::npos)
+      << c[0].downs[0].second.message();
+  size_t failed = 0;
+  for (const Done& d : c[0].dones) {
+    if (d.st.is_ok()) continue;
+    failed++;
+    EXPECT_NE(d.st.message().find("h1"), std::string::npos) << d.st.message();
+  }
+  EXPECT_GT(failed, 0u);
+  EXPECT_EQ(c[0].ctx->stats(1).state, PeerState::kDown);
+  EXPECT_FALSE(c[0].ctx->peer_up(1));
+
+  // A new daemon for host 1: the link comes back and carries writes.
+  c.start(1);
+  std::vector<uint8_t> dst2(1 << 20, 0);
+  Region r2 = c[1].ctx->register_region(dst2.data(), dst2.size());
+  ASSERT_TRUE(c.pump([&] { return c[0].ups.size() == 2 && c[1].ups.size() == 1; }, 5000));
+  EXPECT_EQ(c[0].ctx->stats(1).connects, 2u);
+  c[0].ctx->write(1, src.data(), dst2.size(), r2.id, 0, 5, 5);
+  ASSERT_TRUE(c.pump([&] { return c[1].landed.size() == 1; }));
+  EXPECT_EQ(std::memcmp(dst2.data(), src.data(), dst2.size()), 0);
+}
+
+// --- Regions -------------------------------------------------------------------
+
+TEST(TcpTransport, DeregisterWaitsForReceivesAndLateWritesAreDropped) {
+  Cluster c(2, 1);
+  c.start(0);
+  c.start(1);
+  ASSERT_TRUE(c.pump([&] { return c.all_up(); }));
+  constexpr uint64_t kSize = 64 << 20;
+  std::vector<uint8_t> src = pattern(kSize, 4);
+  std::vector<uint8_t> dst(kSize, 0);
+  Region r = c[1].ctx->register_region(dst.data(), kSize);
+  c[0].ctx->write(1, src.data(), kSize, r.id, 0, 1, 1);
+  // Deregister while the payload is arriving (its first bytes are in).
+  ASSERT_TRUE(c.pump([&] { return dst[0] != 0 || dst[1] != 0 || dst[2] != 0; }, 10000));
+  bool released = false;
+  c[1].ctx->deregister_region(r.id, [&] { released = true; });
+  ASSERT_TRUE(c.pump([&] { return released; }));
+  // From here nothing may write into the memory.
+  std::fill(dst.begin(), dst.end(), 0xee);
+  ASSERT_TRUE(c.pump([&] { return c[0].dones.size() == 1; }, 10000));
+  EXPECT_TRUE(c[0].dones[0].st.is_ok());
+  // A late write into the retired id is dropped quietly; the link stays.
+  c[0].ctx->write(1, src.data(), 1 << 20, r.id, 0, 2, 2);
+  std::vector<uint8_t> dst2(4096, 0);
+  Region r2 = c[1].ctx->register_region(dst2.data(), dst2.size());
+  c[0].ctx->write(1, src.data(), 4096, r2.id, 0, 3, 3);
+  ASSERT_TRUE(c.pump([&] { return c[0].dones.size() == 3 && !c[1].landed.empty(); }));
+  c.idle(20);
+  // Only the write into the live region is reported (the 64 MiB one too,
+  // had it fully landed before the deregistration).
+  ASSERT_GE(c[1].landed.size(), 1u);
+  EXPECT_EQ(c[1].landed.back().region, r2.id);
+  EXPECT_EQ(c[1].landed.back().imm, 3u);
+  for (const Landed& l : c[1].landed) EXPECT_NE(l.imm, 2u) << "the late write was reported";
+  EXPECT_TRUE(std::all_of(dst.begin(), dst.end(), [](uint8_t b) { return b == 0xee; }));
+  EXPECT_TRUE(c[1].downs.empty());
+  EXPECT_TRUE(c[1].ctx->peer_up(0));
+
+  // With nothing arriving, released runs before deregister_region returns.
+  bool now = false;
+  c[1].ctx->deregister_region(r2.id, [&] { now = true; });
+  EXPECT_TRUE(now);
+
+  // An id that was never handed out is a protocol error.
+  c[0].ctx->write(1, src.data(), 16, 9999, 0, 4, 4);
+  ASSERT_TRUE(c.pump([&] { return !c[1].downs.empty(); }));
+  EXPECT_EQ(c[1].downs[0].second.code(), GSYNC_ERR_PROTOCOL);
+  EXPECT_NE(c[1].downs[0].second.message().find("region 9999 is not registered"), std::string::npos)
+      << c[1].downs[0].second.message();
+}
+
+}  // namespace
+}  // namespace gsync::transport
