@@ -1,0 +1,130 @@
+// SPDX-License-Identifier: Apache-2.0
+//
+// What the collective algorithms see of the network: peers (one pair per
+// remote daemon), regions of local memory registered for peers to write into,
+// one-sided writes with an immediate value that tells the receiver what
+// landed, and small in-order control messages. The same shape as RDMA
+// WRITE_WITH_IMM plus SEND on an RC queue pair, so the verbs provider
+// (transport/verbs/) and the TCP provider (transport/tcp/) are siblings with
+// the same file set: device, context, pair, buffer. docs/transport.md.
+//
+// Threading: a Context is driven by exactly one thread, the one that calls
+// poll(); every handler runs on that thread, inside poll(). No method may be
+// called from another thread.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "daemon/core/status.h"
+
+namespace gsync::transport {
+
+// One daemon of the cluster as the transport needs to know it.
+struct PeerInfo {
+  std::string host_id;  // "h11"
+  std::string address;  // IPv4/IPv6 literal or name
+  uint16_t port = 0;
+  std::string rack;
+};
+
+// Checked at connect time on both ends; a mismatch refuses the link with a
+// message naming both sides' values.
+struct Identity {
+  std::string cluster_name;
+  uint32_t protocol_version = 0;
+  std::string build_id;
+};
+
+struct ContextOptions {
+  Identity identity;
+  std::vector<PeerInfo> hosts;  // the whole cluster, in cluster-file order
+  int self = -1;                // index of this daemon in hosts
+  std::string listen_address;   // default: hosts[self].address
+  int streams = 2;              // TCP connections per peer
+  uint32_t heartbeat_ms = 200;  // control keepalive period
+  uint32_t peer_timeout_ms = 2000;  // silence after which a peer is declared down
+  uint32_t reconnect_min_ms = 50, reconnect_max_ms = 2000;  // backoff
+};
+
+// A region of this daemon's memory that peers may write into.
+struct Region {
+  uint32_t id = 0;  // 0 is never a valid id
+  uint8_t* base = nullptr;
+  uint64_t bytes = 0;
+};
+
+enum class PeerState : uint8_t { kConnecting, kUp, kDown };
+
+struct PeerStats {
+  PeerState state = PeerState::kConnecting;
+  uint64_t bytes_sent = 0, bytes_received = 0;
+  uint64_t writes_sent = 0, writes_received = 0;
+  uint64_t connects = 0;          // successful link establishments
+  std::string last_error;         // why the link last went down, "" if never
+  std::string transport = "tcp";  // "tcp", "verbs"
+};
+
+struct Handlers {
+  // A peer's write into our region [offset, offset+len) has fully landed.
+  std::function<void(int peer, uint32_t region, uint64_t offset, uint64_t len, uint64_t imm)>
+      on_write;
+  // Our write finished; its source memory may be reused. On failure (link
+  // lost) st says why; the data may or may not have landed.
+  std::function<void(int peer, uint64_t cookie, const Status& st)> on_write_done;
+  // A control message from a peer; messages from one peer arrive in order.
+  std::function<void(int peer, std::string_view msg)> on_control;
+  // Link state changes. After on_peer_down every write to that peer that has
+  // not completed gets on_write_done with an error, and the context keeps
+  // trying to reconnect; on_peer_up reports the new link.
+  std::function<void(int peer)> on_peer_up;
+  std::function<void(int peer, const Status& why)> on_peer_down;
+};
+
+class Context {
+ public:
+  virtual ~Context() = default;
+
+  // Listens and starts connecting to every peer.
+  virtual Status start(Handlers handlers) = 0;
+
+  // Cheap (a table entry on TCP; verbs caches its memory registrations under
+  // it), so the algorithms register each op's buffers per op.
+  virtual Region register_region(void* base, uint64_t bytes) = 0;
+  // Writes that arrive for the region afterwards are discarded, not treated
+  // as malformed: ids are never reused, so a late write (from an op that
+  // failed elsewhere) is told apart from a bad one. released runs, inside
+  // poll() or before this returns, once no receive into the region is in
+  // progress; the region's memory must stay valid until then.
+  virtual void deregister_region(uint32_t id, std::function<void()> released) = 0;
+
+  // One-sided write of [src, src+len) into the peer's region remote_region at
+  // remote_offset; imm reaches the peer's on_write with the data. src must
+  // stay valid until on_write_done(cookie). Writes to one peer may land out
+  // of order (several streams).
+  virtual void write(int peer, const void* src, uint64_t len, uint32_t remote_region,
+                     uint64_t remote_offset, uint64_t imm, uint64_t cookie) = 0;
+  // A small message (<= kMaxControl bytes), delivered in order.
+  virtual void send_control(int peer, std::string_view msg) = 0;
+
+  // Readable when poll() has something to do.
+  virtual int event_fd() const = 0;
+  // Runs everything that is ready, calling handlers; never blocks.
+  virtual void poll() = 0;
+
+  virtual bool peer_up(int peer) const = 0;
+  virtual PeerStats stats(int peer) const = 0;
+  virtual int self() const = 0;
+  virtual int size() const = 0;  // hosts in the cluster, self included
+};
+
+constexpr size_t kMaxControl = 64 << 10;
+
+// The TCP provider on io_uring.
+std::unique_ptr<Context> make_tcp_context(const ContextOptions& options, Status* err);
+
+}  // namespace gsync::transport
