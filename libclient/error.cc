@@ -53,6 +53,8 @@ const char* error_name(int code) {
       return "permission denied by the gsync daemon";
     case GSYNC_ERR_INTERNAL:
       return "internal error in gsync";
+    case GSYNC_ERR_HOST_LOST:
+      return "a host of the job was lost";
     default:
       return "unknown gsync error code";
   }

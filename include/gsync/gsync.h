@@ -42,7 +42,8 @@ enum gsync_error {
   GSYNC_ERR_BUSY = -12,       /* too many operations in flight */
   GSYNC_ERR_UNSUPPORTED = -13,/* dtype/op combination not supported */
   GSYNC_ERR_PERMISSION = -14, /* uid/gid not allowed by the daemon */
-  GSYNC_ERR_INTERNAL = -15    /* a bug in gsync; the text says where */
+  GSYNC_ERR_INTERNAL = -15,   /* a bug in gsync; the text says where */
+  GSYNC_ERR_HOST_LOST = -16   /* a host of the job was lost (dead or unreachable) */
 };
 
 enum gsync_dtype {
