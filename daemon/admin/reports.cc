@@ -3,6 +3,7 @@
 
 #include <unistd.h>
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "daemon/config/config_json.h"
@@ -38,7 +39,12 @@ json status(Daemon& d) {
        {{"completed", g.ops_completed}, {"failed", g.ops_failed}, {"in_flight", d.jobs().in_flight()}}},
       {"bytes_reduced", g.bytes_reduced},
       {"throughput_gbps", g.meter.rate(now) / 1e9},
-      {"transport", "local (single host)"},
+      {"transport", d.cross_host() ? fmt::format("tcp (cluster {}, host {}, {} hosts)",
+                                                 d.cross_host()->cluster().name,
+                                                 d.cross_host()->self_id(),
+                                                 d.cross_host()->cluster().hosts.size())
+                                   : "local (single host)"},
+      {"epoch", d.cross_host() ? d.cross_host()->epoch() : 0},
   };
 }
 
@@ -97,7 +103,11 @@ std::string admin_reply(Daemon& d, const std::string& command) {
   if (command == "status") return status(d).dump();
   if (command == "jobs") return jobs(d).dump();
   if (command == "clients") return clients(d).dump();
-  return json{{"error", "unknown admin command '" + command + "'; known: status, jobs, clients"}}
+  if (command == "peers") {
+    if (d.cross_host()) return d.cross_host()->peers_json();
+    return json{{"cluster", nullptr}, {"epoch", 0}, {"peers", json::array()}}.dump();
+  }
+  return json{{"error", "unknown admin command '" + command + "'; known: status, jobs, clients, peers"}}
       .dump();
 }
 

@@ -82,6 +82,13 @@ Status Daemon::start() {
     loop_.stop();
   });
 
+  if (!cfg_.cluster_file.empty()) {
+    ClusterFile cluster;
+    if (Status st = load_cluster_file(cfg_.cluster_file, cfg_.host_id, &cluster); !st) return st;
+    cross_ = std::make_unique<CrossHost>(cfg_, std::move(cluster), loop_);
+    if (Status st = cross_->start(); !st) return st;
+    jobs_.set_cross_host(cross_.get());
+  }
   Status err;
   listen_fd_ = listen_unix(cfg_.socket_path, SOCK_SEQPACKET, cfg_.socket_mode, &err);
   if (listen_fd_ < 0) return err;

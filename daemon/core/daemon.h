@@ -38,6 +38,7 @@ class Daemon {
   const DaemonConfig& config() const { return cfg_; }
   const std::map<uint64_t, std::shared_ptr<Session>>& sessions() const { return sessions_; }
   JobManager& jobs() { return jobs_; }
+  CrossHost* cross_host() { return cross_.get(); }
   unsigned reduce_threads() const { return pool_.threads(); }
   std::chrono::steady_clock::time_point started_at() const { return started_at_; }
 
@@ -58,6 +59,7 @@ class Daemon {
   LocalExecutor executor_;
   JobManager jobs_;
   AdminServer admin_;
+  std::unique_ptr<CrossHost> cross_;
   int listen_fd_ = -1;
   int signal_fd_ = -1;
   uint64_t next_session_ = 1;

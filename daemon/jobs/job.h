@@ -25,7 +25,7 @@ using Clock = std::chrono::steady_clock;
 struct OpId {
   uint64_t key = 0;
   uint64_t step = 0;
-  bool operator==(const OpId&) const = default;
+  auto operator<=>(const OpId&) const = default;
 };
 struct OpIdHash {
   size_t operator()(const OpId& o) const { return o.key * 0x9e3779b97f4a7c15ull ^ o.step; }
@@ -51,6 +51,12 @@ struct Op {
   uint32_t timeout_ms = 0;
   bool running = false;  // handed to the executor; its buffers are in use
   Status fail_after_run;  // set when the op must fail once the executor is done
+  // A job that spans hosts: fold the local ranks into host_data, reduce that
+  // across hosts, store it into every local rank (docs/algorithms.md).
+  enum class Stage : uint8_t { kLocal, kFold, kCross, kStore } stage = Stage::kLocal;
+  void* host_data = nullptr;  // local rank 0's tensor, or the broadcast root's
+  int world_size = 0;
+  double weight_total = 0;
   // Stable storage for the executor while it runs.
   std::vector<const void*> inputs;
   std::vector<void*> outputs;

@@ -41,7 +41,7 @@ Status JobManager::check_join(const JoinRequest& r) const {
             fmt::format("job {}: inconsistent shape world_size={} rank={} local_size={} "
                         "local_rank={}",
                         r.job_id, r.world_size, r.rank, r.local_size, r.local_rank)};
-  if (r.world_size != r.local_size)
+  if (r.world_size != r.local_size && !cross_)
     return {GSYNC_ERR_REFUSED,
             fmt::format("job {}: world_size {} spans more hosts than this one (local_size {}), but "
                         "this daemon has no cluster configured",
@@ -80,6 +80,30 @@ void JobManager::attach(const std::shared_ptr<Session>& s) {
     spdlog::info("job {}: {} rejoined in place of pid {}", job->id, s->describe(), slot.dead_pid);
   slot = RankSlot{};
   slot.session = s;
+  if (cross_ && job->world_size > job->local_size && job->live_ranks() == job->local_size)
+    cross_->local_job_complete(*job);
+}
+
+void JobManager::set_cross_host(CrossHost* cross) {
+  cross_ = cross;
+  cross_->on_job_ready = [this](const std::string& job) { job_ready(job); };
+  cross_->on_job_broken = [this](const std::string& job_id, const Status& why) {
+    auto it = jobs_.find(job_id);
+    if (it == jobs_.end()) return;
+    it->second->last_error = why.message();
+    fail_pending(*it->second, why);
+  };
+}
+
+void JobManager::job_ready(const std::string& job_id) {
+  auto it = jobs_.find(job_id);
+  if (it == jobs_.end()) return;
+  Job& job = *it->second;
+  if (!cross_->job_ready(job)) return;
+  std::vector<OpId> waiting;
+  for (const auto& [id, op] : job.ops)
+    if (!op->running && op->arrived == job.local_size) waiting.push_back(id);
+  for (const auto& id : waiting) start_multi(job, *job.ops[id]);
 }
 
 void JobManager::detach(const std::shared_ptr<Session>& s, const std::string& reason) {
@@ -89,6 +113,8 @@ void JobManager::detach(const std::shared_ptr<Session>& s, const std::string& re
   RankSlot& slot = job.slots[static_cast<size_t>(s->local_rank)];
   if (slot.session != s) return;
   slot.session.reset();
+  if (cross_ && job.world_size > job.local_size)
+    cross_->local_rank_left(job, s->rank, s->peer.pid, reason);
   if (job.live_ranks() > 0) {
     // The job goes on without this rank only once it rejoins; until then
     // nothing can complete, so say so now rather than at the timeout.
@@ -100,6 +126,15 @@ void JobManager::detach(const std::shared_ptr<Session>& s, const std::string& re
                                                s->rank, s->local_rank, s->peer.pid, reason));
     size_t pending = 0;
     for (const auto& [id, op] : job.ops) pending += op->running ? 0 : 1;
+    if (cross_) {
+      // Ops already in the cross-host step end there, once no peer can
+      // still write into their buffers.
+      std::vector<OpId> crossing;
+      for (const auto& [id, op] : job.ops)
+        if (op->running && op->stage == Op::Stage::kCross) crossing.push_back(id);
+      for (const auto& id : crossing)
+        cross_->abort(job.id, id, Status(st.code(), fmt::format("{}: {}", job.ops[id]->describe(job.id), st.message())));
+    }
     if (pending) {
       job.last_error = st.message();
       spdlog::warn("{}; failing its {} pending ops", st.message(), pending);
@@ -248,12 +283,70 @@ void JobManager::submit(const std::shared_ptr<Session>& s, const proto::SubmitEn
 }
 
 void JobManager::start(Job& job, Op& op) {
+  if (job.world_size > job.local_size) {
+    // Waits until every host of the job has announced its ranks.
+    if (cross_->job_ready(job)) start_multi(job, op);
+    return;
+  }
+  op.stage = Op::Stage::kLocal;
+  run_stage(job, op);
+}
+
+void JobManager::start_multi(Job& job, Op& op) {
+  op.world_size = job.world_size;
+  op.host_data = op.arrivals[0].data;
+  if (op.opcode == proto::kOpBroadcast)
+    for (const auto& a : op.arrivals)
+      if (a.session->rank == op.root) op.host_data = a.data;
+  double weights = 0;
+  for (const auto& a : op.arrivals) weights += a.weight;
+  op.stage = Op::Stage::kFold;
+  op.running = true;
+  std::string job_id = job.id;
+  OpId id = op.id;
+  // The rendezvous goes out now; the fold runs meanwhile.
+  cross_->begin(job, op, weights, [this, job_id, id](const Status& st, double weight_total) {
+    auto jit = jobs_.find(job_id);
+    if (jit == jobs_.end()) return;
+    auto oit = jit->second->ops.find(id);
+    if (oit == jit->second->ops.end()) return;
+    Op& op = *oit->second;
+    if (!st) {
+      if (op.stage == Op::Stage::kFold) {
+        op.fail_after_run = st;  // the fold still writes the buffers: wait for it
+        return;
+      }
+      finish(*jit->second, id, st);
+      maybe_erase(job_id);
+      return;
+    }
+    op.weight_total = weight_total;
+    op.stage = Op::Stage::kStore;
+    run_stage(*jit->second, op);
+  });
+  run_stage(job, op);
+}
+
+void JobManager::run_stage(Job& job, Op& op) {
   uint64_t task = executor_.start(op);
   if (task == 0) {
-    finish(job, op.id, Status::ok());
+    stage_done(job, op);
     return;
   }
   running_[task] = Running{job.id, op.id};
+}
+
+void JobManager::stage_done(Job& job, Op& op) {
+  if (op.stage == Op::Stage::kFold) {
+    if (!op.fail_after_run.is_ok()) {
+      finish(job, op.id, op.fail_after_run);
+      return;
+    }
+    op.stage = Op::Stage::kCross;
+    cross_->local_ready(job.id, op.id);
+    return;
+  }
+  finish(job, op.id, Status::ok());
 }
 
 void JobManager::executor_done(uint64_t task_id) {
@@ -263,7 +356,8 @@ void JobManager::executor_done(uint64_t task_id) {
   running_.erase(it);
   auto jit = jobs_.find(r.job);
   if (jit == jobs_.end()) return;
-  finish(*jit->second, r.id, Status::ok());
+  auto oit = jit->second->ops.find(r.id);
+  if (oit != jit->second->ops.end()) stage_done(*jit->second, *oit->second);
   maybe_erase(r.job);
 }
 
@@ -327,20 +421,45 @@ std::string JobManager::missing_ranks(const Job& job, const Op& op) const {
 }
 
 void JobManager::check_timeouts(Clock::time_point now) {
-  for (auto& [name, job] : jobs_) {
+  // Failing an op can end its job (and erase it): walk a copy of the names.
+  std::vector<std::string> names;
+  for (const auto& [name, job] : jobs_) names.push_back(name);
+  for (const auto& name : names) {
+    auto jit = jobs_.find(name);
+    if (jit == jobs_.end()) continue;
+    Job* job = jit->second.get();
     std::vector<std::pair<OpId, Status>> expired;
+    std::vector<std::pair<OpId, Status>> cross_expired;
     for (const auto& [id, op] : job->ops) {
-      if (op->running || now < op->deadline) continue;
-      expired.emplace_back(
-          id, Status(GSYNC_ERR_TIMEOUT,
-                     fmt::format("{} timed out after {} ms: {} of {} local ranks arrived; not "
-                                 "arrived: {}",
-                                 op->describe(job->id), op->timeout_ms, op->arrived,
-                                 job->local_size, missing_ranks(*job, *op))));
+      if (now < op->deadline) continue;
+      if (op->running) {
+        // Only the cross-host stage can wait on others; fold and store end
+        // on their own.
+        if (op->stage == Op::Stage::kCross)
+          cross_expired.emplace_back(
+              id, Status(GSYNC_ERR_TIMEOUT,
+                         fmt::format("{} timed out after {} ms in the cross-host step: {}",
+                                     op->describe(job->id), op->timeout_ms,
+                                     cross_->waiting_for(job->id, id))));
+        continue;
+      }
+      std::string missing = op->arrived < job->local_size
+                                ? fmt::format("{} of {} local ranks arrived; not arrived: {}",
+                                              op->arrived, job->local_size, missing_ranks(*job, *op))
+                                : fmt::format("all {} local ranks arrived, but the job is not "
+                                              "complete across hosts: {}",
+                                              job->local_size, cross_->job_missing(*job));
+      expired.emplace_back(id, Status(GSYNC_ERR_TIMEOUT,
+                                      fmt::format("{} timed out after {} ms: {}",
+                                                  op->describe(job->id), op->timeout_ms, missing)));
     }
     for (auto& [id, st] : expired) {
       spdlog::warn("{}", st.message());
       finish(*job, id, st);
+    }
+    for (auto& [id, st] : cross_expired) {
+      spdlog::warn("{}", st.message());
+      cross_->abort(name, id, st);
     }
   }
 }

@@ -11,6 +11,7 @@
 #include <string>
 #include <unordered_map>
 
+#include "daemon/collective/cross_host.h"
 #include "daemon/collective/local_executor.h"
 #include "daemon/config/config.h"
 #include "daemon/jobs/job.h"
@@ -31,6 +32,9 @@ struct GlobalStats {
 class JobManager {
  public:
   JobManager(const DaemonConfig& cfg, LocalExecutor& executor) : cfg_(cfg), executor_(executor) {}
+
+  // The cross-host step, when this daemon is part of a cluster.
+  void set_cross_host(CrossHost* cross);
 
   // May a client with this identity join? Changes nothing.
   Status check_join(const JoinRequest& req) const;
@@ -55,6 +59,10 @@ class JobManager {
   Status validate(const Session& s, const Job& job, const proto::SubmitEntry& e, void** data) const;
   Status check_shape(const Job& job, const Op& op, const Session& s, const proto::SubmitEntry& e) const;
   void start(Job& job, Op& op);
+  void start_multi(Job& job, Op& op);
+  void run_stage(Job& job, Op& op);
+  void stage_done(Job& job, Op& op);
+  void job_ready(const std::string& job_id);
   void finish(Job& job, const OpId& id, const Status& st);
   void fail_pending(Job& job, const Status& st);
   void reply(const std::shared_ptr<Session>& s, uint64_t tag, const Status& st);
@@ -64,6 +72,7 @@ class JobManager {
 
   const DaemonConfig& cfg_;
   LocalExecutor& executor_;
+  CrossHost* cross_ = nullptr;
   std::map<std::string, std::unique_ptr<Job>> jobs_;
   struct Running {
     std::string job;

@@ -1,0 +1,104 @@
+// SPDX-License-Identifier: Apache-2.0
+//
+// Control messages between daemons (transport send_control): which local
+// ranks of a job each host has, and per op the rendezvous that tells peers
+// where they may write. Plain structs with a type byte; every decode checks
+// the length and NUL-terminates what it reads. docs/protocol.md, "Daemon to
+// daemon".
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace gsync::cluster {
+
+enum MsgType : uint8_t { kJobAnnounce = 1, kJobLeave = 2, kOpReady = 3, kOpAbort = 4 };
+
+constexpr size_t kJobMax = 64;
+constexpr size_t kMaxRanksPerHost = 4096;
+
+struct JobAnnounce {
+  uint8_t type = kJobAnnounce;
+  uint8_t pad[3] = {};
+  int32_t world_size = 0;
+  int32_t nranks = 0;  // followed by nranks int32 global ranks
+  char job[kJobMax] = {};
+};
+
+struct JobLeave {
+  uint8_t type = kJobLeave;
+  uint8_t pad[3] = {};
+  int32_t rank = -1;
+  int32_t pid = 0;
+  char job[kJobMax] = {};
+  char reason[160] = {};
+};
+
+// "My local contribution to (job, key, step) is being prepared; write into
+// these regions of mine." Also carries the op's shape so hosts that disagree
+// find out before any data moves.
+struct OpReady {
+  uint8_t type = kOpReady;
+  uint8_t algo = 0, opcode = 0, dtype = 0, redop = 0;
+  uint8_t pad[3] = {};
+  char job[kJobMax] = {};
+  uint64_t key = 0, step = 0, count = 0, chunk_bytes = 0;
+  double weight_sum = 0;  // the host's share of the weights (weighted average)
+  uint32_t token = 0;     // names the op in the immediates of writes to this host
+  uint32_t data_region = 0, scratch_region = 0;
+  uint32_t pad2 = 0;
+  uint64_t slot_bytes = 0;  // scratch slot stride
+};
+
+struct OpAbort {
+  uint8_t type = kOpAbort;
+  uint8_t pad[3] = {};
+  int32_t code = 0;
+  char job[kJobMax] = {};
+  uint64_t key = 0, step = 0;
+  char message[240] = {};
+};
+
+template <class T>
+std::string_view as_bytes(const T& m) {
+  return {reinterpret_cast<const char*>(&m), sizeof m};
+}
+
+// Copies a fixed-size message out of msg; false if too short.
+template <class T>
+bool decode(std::string_view msg, T* out) {
+  if (msg.size() < sizeof(T)) return false;
+  std::memcpy(out, msg.data(), sizeof(T));
+  return true;
+}
+
+inline std::string field(const char* s, size_t n) { return std::string(s, strnlen(s, n)); }
+
+inline void set_field(char* dst, size_t n, const std::string& s) {
+  std::memset(dst, 0, n);
+  std::memcpy(dst, s.data(), std::min(s.size(), n - 1));
+}
+
+inline std::string encode_announce(const std::string& job, int world, const std::vector<int>& ranks) {
+  JobAnnounce a;
+  a.world_size = world;
+  a.nranks = static_cast<int32_t>(ranks.size());
+  set_field(a.job, sizeof a.job, job);
+  std::string out(as_bytes(a));
+  out.append(reinterpret_cast<const char*>(ranks.data()), ranks.size() * sizeof(int));
+  return out;
+}
+
+inline bool decode_announce(std::string_view msg, JobAnnounce* a, std::vector<int>* ranks) {
+  if (!decode(msg, a) || a->nranks < 0 || static_cast<size_t>(a->nranks) > kMaxRanksPerHost ||
+      msg.size() != sizeof(JobAnnounce) + sizeof(int32_t) * static_cast<size_t>(a->nranks))
+    return false;
+  ranks->resize(static_cast<size_t>(a->nranks));
+  std::memcpy(ranks->data(), msg.data() + sizeof(JobAnnounce), ranks->size() * sizeof(int32_t));
+  return true;
+}
+
+}  // namespace gsync::cluster

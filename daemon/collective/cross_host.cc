@@ -1,0 +1,710 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "daemon/collective/cross_host.h"
+
+#include <sys/mman.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
+
+#include "daemon/reduce/reduce.h"
+#include "gsync_build_config.h"
+#include "protocol/wire.h"
+
+namespace gsync {
+
+using collective::Algo;
+using collective::Phase;
+using collective::Xfer;
+
+// Immediate of a write: the receiver's op token, the chunk, and what the
+// write is (kind bit and scratch slot).
+namespace {
+constexpr uint64_t imm_of(uint32_t token, size_t chunk, Xfer kind, uint8_t slot) {
+  return (uint64_t{token} << 32) | (uint64_t{chunk & 0xffffff} << 8) |
+         (uint64_t{kind == Xfer::kCopy} << 7) | (slot & 0x7f);
+}
+constexpr uint16_t arrival_code(int peer, Xfer kind, uint8_t slot) {
+  return static_cast<uint16_t>((peer << 8) | ((kind == Xfer::kCopy) << 7) | (slot & 0x7f));
+}
+constexpr size_t kMaxChunks = 1 << 24;
+constexpr auto kEarlyLife = std::chrono::seconds(120);
+}  // namespace
+
+struct CrossHost::XOp {
+  std::string job;
+  OpId id;
+  uint32_t token = 0;
+  std::vector<int> hosts;  // participants' cluster indices, in cluster order
+  int self = -1;
+  uint8_t opcode = 0, dtype = 0, redop = 0;
+  int32_t root = -1;
+  uint64_t count = 0, bytes = 0, chunk_bytes = 0, chunk_elems = 0;
+  size_t elem = 0, nchunks = 0;
+  uint8_t* data = nullptr;
+  uint32_t data_region = 0;
+  Scratch scratch;
+  uint32_t scratch_region = 0;
+  uint64_t slot_bytes = 0;
+  collective::Schedule sched;
+  double weight_local = 0, weight_total = 0;
+  std::vector<PeerReady> ready;
+  int ready_count = 0;
+  bool local_ready = false, running = false, finished = false;
+  std::vector<Chunk> chunks;
+  size_t chunks_done = 0;
+  Done done;
+  Clock::time_point started;
+
+  std::string describe() const {
+    return fmt::format("job {} {} key {} step {}", job, opcode_name(opcode), id.key, id.step);
+  }
+  int participant_of(int host) const {
+    auto it = std::find(hosts.begin(), hosts.end(), host);
+    return it == hosts.end() ? -1 : static_cast<int>(it - hosts.begin());
+  }
+};
+
+CrossHost::CrossHost(const DaemonConfig& cfg, ClusterFile cluster, EventLoop& loop)
+    : cfg_(cfg), cluster_(std::move(cluster)), loop_(loop) {
+  size_t n = cluster_.hosts.size();
+  sent_meter_.resize(n);
+  recv_meter_.resize(n);
+  last_sent_.assign(n, 0);
+  last_recv_.assign(n, 0);
+}
+
+CrossHost::~CrossHost() {
+  for (auto& s : free_scratch_) munmap(s.base, s.bytes);
+}
+
+Status CrossHost::start() {
+  transport::ContextOptions o;
+  o.identity.cluster_name = cluster_.name;
+  o.identity.protocol_version = proto::kVersion;
+  o.identity.build_id = GSYNC_VERSION_STRING;
+  for (const auto& h : cluster_.hosts) o.hosts.push_back({h.id, h.address, h.port, h.rack});
+  o.self = cluster_.self;
+  o.streams = static_cast<int>(cfg_.tcp_streams);
+  o.peer_timeout_ms = cfg_.peer_timeout_ms;
+  o.heartbeat_ms = std::max<uint32_t>(cfg_.peer_timeout_ms / 10, 20);
+  Status err;
+  net_ = transport::make_tcp_context(o, &err);
+  if (!net_) return err;
+  transport::Handlers h;
+  h.on_control = [this](int peer, std::string_view msg) { on_control(peer, msg); };
+  h.on_write = [this](int peer, uint32_t region, uint64_t off, uint64_t len, uint64_t imm) {
+    on_write(peer, region, off, len, imm);
+  };
+  h.on_write_done = [this](int peer, uint64_t cookie, const Status& st) {
+    on_write_done(peer, cookie, st);
+  };
+  h.on_peer_up = [this](int peer) { on_peer_up(peer); };
+  h.on_peer_down = [this](int peer, const Status& why) { on_peer_down(peer, why); };
+  if (Status st = net_->start(std::move(h)); !st) return st;
+  loop_.add(net_->event_fd(), EPOLLIN, [this](uint32_t) { net_->poll(); });
+  loop_.every(std::chrono::milliseconds(1000), [this] {
+    sample_rates();
+    expire_early();
+  });
+  spdlog::info("cluster {}: this daemon is {} ({}:{}, rack {}), {} hosts, tcp x{} streams",
+               cluster_.name, self_id(), cluster_.hosts[size_t(cluster_.self)].address,
+               cluster_.hosts[size_t(cluster_.self)].port, cluster_.hosts[size_t(cluster_.self)].rack,
+               cluster_.hosts.size(), cfg_.tcp_streams);
+  return Status::ok();
+}
+
+void CrossHost::send_all(std::string_view msg) {
+  for (int h = 0; h < static_cast<int>(cluster_.hosts.size()); h++)
+    if (h != cluster_.self && net_->peer_up(h)) net_->send_control(h, msg);
+}
+
+// ---------------------------------------------------------------- jobs
+
+void CrossHost::local_job_complete(const Job& job) {
+  std::vector<int> ranks;
+  for (const auto& s : job.slots)
+    if (s.session) ranks.push_back(s.session->rank);
+  local_[job.id] = {job.world_size, ranks};
+  send_all(cluster::encode_announce(job.id, job.world_size, ranks));
+  if (job_ready(job) && on_job_ready) on_job_ready(job.id);
+}
+
+void CrossHost::local_rank_left(const Job& job, int rank, pid_t pid, const std::string& reason) {
+  local_.erase(job.id);
+  cluster::JobLeave m;
+  m.rank = rank;
+  m.pid = pid;
+  cluster::set_field(m.job, sizeof m.job, job.id);
+  cluster::set_field(m.reason, sizeof m.reason, reason);
+  send_all(cluster::as_bytes(m));
+}
+
+bool CrossHost::job_ready(const Job& job) const {
+  auto l = local_.find(job.id);
+  if (l == local_.end()) return false;
+  std::vector<bool> seen(static_cast<size_t>(job.world_size), false);
+  size_t n = 0;
+  auto take = [&](const std::vector<int>& ranks) {
+    for (int r : ranks) {
+      if (r < 0 || r >= job.world_size || seen[size_t(r)]) return false;
+      seen[size_t(r)] = true;
+      n++;
+    }
+    return true;
+  };
+  if (!take(l->second.second)) return false;
+  auto it = remote_.find(job.id);
+  if (it != remote_.end()) {
+    if (it->second.world_size != job.world_size) return false;
+    for (const auto& [host, ranks] : it->second.hosts)
+      if (!take(ranks)) return false;
+  }
+  return n == static_cast<size_t>(job.world_size);
+}
+
+std::string CrossHost::job_missing(const Job& job) const {
+  std::vector<bool> seen(static_cast<size_t>(job.world_size), false);
+  for (const auto& s : job.slots)
+    if (s.session) seen[size_t(s.session->rank)] = true;
+  std::string hosts;
+  if (auto it = remote_.find(job.id); it != remote_.end()) {
+    for (const auto& [host, ranks] : it->second.hosts) {
+      for (int r : ranks)
+        if (r >= 0 && r < job.world_size) seen[size_t(r)] = true;
+      hosts += (hosts.empty() ? "" : ", ") + cluster_.hosts[size_t(host)].id;
+    }
+  }
+  std::string missing;
+  for (int r = 0; r < job.world_size; r++)
+    if (!seen[size_t(r)]) missing += (missing.empty() ? "" : " ") + std::to_string(r);
+  return fmt::format("ranks not on any host yet: {}; hosts with ranks so far: {}{}",
+                     missing.empty() ? "none" : missing, self_id(),
+                     hosts.empty() ? "" : ", " + hosts);
+}
+
+std::vector<int> CrossHost::participants(const Job& job) const {
+  std::vector<int> hosts = {cluster_.self};
+  if (auto it = remote_.find(job.id); it != remote_.end())
+    for (const auto& [host, ranks] : it->second.hosts) hosts.push_back(host);
+  std::sort(hosts.begin(), hosts.end());
+  return hosts;
+}
+
+// ---------------------------------------------------------------- ops
+
+CrossHost::XOp* CrossHost::find(const std::string& job, const OpId& id) const {
+  auto it = ops_.find({job, id});
+  return it == ops_.end() ? nullptr : it->second.get();
+}
+
+std::shared_ptr<CrossHost::XOp> CrossHost::hold(XOp& x) const {
+  auto it = ops_.find({x.job, x.id});
+  return it == ops_.end() ? nullptr : it->second;
+}
+
+CrossHost::Scratch CrossHost::take_scratch(uint64_t bytes) {
+  // Prepare once, run many: the same mappings serve op after op.
+  for (size_t i = 0; i < free_scratch_.size(); i++) {
+    if (free_scratch_[i].bytes >= bytes) {
+      Scratch s = free_scratch_[i];
+      free_scratch_.erase(free_scratch_.begin() + static_cast<long>(i));
+      return s;
+    }
+  }
+  Scratch s;
+  s.bytes = proto::align_up(std::max<uint64_t>(bytes, 1), 2 << 20);
+  void* p = mmap(nullptr, s.bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) return {};
+  madvise(p, s.bytes, MADV_HUGEPAGE);
+  s.base = static_cast<uint8_t*>(p);
+  return s;
+}
+
+void CrossHost::give_scratch(Scratch s) {
+  if (!s.base) return;
+  constexpr size_t kKeep = 8;
+  if (free_scratch_.size() < kKeep) {
+    free_scratch_.push_back(s);
+  } else {
+    munmap(s.base, s.bytes);
+  }
+}
+
+void CrossHost::begin(const Job& job, Op& op, double weight_sum, Done done) {
+  auto x = std::make_shared<XOp>();
+  x->job = job.id;
+  x->id = op.id;
+  x->token = next_token_++;
+  if (x->token == 0) x->token = next_token_++;
+  x->hosts = participants(job);
+  x->self = x->participant_of(cluster_.self);
+  x->opcode = op.opcode;
+  x->dtype = op.dtype;
+  x->redop = op.redop;
+  x->root = op.root;
+  x->count = op.opcode == proto::kOpBarrier ? 0 : op.count;
+  x->elem = std::max<size_t>(proto::dtype_size(op.dtype), 1);
+  x->bytes = x->count * x->elem;
+  x->weight_local = weight_sum;
+  x->done = std::move(done);
+  x->started = Clock::now();
+  x->ready.resize(x->hosts.size());
+
+  std::vector<collective::Participant> parts;
+  for (int h : x->hosts) parts.push_back({h, cluster_.hosts[size_t(h)].rack});
+  Algo algo = Algo::kRing;
+  if (cfg_.algorithm == "auto" || !collective::parse_algo(cfg_.algorithm, &algo))
+    algo = collective::choose_algo(parts, x->bytes);
+  uint64_t cb = cfg_.chunk_bytes ? cfg_.chunk_bytes
+                                 : collective::choose_chunk_bytes(algo, parts.size(), x->bytes);
+  x->chunk_elems = std::max<uint64_t>(cb / x->elem, 1);
+  x->chunk_bytes = x->chunk_elems * x->elem;
+  x->nchunks = x->count ? static_cast<size_t>((x->count + x->chunk_elems - 1) / x->chunk_elems) : 0;
+  if (x->nchunks > kMaxChunks) {
+    x->chunk_elems = (x->count + kMaxChunks - 1) / kMaxChunks;
+    x->chunk_bytes = x->chunk_elems * x->elem;
+    x->nchunks = static_cast<size_t>((x->count + x->chunk_elems - 1) / x->chunk_elems);
+  }
+  if (op.opcode == proto::kOpBroadcast) {
+    // The root's host sends its tensor to every other host: one phase.
+    int root_host = -1;
+    for (const auto& s : job.slots)
+      if (s.session && s.session->rank == op.root) root_host = cluster_.self;
+    if (root_host < 0)
+      if (auto it = remote_.find(job.id); it != remote_.end())
+        for (const auto& [h, ranks] : it->second.hosts)
+          if (std::find(ranks.begin(), ranks.end(), op.root) != ranks.end()) root_host = h;
+    int rp = x->participant_of(root_host);
+    x->sched.algo = Algo::kDirect;
+    x->sched.self = x->self;
+    x->sched.chunks.resize(x->nchunks);
+    for (auto& c : x->sched.chunks) {
+      Phase p;
+      if (x->self == rp) {
+        for (int j = 0; j < static_cast<int>(x->hosts.size()); j++)
+          if (j != rp) p.sends.push_back({j, Xfer::kCopy, 0});
+      } else {
+        p.recvs.push_back({rp, Xfer::kCopy, 0});
+      }
+      c = {p};
+    }
+  } else {
+    x->sched = collective::build_schedule(algo, parts, x->self, x->nchunks);
+  }
+  last_algo_ = collective::algo_name(x->sched.algo);
+  x->data = static_cast<uint8_t*>(op.host_data);
+  x->chunks.resize(x->nchunks);
+  if (x->bytes) {
+    x->data_region = net_->register_region(x->data, x->bytes).id;
+    if (x->sched.slots > 0) {
+      x->slot_bytes = proto::align_up(x->bytes, 4096);
+      x->scratch = take_scratch(x->slot_bytes * static_cast<uint64_t>(x->sched.slots));
+      if (!x->scratch.base) {
+        Status st(GSYNC_ERR_NOMEM, fmt::format("{}: no memory for {} bytes of scratch",
+                                               x->describe(), x->slot_bytes * x->sched.slots));
+        auto d = std::move(x->done);
+        net_->deregister_region(x->data_region, [] {});
+        d(st, 0);
+        return;
+      }
+      x->scratch_region = net_->register_region(x->scratch.base, x->scratch.bytes).id;
+    }
+  }
+  by_token_[x->token] = x.get();
+  ops_[{x->job, x->id}] = x;
+
+  cluster::OpReady m;
+  m.algo = static_cast<uint8_t>(x->sched.algo);
+  m.opcode = x->opcode;
+  m.dtype = x->dtype;
+  m.redop = x->redop;
+  cluster::set_field(m.job, sizeof m.job, x->job);
+  m.key = x->id.key;
+  m.step = x->id.step;
+  m.count = x->count;
+  m.chunk_bytes = x->chunk_bytes;
+  m.weight_sum = weight_sum;
+  m.token = x->token;
+  m.data_region = x->data_region;
+  m.scratch_region = x->scratch_region;
+  m.slot_bytes = x->slot_bytes;
+  for (int h : x->hosts)
+    if (h != cluster_.self) net_->send_control(h, cluster::as_bytes(m));
+
+  // What came before this host was ready.
+  auto early = early_.find({x->job, x->id});
+  if (early != early_.end()) {
+    Early e = std::move(early->second);
+    early_.erase(early);
+    if (e.abort) {
+      fail(*x, *e.abort, false);
+      return;
+    }
+    for (auto& [host, msg] : e.ready) on_control(host, cluster::as_bytes(msg));
+  }
+}
+
+void CrossHost::local_ready(const std::string& job, const OpId& id) {
+  XOp* x = find(job, id);
+  if (!x) return;
+  x->local_ready = true;
+  maybe_run(*x);
+}
+
+void CrossHost::maybe_run(XOp& x) {
+  if (x.running || x.finished || !x.local_ready ||
+      x.ready_count + 1 < static_cast<int>(x.hosts.size()))
+    return;
+  x.running = true;
+  x.weight_total = x.weight_local;
+  for (const auto& r : x.ready)
+    if (r.seen) x.weight_total += r.msg.weight_sum;
+  if (x.nchunks == 0) {
+    complete(x, Status::ok());
+    return;
+  }
+  auto keep = hold(x);  // progress may finish and erase it
+  for (size_t c = 0; c < x.nchunks && !x.finished; c++) progress(x, c);
+}
+
+void CrossHost::issue_sends(XOp& x, size_t c) {
+  const Phase& p = x.sched.chunks[c][x.chunks[c].phase];
+  uint64_t off = c * x.chunk_bytes;
+  uint64_t len = std::min(x.chunk_bytes, x.bytes - off);
+  x.chunks[c].pending_sends = static_cast<int>(p.sends.size());
+  for (const auto& t : p.sends) {
+    const cluster::OpReady& r = x.ready[size_t(t.peer)].msg;
+    uint32_t region = t.kind == Xfer::kReduce ? r.scratch_region : r.data_region;
+    uint64_t roff = t.kind == Xfer::kReduce ? t.slot * r.slot_bytes + off : off;
+    net_->write(x.hosts[size_t(t.peer)], x.data + off, len, region, roff,
+                imm_of(r.token, c, t.kind, t.slot), (uint64_t{x.token} << 32) | c);
+  }
+}
+
+void CrossHost::fold(XOp& x, size_t c, const Phase& p) {
+  uint64_t off = c * x.chunk_bytes;
+  uint64_t elems = std::min(x.chunk_elems, x.count - c * x.chunk_elems);
+  std::vector<const void*> in;
+  for (int j : p.fold) {
+    if (j == x.self) {
+      in.push_back(x.data + off);
+      continue;
+    }
+    for (const auto& r : p.recvs)
+      if (r.peer == j && r.kind == Xfer::kReduce)
+        in.push_back(x.scratch.base + r.slot * x.slot_bytes + off);
+  }
+  void* out[] = {x.data + off};
+  reduce::ReduceArgs a;
+  a.inputs = in.data();
+  a.n_inputs = in.size();
+  a.outputs = out;
+  a.n_outputs = 1;
+  a.count = elems;
+  a.dtype = static_cast<reduce::DType>(x.dtype);
+  // Hosts add their contributions; averages are taken once, at the store.
+  a.op = x.redop == 3 ? reduce::Op::kMin : x.redop == 4 ? reduce::Op::kMax : reduce::Op::kSum;
+  reduce::reduce(a);
+}
+
+void CrossHost::progress(XOp& x, size_t c) {
+  Chunk& ch = x.chunks[c];
+  const auto& phases = x.sched.chunks[c];
+  while (ch.phase < phases.size()) {
+    const Phase& p = phases[ch.phase];
+    if (!ch.sent) {
+      ch.sent = true;
+      issue_sends(x, c);
+    }
+    if (ch.pending_sends > 0) return;
+    for (const auto& r : p.recvs)
+      if (std::find(ch.arrived.begin(), ch.arrived.end(), arrival_code(r.peer, r.kind, r.slot)) ==
+          ch.arrived.end())
+        return;
+    bool reduces = false;
+    for (const auto& r : p.recvs) {
+      ch.arrived.erase(std::find(ch.arrived.begin(), ch.arrived.end(),
+                                 arrival_code(r.peer, r.kind, r.slot)));
+      reduces |= r.kind == Xfer::kReduce;
+    }
+    if (reduces) fold(x, c, p);
+    ch.phase++;
+    ch.sent = false;
+  }
+  if (++x.chunks_done == x.nchunks) complete(x, Status::ok());
+}
+
+void CrossHost::on_write(int peer, uint32_t region, uint64_t offset, uint64_t len, uint64_t imm) {
+  (void)region;
+  auto it = by_token_.find(static_cast<uint32_t>(imm >> 32));
+  if (it == by_token_.end()) return;  // an op that already ended here
+  XOp& x = *it->second;
+  size_t c = (imm >> 8) & 0xffffff;
+  int j = x.participant_of(peer);
+  uint64_t expect = c < x.nchunks ? std::min(x.chunk_bytes, x.bytes - c * x.chunk_bytes) : 0;
+  bool copy = (imm >> 7) & 1;
+  uint8_t slot = static_cast<uint8_t>(imm & 0x7f);
+  uint64_t expect_off = (copy ? 0 : slot * x.slot_bytes) + c * x.chunk_bytes;
+  if (j < 0 || c >= x.nchunks || len != expect || offset != expect_off) {
+    spdlog::error("{}: unexpected write from host {}: chunk {}, {} bytes at {} (expected {} bytes)",
+                  x.describe(), cluster_.hosts[size_t(peer)].id, c, len, offset, expect);
+    return;
+  }
+  x.chunks[c].arrived.push_back(arrival_code(j, copy ? Xfer::kCopy : Xfer::kReduce, slot));
+  if (x.running) {
+    auto keep = hold(x);
+    progress(x, c);
+  }
+}
+
+void CrossHost::on_write_done(int peer, uint64_t cookie, const Status& st) {
+  auto it = by_token_.find(static_cast<uint32_t>(cookie >> 32));
+  if (it == by_token_.end()) return;
+  XOp& x = *it->second;
+  auto keep = hold(x);
+  if (!st) {
+    fail(x, Status(GSYNC_ERR_HOST_LOST, fmt::format("{}: sending to host {} failed: {}", x.describe(),
+                                                    cluster_.hosts[size_t(peer)].id, st.message())),
+         true);
+    return;
+  }
+  size_t c = cookie & 0xffffffff;
+  if (c >= x.nchunks) return;
+  if (--x.chunks[c].pending_sends == 0) progress(x, c);
+}
+
+void CrossHost::complete(XOp& x, const Status& st) {
+  if (x.finished) return;
+  x.finished = true;
+  by_token_.erase(x.token);
+  auto self = hold(x);
+  ops_.erase({x.job, x.id});
+  if (!self) return;
+  Scratch scratch = x.scratch;
+  auto finish = [this, self, st] {
+    if (self->done) {
+      auto d = std::move(self->done);
+      d(st, self->weight_total);
+    }
+  };
+  if (x.scratch_region)
+    net_->deregister_region(x.scratch_region, [this, scratch] { give_scratch(scratch); });
+  else
+    give_scratch(scratch);
+  // The data region is the client's tensor: report the op only once no
+  // receive can still land in it.
+  if (x.data_region)
+    net_->deregister_region(x.data_region, finish);
+  else
+    finish();
+}
+
+void CrossHost::fail(XOp& x, const Status& st, bool tell_peers) {
+  if (x.finished) return;
+  spdlog::warn("{}", st.message());
+  if (tell_peers) {
+    cluster::OpAbort m;
+    m.code = st.code();
+    cluster::set_field(m.job, sizeof m.job, x.job);
+    m.key = x.id.key;
+    m.step = x.id.step;
+    cluster::set_field(m.message, sizeof m.message, st.message());
+    for (int h : x.hosts)
+      if (h != cluster_.self && net_->peer_up(h)) net_->send_control(h, cluster::as_bytes(m));
+  }
+  complete(x, st);
+}
+
+void CrossHost::abort(const std::string& job, const OpId& id, const Status& why) {
+  XOp* x = find(job, id);
+  if (x) fail(*x, why, true);
+}
+
+std::string CrossHost::waiting_for(const std::string& job, const OpId& id) const {
+  XOp* x = find(job, id);
+  if (!x) return "";
+  std::string hosts;
+  for (size_t j = 0; j < x->hosts.size(); j++)
+    if (static_cast<int>(j) != x->self && !x->ready[j].seen)
+      hosts += (hosts.empty() ? "" : ", ") + cluster_.hosts[size_t(x->hosts[j])].id;
+  if (!hosts.empty()) return "hosts whose ranks have not all arrived: " + hosts;
+  return fmt::format("{} of {} chunks done ({})", x->chunks_done, x->nchunks,
+                     collective::algo_name(x->sched.algo));
+}
+
+// ---------------------------------------------------------------- control
+
+void CrossHost::on_control(int peer, std::string_view msg) {
+  if (msg.empty()) return;
+  const std::string& from = cluster_.hosts[size_t(peer)].id;
+  switch (static_cast<uint8_t>(msg[0])) {
+    case cluster::kJobAnnounce: {
+      cluster::JobAnnounce a;
+      std::vector<int> ranks;
+      if (!cluster::decode_announce(msg, &a, &ranks)) break;
+      std::string job = cluster::field(a.job, sizeof a.job);
+      auto& rj = remote_[job];
+      rj.world_size = a.world_size;
+      rj.hosts[peer] = ranks;
+      spdlog::info("job {}: host {} has {} ranks of {}", job, from, ranks.size(), a.world_size);
+      if (local_.count(job) && on_job_ready) on_job_ready(job);
+      return;
+    }
+    case cluster::kJobLeave: {
+      cluster::JobLeave m;
+      if (!cluster::decode(msg, &m)) break;
+      std::string job = cluster::field(m.job, sizeof m.job);
+      if (auto it = remote_.find(job); it != remote_.end()) it->second.hosts.erase(peer);
+      Status st(GSYNC_ERR_RANK_DEAD, fmt::format("job {}: rank {} (pid {}) on host {} {}", job,
+                                                 m.rank, m.pid, from,
+                                                 cluster::field(m.reason, sizeof m.reason)));
+      // Ops that host has joined go on: its daemon still holds the rank's
+      // data, and aborts explicitly if it cannot finish. Ops it has not
+      // joined can never complete.
+      for (auto& [key, x] : std::map(ops_)) {
+        int j = x->participant_of(peer);
+        if (key.first == job && j >= 0 && !x->ready[size_t(j)].seen) fail(*x, st, false);
+      }
+      if (on_job_broken) on_job_broken(job, st);
+      return;
+    }
+    case cluster::kOpReady: {
+      cluster::OpReady m;
+      if (!cluster::decode(msg, &m)) break;
+      std::string job = cluster::field(m.job, sizeof m.job);
+      OpId id{m.key, m.step};
+      XOp* x = find(job, id);
+      if (!x) {
+        auto& e = early_[{job, id}];
+        e.ready[peer] = m;
+        e.expires = Clock::now() + kEarlyLife;
+        return;
+      }
+      int j = x->participant_of(peer);
+      if (j < 0 || x->ready[size_t(j)].seen) return;
+      if (m.opcode != x->opcode || m.count != x->count || m.dtype != x->dtype ||
+          m.redop != x->redop || m.algo != static_cast<uint8_t>(x->sched.algo) ||
+          m.chunk_bytes != x->chunk_bytes) {
+        fail(*x,
+             Status(GSYNC_ERR_MISMATCH,
+                    fmt::format("{}: hosts disagree: host {} has {} of {} {} (op {}, {} in {}-byte "
+                                "chunks), host {} has {} of {} {} (op {}, {} in {}-byte chunks)",
+                                x->describe(), from, opcode_name(m.opcode), m.count,
+                                dtype_name(m.dtype), redop_name(m.redop),
+                                collective::algo_name(static_cast<Algo>(m.algo)), m.chunk_bytes,
+                                self_id(), opcode_name(x->opcode), x->count, dtype_name(x->dtype),
+                                redop_name(x->redop), collective::algo_name(x->sched.algo),
+                                x->chunk_bytes)),
+             true);
+        return;
+      }
+      x->ready[size_t(j)] = PeerReady{true, m};
+      x->ready_count++;
+      maybe_run(*x);
+      return;
+    }
+    case cluster::kOpAbort: {
+      cluster::OpAbort m;
+      if (!cluster::decode(msg, &m)) break;
+      std::string job = cluster::field(m.job, sizeof m.job);
+      OpId id{m.key, m.step};
+      Status st(m.code, fmt::format("{} (reported by host {})",
+                                    cluster::field(m.message, sizeof m.message), from));
+      if (XOp* x = find(job, id)) {
+        fail(*x, st, false);
+      } else {
+        auto& e = early_[{job, id}];
+        e.abort = std::make_unique<Status>(st);
+        e.expires = Clock::now() + kEarlyLife;
+      }
+      return;
+    }
+    default:
+      break;
+  }
+  spdlog::error("host {}: malformed control message (type {}, {} bytes); ignored", from,
+                static_cast<int>(static_cast<uint8_t>(msg[0])), msg.size());
+}
+
+void CrossHost::on_peer_up(int peer) {
+  epoch_++;
+  const auto& h = cluster_.hosts[size_t(peer)];
+  spdlog::info("peer {} ({}:{}, rack {}) is up; cluster epoch {}", h.id, h.address, h.port, h.rack,
+               epoch_);
+  for (const auto& [job, wr] : local_)
+    net_->send_control(peer, cluster::encode_announce(job, wr.first, wr.second));
+}
+
+void CrossHost::on_peer_down(int peer, const Status& why) {
+  epoch_++;
+  const auto& h = cluster_.hosts[size_t(peer)];
+  std::string what = fmt::format("lost host {} ({}:{}, rack {}): {}; cluster epoch {}", h.id,
+                                 h.address, h.port, h.rack, why.message(), epoch_);
+  spdlog::warn("{}", what);
+  for (auto& [key, x] : std::map(ops_)) {
+    if (x->participant_of(peer) >= 0)
+      fail(*x, Status(GSYNC_ERR_HOST_LOST, fmt::format("{}: {}", x->describe(), what)), true);
+  }
+  std::vector<std::string> broken;
+  for (auto& [job, rj] : remote_)
+    if (rj.hosts.erase(peer)) broken.push_back(job);
+  for (const auto& job : broken)
+    if (on_job_broken)
+      on_job_broken(job, Status(GSYNC_ERR_HOST_LOST, fmt::format("job {}: {}", job, what)));
+}
+
+void CrossHost::expire_early() {
+  auto now = Clock::now();
+  for (auto it = early_.begin(); it != early_.end();)
+    it = it->second.expires < now ? early_.erase(it) : std::next(it);
+}
+
+void CrossHost::sample_rates() {
+  auto now = Clock::now();
+  for (int h = 0; h < static_cast<int>(cluster_.hosts.size()); h++) {
+    if (h == cluster_.self) continue;
+    auto st = net_->stats(h);
+    sent_meter_[size_t(h)].add(st.bytes_sent - last_sent_[size_t(h)], now);
+    recv_meter_[size_t(h)].add(st.bytes_received - last_recv_[size_t(h)], now);
+    last_sent_[size_t(h)] = st.bytes_sent;
+    last_recv_[size_t(h)] = st.bytes_received;
+  }
+}
+
+std::string CrossHost::peers_json() const {
+  using nlohmann::json;
+  auto now = Clock::now();
+  json peers = json::array();
+  for (int h = 0; h < static_cast<int>(cluster_.hosts.size()); h++) {
+    if (h == cluster_.self) continue;
+    const auto& host = cluster_.hosts[size_t(h)];
+    auto st = net_->stats(h);
+    const char* state = st.state == transport::PeerState::kUp       ? "up"
+                        : st.state == transport::PeerState::kDown ? "down"
+                                                                   : "connecting";
+    peers.push_back({{"host", host.id},
+                     {"address", fmt::format("{}:{}", host.address, host.port)},
+                     {"rack", host.rack},
+                     {"state", state},
+                     {"transport", st.transport},
+                     {"bytes_sent", st.bytes_sent},
+                     {"bytes_received", st.bytes_received},
+                     {"send_gbps", const_cast<RateMeter&>(sent_meter_[size_t(h)]).rate(now) / 1e9},
+                     {"recv_gbps", const_cast<RateMeter&>(recv_meter_[size_t(h)]).rate(now) / 1e9},
+                     {"connects", st.connects},
+                     {"last_error", st.last_error}});
+  }
+  const auto& me = cluster_.hosts[size_t(cluster_.self)];
+  return json{{"cluster", cluster_.name},
+              {"self", {{"host", me.id}, {"address", fmt::format("{}:{}", me.address, me.port)},
+                        {"rack", me.rack}}},
+              {"epoch", epoch_},
+              {"peers", peers}}
+      .dump();
+}
+
+}  // namespace gsync
