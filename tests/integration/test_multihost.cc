@@ -1,0 +1,298 @@
+// SPDX-License-Identifier: Apache-2.0
+//
+// Real multi-host clusters on one machine: one gsyncd per host, each in its
+// own network namespace (loopback with distinct ports where namespaces
+// cannot be made), racks joined by bridges (tools/testbed). Real rank
+// processes on every host; every element of every result checked.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "tests/integration/client_util.h"
+#include "tools/testbed/testbed.h"
+
+namespace gsync::test {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct Layout {
+  std::vector<int> racks;            // hosts per rack
+  std::vector<int> ranks_per_host;   // may differ per host
+  std::string algo;                  // daemon --algo
+};
+
+std::unique_ptr<testbed::Testbed> make_bed(const Layout& l, std::vector<std::string> extra = {}) {
+  testbed::Options o;
+  o.rack_sizes = l.racks;
+  o.log_level = "info";
+  o.daemon_args = {"--op-timeout-ms", "20000", "--algo", l.algo.empty() ? "auto" : l.algo};
+  o.daemon_args.insert(o.daemon_args.end(), extra.begin(), extra.end());
+  std::unique_ptr<testbed::Testbed> bed;
+  Status st = testbed::Testbed::create(o, &bed);
+  EXPECT_TRUE(st) << st.message();
+  return bed;
+}
+
+// Rank placement: global rank -> (host, local rank, local size).
+struct Place {
+  int host, local_rank, local_size;
+};
+std::vector<Place> places(const std::vector<int>& per_host) {
+  std::vector<Place> out;
+  for (size_t h = 0; h < per_host.size(); h++)
+    for (int k = 0; k < per_host[h]; k++) out.push_back({int(h), k, per_host[h]});
+  return out;
+}
+
+int connect_place(const testbed::Testbed& bed, const std::string& job, const std::vector<Place>& p,
+                  int rank, gsync_comm_t** comm, uint64_t arena = 0) {
+  gsync_config_t cfg;
+  gsync_config_init(&cfg);
+  std::string sock = bed.socket(p[size_t(rank)].host);
+  cfg.socket_path = sock.c_str();
+  cfg.job_id = job.c_str();
+  cfg.world_size = static_cast<int>(p.size());
+  cfg.rank = rank;
+  cfg.local_rank = p[size_t(rank)].local_rank;
+  cfg.local_size = p[size_t(rank)].local_size;
+  cfg.arena_bytes = arena;
+  return gsync_connect(&cfg, comm);
+}
+
+bool close_enough(double got, double want, int op) {
+  if (op != GSYNC_WEIGHTED_AVG) return got == want || (std::isnan(got) && std::isnan(want));
+  return std::abs(got - want) <= 2e-2 * std::max(1.0, std::abs(want));
+}
+
+// Each rank: for every (dtype, op, count) in the list, allreduce and check.
+struct OpCase {
+  int dtype, op;
+  size_t count;
+};
+
+int run_cases(const testbed::Testbed& bed, const std::string& job, const std::vector<Place>& p,
+              int rank, const std::vector<OpCase>& cases) {
+  gsync_comm_t* comm;
+  size_t most = 0;
+  for (const auto& c : cases) most = std::max(most, c.count * elem_size(c.dtype));
+  RANK_CHECK(connect_place(bed, job, p, rank, &comm, most + (8 << 20)) == 0, "{}", gsync_last_error());
+  void* buf;
+  RANK_CHECK(gsync_alloc(comm, std::max<size_t>(most, 64), &buf) == 0, "alloc {}", gsync_last_error());
+  int world = static_cast<int>(p.size());
+  uint64_t step = 0;
+  for (const auto& c : cases) {
+    for (size_t i = 0; i < c.count; i++) store(buf, c.dtype, i, test_value(rank, i));
+    gsync_request_t* req;
+    RANK_CHECK(gsync_allreduce(comm, 7, step++, buf, c.count, c.dtype, c.op, rank + 1.0, &req) == 0,
+               "{}", gsync_last_error());
+    int rc = gsync_wait(req, 60000);
+    RANK_CHECK(rc == 0, "dtype {} op {} count {}: {} {}", c.dtype, c.op, c.count, rc,
+               gsync_request_error(req));
+    gsync_request_free(req);
+    for (size_t i = 0; i < c.count; i++) {
+      double want = expected(c.dtype, c.op, world, i), got = load(buf, c.dtype, i);
+      RANK_CHECK(close_enough(got, want, c.op), "dtype {} op {} count {} element {}: got {} want {}",
+                 c.dtype, c.op, c.count, i, got, want);
+    }
+  }
+  RANK_CHECK(gsync_barrier(comm, 1, 30000) == 0, "barrier: {}", gsync_last_error());
+  gsync_close(comm);
+  return 0;
+}
+
+std::vector<OpCase> every_dtype_and_op(size_t count) {
+  std::vector<OpCase> v;
+  for (int dtype : {GSYNC_FLOAT32, GSYNC_FLOAT16, GSYNC_BFLOAT16, GSYNC_FLOAT64, GSYNC_INT32})
+    for (int op : {GSYNC_SUM, GSYNC_AVG, GSYNC_WEIGHTED_AVG, GSYNC_MIN, GSYNC_MAX})
+      if (!(dtype == GSYNC_INT32 && op == GSYNC_WEIGHTED_AVG)) v.push_back({dtype, op, count});
+  return v;
+}
+
+void run_job(const testbed::Testbed& bed, const std::string& job, const std::vector<int>& per_host,
+             const std::vector<OpCase>& cases) {
+  auto p = places(per_host);
+  auto res = run_ranks(static_cast<int>(p.size()),
+                       [&](int r) { return run_cases(bed, job, p, r, cases); }, 600);
+  for (size_t r = 0; r < res.size(); r++) EXPECT_EQ(res[r].code, 0) << "rank " << r << ": " << res[r].output;
+}
+
+class Topology : public ::testing::TestWithParam<Layout> {};
+
+// Every algorithm x every dtype and op, odd sizes, uneven ranks per host.
+TEST_P(Topology, EveryDtypeAndOpAndSize) {
+  const Layout& l = GetParam();
+  auto bed = make_bed(l);
+  ASSERT_TRUE(bed);
+  std::vector<OpCase> cases = every_dtype_and_op(30011);  // no chunk size divides it
+  for (size_t count : {size_t{0}, size_t{1}, size_t{7}, size_t{4097}, size_t{1000003}})
+    cases.push_back({GSYNC_FLOAT32, GSYNC_SUM, count});
+  run_job(*bed, "matrix", l.ranks_per_host, cases);
+  for (int h = 0; h < bed->hosts(); h++) EXPECT_TRUE(bed->daemon_alive(h)) << bed->daemon_log(h);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Cluster, Topology,
+    ::testing::Values(Layout{{2}, {1, 2}, "ring"}, Layout{{2}, {2, 2}, "direct"},
+                      Layout{{3}, {1, 3, 2}, "ring"}, Layout{{2, 1}, {2, 1, 1}, "hier"},
+                      Layout{{2, 2}, {1, 1, 1, 1}, "hier"}, Layout{{1, 1}, {4, 1}, "hier"},
+                      Layout{{2, 2}, {2, 1, 2, 1}, "ring"}, Layout{{2, 2}, {1, 2, 1, 1}, "auto"}),
+    [](const auto& info) {
+      std::string name = info.param.algo;
+      for (int r : info.param.racks) name += "_" + std::to_string(r);
+      return name + "_" + std::to_string(info.index);
+    });
+
+TEST(MultiHost, LargeTensorsOnTwoRacks) {
+  auto bed = make_bed({{2, 2}, {}, "auto"});
+  ASSERT_TRUE(bed);
+  run_job(*bed, "big", {1, 1, 1, 1}, {{GSYNC_FLOAT32, GSYNC_SUM, (256u << 20) / 4}});
+}
+
+TEST(MultiHost, TwoJobsAtOnce) {
+  auto bed = make_bed({{2, 1}, {}, "auto"});
+  ASSERT_TRUE(bed);
+  std::vector<OpCase> cases = {{GSYNC_FLOAT32, GSYNC_SUM, 1 << 20}, {GSYNC_BFLOAT16, GSYNC_AVG, 333},
+                               {GSYNC_FLOAT64, GSYNC_MAX, 70001}};
+  pid_t a = spawn([&] {
+    run_job(*bed, "job-a", {1, 1, 1}, cases);
+    return ::testing::Test::HasFailure() ? 1 : 0;
+  });
+  run_job(*bed, "job-b", {2, 1, 2}, cases);
+  int st;
+  waitpid(a, &st, 0);
+  EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << "job-a failed";
+}
+
+// A peer daemon killed mid-op: ranks elsewhere get an error naming the lost
+// host; once it is back, the job (restarted on that host) completes a new op.
+TEST(MultiHost, LostPeerFailsTheOpThenRejoins) {
+  auto bed = make_bed({{2, 1}, {}, "ring"});
+  ASSERT_TRUE(bed);
+  auto p = places({1, 1, 1});
+  int go[2];
+  ASSERT_EQ(pipe(go), 0);
+  // Ranks 0 and 1 submit and wait; rank 2 (host 3) never submits this op.
+  auto res = run_ranks(3, [&](int r) {
+    gsync_comm_t* comm;
+    RANK_CHECK(connect_place(*bed, "lost", p, r, &comm) == 0, "{}", gsync_last_error());
+    float* buf;
+    RANK_CHECK(gsync_alloc(comm, 1 << 22, reinterpret_cast<void**>(&buf)) == 0, "alloc");
+    if (r == 2) {
+      char c;
+      [[maybe_unused]] ssize_t n = read(go[0], &c, 1);  // until the parent killed our daemon
+      gsync_close(comm);
+      return 0;
+    }
+    gsync_request_t* req;
+    RANK_CHECK(gsync_allreduce(comm, 1, 5, buf, 1 << 20, GSYNC_FLOAT32, GSYNC_SUM, 0, &req) == 0, "submit");
+    if (r == 0) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(500));
+      bed->kill_daemon(2, SIGKILL);  // (the test bed is shared memory of the fork: pid is valid)
+    }
+    auto t0 = Clock::now();
+    int rc = gsync_wait(req, 25000);
+    double secs = std::chrono::duration<double>(Clock::now() - t0).count();
+    report(fmt::format("{}\n", gsync_request_error(req)));
+    RANK_CHECK(rc == GSYNC_ERR_HOST_LOST || rc == GSYNC_ERR_RANK_DEAD, "got {} ({})", rc,
+               gsync_request_error(req));
+    RANK_CHECK(secs < 15, "took {} s", secs);
+    gsync_request_free(req);
+    if (r == 0) [[maybe_unused]] ssize_t n = write(go[1], "gg", 2);
+    gsync_close(comm);
+    return 0;
+  }, 120);
+  for (int r = 0; r < 2; r++) {
+    EXPECT_EQ(res[size_t(r)].code, 0) << res[size_t(r)].output;
+    EXPECT_NE(res[size_t(r)].output.find(bed->host_id(2)), std::string::npos) << res[size_t(r)].output;
+    EXPECT_NE(res[size_t(r)].output.find("step 5"), std::string::npos) << res[size_t(r)].output;
+  }
+  // The host comes back and the job goes on with a new op.
+  bed->kill_daemon(2, SIGKILL);
+  Status st = bed->start_daemon(2);
+  ASSERT_TRUE(st) << st.message();
+  run_job(*bed, "lost-again", {1, 1, 1}, {{GSYNC_FLOAT32, GSYNC_SUM, 100000}});
+  std::string peers = admin_query(bed->admin_socket(0), "peers");
+  EXPECT_NE(peers.find("\"state\":\"up\""), std::string::npos) << peers;
+}
+
+TEST(MultiHost, ClusterNameMismatchIsRefusedNamingBoth) {
+  auto bed = make_bed({{2}, {}, "auto"});
+  ASSERT_TRUE(bed);
+  // Host 2 comes back believing in another cluster.
+  bed->kill_daemon(1, SIGKILL);
+  std::string other = bed->dir() + "/other-cluster.toml";
+  {
+    std::ifstream in(bed->cluster_file());
+    std::stringstream ss;
+    ss << in.rdbuf();
+    std::string text = ss.str();
+    auto pos = text.find("name = \"");
+    ASSERT_NE(pos, std::string::npos);
+    text.insert(pos + 8, "other-");
+    std::ofstream(other) << text;
+  }
+  auto cmd = bed->daemon_command(1);
+  for (size_t i = 0; i + 1 < cmd.size(); i++)
+    if (cmd[i] == "--cluster") cmd[i + 1] = other;
+  pid_t pid = bed->spawn_in_host(1, [&] {
+    std::vector<char*> argv;
+    for (auto& a : cmd) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    int fd = open((bed->dir() + "/other.log").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    dup2(fd, 1);
+    dup2(fd, 2);
+    execv(argv[0], argv.data());
+    return 127;
+  });
+  std::string peers;
+  for (int i = 0; i < 100; i++) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    peers = admin_query(bed->admin_socket(0), "peers");
+    if (peers.find("other-") != std::string::npos) break;
+  }
+  kill(pid, SIGKILL);
+  waitpid(pid, nullptr, 0);
+  EXPECT_NE(peers.find("other-"), std::string::npos) << peers << "\n" << bed->daemon_log(0);
+  EXPECT_NE(peers.find(bed->name()), std::string::npos) << peers;
+}
+
+TEST(MultiHost, MalformedFrameDropsTheConnectionNotTheDaemon) {
+  auto bed = make_bed({{2}, {}, "auto"});
+  ASSERT_TRUE(bed);
+  // Garbage at host 1's daemon port, from inside host 2's namespace.
+  std::string addr = bed->address(0);
+  uint16_t port = bed->port(0);
+  pid_t pid = bed->spawn_in_host(1, [&] {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(port);
+    inet_pton(AF_INET, addr.c_str(), &a.sin_addr);
+    if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) return 1;
+    std::string junk(4096, '\x5a');
+    [[maybe_unused]] ssize_t n = write(fd, junk.data(), junk.size());
+    char c;
+    n = read(fd, &c, 1);  // the daemon closes it
+    close(fd);
+    return 0;
+  });
+  int st;
+  waitpid(pid, &st, 0);
+  EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+  run_job(*bed, "after-junk", {1, 1}, {{GSYNC_FLOAT32, GSYNC_SUM, 4097}});
+  EXPECT_TRUE(bed->daemon_alive(0));
+}
+
+}  // namespace
+}  // namespace gsync::test
