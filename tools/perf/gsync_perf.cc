@@ -22,12 +22,15 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "daemon/collective/schedule.h"
 #include "daemon/config/config.h"
 #include "gsync/gsync.h"
 #include "tools/common/procs.h"
 #include "tools/common/reference.h"
+#include "tools/peers/launch.h"
 #include "tools/perf/membw.h"
 #include "tools/perf/resnet50.h"
+#include "tools/testbed/testbed.h"
 
 namespace gsync::perf {
 namespace {
@@ -35,9 +38,22 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using nlohmann::json;
 
+// Where one rank runs: its host's daemon socket and its numbers.
+struct Place {
+  std::string socket;
+  int host = 0, rank = 0, local_rank = 0, local_size = 1;
+};
+
 struct Options {
   std::string socket;
-  int ranks = 4;
+  int ranks = 4;  // per host
+  int hosts = 1, racks = 1;
+  bool loopback = false;
+  uint32_t uplink_mbit = 0;
+  std::string cluster, sockets, algo = "auto", compare;
+  std::vector<Place> places;  // by rank
+  std::vector<std::string> racks_of;  // rack per host
+  int world() const { return static_cast<int>(places.size()); }
   uint64_t min_bytes = 4 << 10, max_bytes = 256 << 20;
   int factor = 4;
   std::string dtype = "float32", op = "sum";
@@ -62,15 +78,16 @@ double median(std::vector<double> v) {
 }
 
 int connect(const Options& o, int rank, uint64_t arena, gsync_comm_t** comm) {
+  const Place& p = o.places[size_t(rank)];
   gsync_config_t cfg;
   gsync_config_init(&cfg);
-  cfg.socket_path = o.socket.c_str();
+  cfg.socket_path = p.socket.c_str();
   std::string job = fmt::format("gsync-perf-{}", getppid());
   cfg.job_id = job.c_str();
-  cfg.world_size = o.ranks;
+  cfg.world_size = o.world();
   cfg.rank = rank;
-  cfg.local_rank = rank;
-  cfg.local_size = o.ranks;
+  cfg.local_rank = p.local_rank;
+  cfg.local_size = p.local_size;
   cfg.arena_bytes = arena;
   return gsync_connect(&cfg, comm);
 }
@@ -86,12 +103,20 @@ bool allreduce(gsync_comm_t* comm, uint64_t key, uint64_t step, void* buf, size_
   return rc == 0;
 }
 
+// Sums of small integers are exact in any order; a weighted average across
+// hosts is folded in another order than the reference, so it may differ in
+// the last bits.
+bool same(double got, double want, const Options& o) {
+  if (o.op_id != GSYNC_WEIGHTED_AVG || o.places.back().host == 0) return got == want;
+  return std::abs(got - want) <= 1e-2 * std::max(1.0, std::abs(want));
+}
+
 size_t fill_and_count_wrong(void* buf, size_t count, const Options& o, int rank, bool check) {
   size_t wrong = 0;
   for (size_t i = 0; i < count; i++) {
     if (!check)
       tools::store(buf, o.dtype_id, i, tools::test_value(rank, i));
-    else if (tools::load(buf, o.dtype_id, i) != tools::expected(o.dtype_id, o.op_id, o.ranks, i))
+    else if (!same(tools::load(buf, o.dtype_id, i), tools::expected(o.dtype_id, o.op_id, o.world(), i), o))
       wrong++;
   }
   return wrong;
@@ -208,21 +233,40 @@ bool collect(const std::vector<tools::ChildResult>& res, const std::string& kind
 
 double bus_factor(int n) { return n > 1 ? 2.0 * (n - 1) / n : 0.0; }
 
-int run_sweep(const Options& o, const MemoryReference& ref, const std::string& isa) {
+// The algorithm the daemons use for a tensor of bytes (the same rule).
+std::string algo_for(const Options& o, uint64_t bytes) {
+  if (o.hosts <= 1) return "local";
+  if (o.algo != "auto") return o.algo;
+  std::vector<collective::Participant> parts;
+  for (int h = 0; h < o.hosts; h++) parts.push_back({h, o.racks_of[size_t(h)]});
+  return collective::algo_name(collective::choose_algo(parts, bytes));
+}
+
+// Peer results in the same run, for the ratio columns.
+struct Peers {
+  peers::Result gloo, mpi;
+  double tcp_gbps = -1;
+};
+
+int run_sweep(const Options& o, const MemoryReference& ref, const std::string& isa,
+              const Peers& peer) {
   std::vector<uint64_t> sizes;
   size_t elem = tools::elem_size(o.dtype_id);
   for (uint64_t b = o.min_bytes; b <= o.max_bytes; b *= static_cast<uint64_t>(o.factor)) {
     sizes.push_back(b / elem * elem);
     if (o.factor < 2) break;
   }
-  auto res = tools::run_ranks(o.ranks, [&](int r) { return sweep_rank(o, r, sizes); }, 3600);
+  auto res = tools::run_ranks(o.world(), [&](int r) { return sweep_rank(o, r, sizes); }, 3600);
   std::vector<std::vector<std::vector<double>>> rows;
   bool ok = collect(res, "size", &rows);
   if (!o.json_out) {
-    std::printf("# gsync-perf: %d local ranks, %s %s, %d iters (+%d warm-up), kernels %s\n",
-                o.ranks, o.dtype.c_str(), o.op.c_str(), o.iters, o.warmup, isa.c_str());
-    std::printf("# %12s %12s %9s %12s %11s %11s %11s %7s\n", "bytes", "count", "dtype",
-                "time_us", "algbw_GB/s", "busbw_GB/s", "reduce_GB/s", "wrong");
+    std::printf("# gsync-perf: %d hosts x %d ranks (world %d), %s %s, %d iters (+%d warm-up), "
+                "kernels %s\n",
+                o.hosts, o.ranks, o.world(), o.dtype.c_str(), o.op.c_str(), o.iters, o.warmup,
+                isa.c_str());
+    std::printf("# %12s %12s %9s %7s %12s %11s %11s %11s %7s %8s %8s\n", "bytes", "count", "dtype",
+                "algo", "time_us", "algbw_GB/s", "busbw_GB/s", "reduce_GB/s", "wrong", "vs_gloo",
+                "vs_mpi");
   }
   double last_reduce = 0;
   uint64_t wrong_total = 0;
@@ -244,25 +288,39 @@ int run_sweep(const Options& o, const MemoryReference& ref, const std::string& i
     // result written once into every rank's tensor (docs/reduce.md).
     double reduce_gbps = us > 0 ? 2.0 * o.ranks * bytes / us / 1e3 : 0;
     last_reduce = reduce_gbps;
+    double busbw = algbw * bus_factor(o.world());
+    auto ratio_to = [&](const peers::Result& r) {
+      auto it = r.rows.find(sizes[s]);
+      return it != r.rows.end() && it->second.busbw_gbps > 0 ? busbw / it->second.busbw_gbps : 0.0;
+    };
+    double vs_gloo = ratio_to(peer.gloo), vs_mpi = ratio_to(peer.mpi);
+    std::string algo = algo_for(o, sizes[s]);
     if (o.json_out) {
-      std::printf("%s\n", json{{"bytes", sizes[s]}, {"count", sizes[s] / elem}, {"dtype", o.dtype},
-                               {"op", o.op}, {"ranks", o.ranks}, {"time_us", us},
-                               {"algbw_gbps", algbw}, {"busbw_gbps", algbw * bus_factor(o.ranks)},
-                               {"reduce_gbps", reduce_gbps}, {"wrong", wrong}}
-                              .dump()
-                              .c_str());
+      json row{{"bytes", sizes[s]}, {"count", sizes[s] / elem}, {"dtype", o.dtype}, {"op", o.op},
+               {"hosts", o.hosts}, {"ranks", o.world()}, {"algo", algo}, {"time_us", us},
+               {"algbw_gbps", algbw}, {"busbw_gbps", busbw}, {"reduce_gbps", reduce_gbps},
+               {"wrong", wrong}};
+      if (!peer.gloo.rows.empty()) row["vs_gloo"] = vs_gloo;
+      if (!peer.mpi.rows.empty()) row["vs_mpi"] = vs_mpi;
+      if (peer.tcp_gbps > 0) row["tcp_fraction"] = o.hosts * busbw / peer.tcp_gbps;
+      std::printf("%s\n", row.dump().c_str());
     } else {
-      std::printf("  %12llu %12llu %9s %12.1f %11.3f %11.3f %11.2f %7llu\n",
+      auto ratio_text = [](const peers::Result& r, double v) {
+        return r.rows.empty() ? std::string("-") : fmt::format("{:.2f}", v);
+      };
+      std::printf("  %12llu %12llu %9s %7s %12.1f %11.3f %11.3f %11.2f %7llu %8s %8s\n",
                   static_cast<unsigned long long>(sizes[s]),
-                  static_cast<unsigned long long>(sizes[s] / elem), o.dtype.c_str(), us, algbw,
-                  algbw * bus_factor(o.ranks), reduce_gbps, static_cast<unsigned long long>(wrong));
+                  static_cast<unsigned long long>(sizes[s] / elem), o.dtype.c_str(), algo.c_str(),
+                  us, algbw, busbw, reduce_gbps, static_cast<unsigned long long>(wrong),
+                  ratio_text(peer.gloo, vs_gloo).c_str(), ratio_text(peer.mpi, vs_mpi).c_str());
     }
   }
   double ratio = ref.add_gbps > 0 ? last_reduce / ref.add_gbps : 0;
   if (o.json_out) {
     std::printf("%s\n", json{{"memcpy_gbps", ref.memcpy_gbps}, {"add_gbps", ref.add_gbps},
                              {"reduce_gbps", last_reduce}, {"reduce_vs_add", ratio},
-                             {"reference_bytes", o.max_bytes}, {"isa", isa}, {"wrong", wrong_total}}
+                             {"reference_bytes", o.max_bytes}, {"isa", isa}, {"wrong", wrong_total},
+                             {"tcp_stream_gbps", peer.tcp_gbps}, {"gloo_algo", peer.gloo.algo}}
                             .dump()
                             .c_str());
   } else {
@@ -272,6 +330,12 @@ int run_sweep(const Options& o, const MemoryReference& ref, const std::string& i
     std::printf("# reduce at %llu MiB: %.2f GB/s of memory traffic = %.2f x the a+=b reference\n",
                 static_cast<unsigned long long>(sizes.empty() ? 0 : sizes.back() >> 20), last_reduce,
                 ratio);
+    if (peer.tcp_gbps > 0)
+      std::printf("# one plain TCP stream between hosts 1 and 2: %.2f GB/s (the ceiling T; "
+                  "hosts x busbw / T is the fraction of it gsync reaches)\n",
+                  peer.tcp_gbps);
+    for (const auto* r : {&peer.gloo, &peer.mpi})
+      if (!r->error.empty()) std::printf("# peer run failed: %s\n", r->error.c_str());
     std::printf("# wrong elements in total: %llu\n", static_cast<unsigned long long>(wrong_total));
   }
   return ok && wrong_total == 0 ? 0 : 1;
@@ -282,7 +346,7 @@ int run_workload(const Options& o) {
   size_t elem = tools::elem_size(o.dtype_id), params = 0;
   for (size_t t : tensors) params += t;
   auto buckets = ddp_buckets(tensors, 25 << 20, elem);
-  auto res = tools::run_ranks(o.ranks, [&](int r) { return workload_rank(o, r, buckets); }, 3600);
+  auto res = tools::run_ranks(o.world(), [&](int r) { return workload_rank(o, r, buckets); }, 3600);
   std::vector<std::vector<std::vector<double>>> rows;
   bool ok = collect(res, "step", &rows);
   std::vector<double> per_step(static_cast<size_t>(o.steps), 0.0);
@@ -296,18 +360,18 @@ int run_workload(const Options& o) {
   double us = median(per_step);
   double algbw = us > 0 ? bytes / us / 1e3 : 0;
   if (o.json_out) {
-    std::printf("%s\n", json{{"workload", "resnet50"}, {"ranks", o.ranks}, {"tensors", tensors.size()},
+    std::printf("%s\n", json{{"workload", "resnet50"}, {"ranks", o.world()}, {"tensors", tensors.size()},
                              {"params", params}, {"buckets", buckets.size()}, {"steps", o.steps},
                              {"bytes_per_step", params * elem}, {"step_comm_us", us},
-                             {"algbw_gbps", algbw}, {"busbw_gbps", algbw * bus_factor(o.ranks)},
-                             {"wrong", wrong}}
+                             {"algbw_gbps", algbw}, {"busbw_gbps", algbw * bus_factor(o.world())},
+                             {"hosts", o.hosts}, {"wrong", wrong}}
                             .dump()
                             .c_str());
   } else {
     std::printf("# ResNet-50 gradients: %zu tensors, %zu parameters (%.1f MB %s), %zu DDP buckets "
-                "of <= 25 MiB, %d ranks, op %s\n",
-                tensors.size(), params, bytes / 1e6, o.dtype.c_str(), buckets.size(), o.ranks,
-                o.op.c_str());
+                "of <= 25 MiB, %d hosts x %d ranks, op %s\n",
+                tensors.size(), params, bytes / 1e6, o.dtype.c_str(), buckets.size(), o.hosts,
+                o.ranks, o.op.c_str());
     std::printf("# %6s %14s %12s %12s %8s\n", "step", "comm_time_us", "algbw_GB/s", "busbw_GB/s",
                 "wrong");
     for (size_t s = 0; s < per_step.size(); s++) {
@@ -315,12 +379,12 @@ int run_workload(const Options& o) {
       uint64_t w = 0;
       for (auto& rank_rows : rows)
         if (s < rank_rows.size()) w += static_cast<uint64_t>(rank_rows[s][0]);
-      std::printf("  %6zu %14.1f %12.3f %12.3f %8llu\n", s, per_step[s], a, a * bus_factor(o.ranks),
+      std::printf("  %6zu %14.1f %12.3f %12.3f %8llu\n", s, per_step[s], a, a * bus_factor(o.world()),
                   static_cast<unsigned long long>(w));
     }
     std::printf("# median step: %.1f us, algbw %.3f GB/s, busbw %.3f GB/s; every element of every "
                 "step checked: %llu wrong\n",
-                us, algbw, algbw * bus_factor(o.ranks), static_cast<unsigned long long>(wrong));
+                us, algbw, algbw * bus_factor(o.world()), static_cast<unsigned long long>(wrong));
   }
   return ok && wrong == 0 ? 0 : 1;
 }
@@ -335,13 +399,24 @@ std::string daemon_isa(const std::string& admin_socket) {
 }  // namespace gsync::perf
 
 int main(int argc, char** argv) {
+  using namespace gsync;
   using namespace gsync::perf;
   Options o;
   std::string min_s = "4K", max_s = "256M", admin_socket;
   CLI::App app{"gsync-perf: allreduce benchmark through gsyncd (nccl-tests columns)"};
   app.add_option("--socket", o.socket, "daemon socket; none: start a private daemon");
   app.add_option("--admin-socket", admin_socket, "admin socket of that daemon (for its ISA)");
-  app.add_option("-n,--ranks", o.ranks, "local rank processes")->check(CLI::Range(1, 256));
+  app.add_option("-n,--ranks,--ranks-per-host", o.ranks, "rank processes per host")
+      ->check(CLI::Range(1, 256));
+  app.add_option("--hosts", o.hosts, "hosts of a test bed built for this run")
+      ->check(CLI::Range(1, 64));
+  app.add_option("--racks", o.racks, "racks of that test bed")->check(CLI::Range(1, 64));
+  app.add_flag("--loopback", o.loopback, "test bed on 127.0.0.1 instead of namespaces");
+  app.add_option("--uplink-mbit", o.uplink_mbit, "shape each rack's uplink (tbf), Mbit/s");
+  app.add_option("--cluster", o.cluster, "drive a running cluster (with --sockets)");
+  app.add_option("--sockets", o.sockets, "client sockets of the cluster's hosts, comma-separated");
+  app.add_option("--algo", o.algo, "auto ring hier direct (test bed daemons)");
+  app.add_option("--compare", o.compare, "also run peers in the same run: gloo,mpi");
   app.add_option("-b,--min-bytes", min_s, "smallest size (K/M/G suffixes)");
   app.add_option("-e,--max-bytes", max_s, "largest size (K/M/G suffixes)");
   app.add_option("-f,--factor", o.factor, "size multiplier")->check(CLI::Range(1, 1024));
@@ -354,7 +429,7 @@ int main(int argc, char** argv) {
   app.add_option("--steps", o.steps, "steps of the workload")->check(CLI::Range(1, 100000));
   CLI11_PARSE(app, argc, argv);
 
-  if (!gsync::parse_byte_size(min_s, &o.min_bytes) || !gsync::parse_byte_size(max_s, &o.max_bytes) ||
+  if (!parse_byte_size(min_s, &o.min_bytes) || !parse_byte_size(max_s, &o.max_bytes) ||
       o.min_bytes == 0 || o.min_bytes > o.max_bytes) {
     std::fprintf(stderr, "gsync-perf: bad size range '%s'..'%s'\n", min_s.c_str(), max_s.c_str());
     return 2;
@@ -367,6 +442,11 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "gsync-perf: unknown workload '%s' (known: resnet50)\n", o.workload.c_str());
     return 2;
   }
+  collective::Algo unused;
+  if (o.algo != "auto" && !collective::parse_algo(o.algo, &unused)) {
+    std::fprintf(stderr, "gsync-perf: unknown --algo '%s' (auto ring hier direct)\n", o.algo.c_str());
+    return 2;
+  }
   o.dtype_id = kDtypes.at(o.dtype);
   o.op_id = kOps.at(o.op);
 
@@ -375,19 +455,83 @@ int main(int argc, char** argv) {
   MemoryReference ref;
   if (o.workload.empty()) ref = measure_memory(o.max_bytes, 5);
 
-  std::unique_ptr<gsync::tools::DaemonProcess> daemon;
-  if (o.socket.empty()) {
-    try {
-      daemon = std::make_unique<gsync::tools::DaemonProcess>(std::vector<std::string>{}, "", "warn");
-    } catch (const std::exception& e) {
-      std::fprintf(stderr, "gsync-perf: cannot start a private gsyncd: %s\n", e.what());
+  std::unique_ptr<tools::DaemonProcess> daemon;
+  std::unique_ptr<testbed::Testbed> bed;
+  std::vector<peers::HostSlot> slots;  // per host, for peer drivers
+  if (!o.cluster.empty()) {
+    // A running cluster: ranks on every host, through the sockets given.
+    std::vector<std::string> socks;
+    std::stringstream ss(o.sockets);
+    for (std::string item; std::getline(ss, item, ',');)
+      if (!item.empty()) socks.push_back(item);
+    if (socks.empty()) {
+      std::fprintf(stderr, "gsync-perf: --cluster needs --sockets S1,S2,... (one per host)\n");
+      return 2;
+    }
+    o.hosts = static_cast<int>(socks.size());
+    for (int h = 0; h < o.hosts; h++) {
+      o.racks_of.push_back("r1");
+      for (int k = 0; k < o.ranks; k++)
+        o.places.push_back({socks[size_t(h)], h, h * o.ranks + k, k, o.ranks});
+    }
+  } else if (o.hosts > 1) {
+    testbed::Options t;
+    t.hosts = o.hosts;
+    t.racks = std::min(o.racks, o.hosts);
+    t.loopback = o.loopback;
+    t.uplink_mbit = o.uplink_mbit;
+    t.log_level = "warn";
+    if (o.algo != "auto") t.daemon_args = {"--algo", o.algo};
+    if (Status st = testbed::Testbed::create(t, &bed); !st) {
+      std::fprintf(stderr, "gsync-perf: cannot build the test bed: %s\n", st.message().c_str());
       return 1;
     }
-    o.socket = daemon->socket();
-    admin_socket = daemon->admin_socket();
+    if (!o.json_out)
+      std::printf("# test bed: %d hosts in %d racks, %s%s\n", o.hosts, t.racks,
+                  bed->namespaces() ? "network namespaces" : "loopback",
+                  o.uplink_mbit ? fmt::format(", uplinks {} Mbit/s", o.uplink_mbit).c_str() : "");
+    for (int h = 0; h < o.hosts; h++) {
+      o.racks_of.push_back(bed->rack(h));
+      slots.push_back({bed->netns(h), bed->address(h)});
+      for (int k = 0; k < o.ranks; k++)
+        o.places.push_back({bed->socket(h), h, h * o.ranks + k, k, o.ranks});
+    }
+    admin_socket = bed->admin_socket(0);
+  } else {
+    if (o.socket.empty()) {
+      try {
+        daemon = std::make_unique<tools::DaemonProcess>(std::vector<std::string>{}, "", "warn");
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "gsync-perf: cannot start a private gsyncd: %s\n", e.what());
+        return 1;
+      }
+      o.socket = daemon->socket();
+      admin_socket = daemon->admin_socket();
+    }
+    o.racks_of = {"r1"};
+    for (int k = 0; k < o.ranks; k++) o.places.push_back({o.socket, 0, k, k, o.ranks});
   }
   std::string isa = admin_socket.empty() ? "unknown" : daemon_isa(admin_socket);
-  int rc = o.workload.empty() ? run_sweep(o, ref, isa) : run_workload(o);
+
+  // Peers run before gsync, each alone on the machine, over the same hosts.
+  Peers peer;
+  if (o.workload.empty()) {
+    int timeout = 600;
+    if (o.compare.find("gloo") != std::string::npos) {
+      std::vector<peers::HostSlot> gslots;
+      for (const auto& p : o.places)
+        gslots.push_back(slots.empty() ? peers::HostSlot{} : slots[size_t(p.host)]);
+      peer.gloo = peers::run_gloo(gslots, o.min_bytes, o.max_bytes, o.iters, timeout);
+    }
+    if (o.compare.find("mpi") != std::string::npos) {
+      if (bed && bed->namespaces())
+        peer.mpi.error = "Open MPI runs on loopback only (mpirun cannot place ranks in namespaces)";
+      else
+        peer.mpi = peers::run_mpi_tcp(o.world(), o.min_bytes, o.max_bytes, o.iters, timeout);
+    }
+    if (slots.size() >= 2) peer.tcp_gbps = peers::tcp_stream_gbps(slots[0], slots[1], 2.0);
+  }
+  int rc = o.workload.empty() ? run_sweep(o, ref, isa, peer) : run_workload(o);
   if (daemon) {
     int st = daemon->stop();
     if (st != 0) std::fprintf(stderr, "gsync-perf: private gsyncd exited with %d\n", st);
