@@ -51,6 +51,7 @@ struct Options {
   bool loopback = false;
   uint32_t uplink_mbit = 0;
   std::string cluster, sockets, algo = "auto", compare;
+  std::vector<std::string> daemon_args;
   std::vector<Place> places;  // by rank
   std::vector<std::string> racks_of;  // rack per host
   int world() const { return static_cast<int>(places.size()); }
@@ -417,6 +418,8 @@ int main(int argc, char** argv) {
   app.add_option("--sockets", o.sockets, "client sockets of the cluster's hosts, comma-separated");
   app.add_option("--algo", o.algo, "auto ring hier direct (test bed daemons)");
   app.add_option("--compare", o.compare, "also run peers in the same run: gloo,mpi");
+  app.add_option("--daemon-arg", o.daemon_args, "extra gsyncd argument for test bed daemons")
+      ->allow_extra_args(false);
   app.add_option("-b,--min-bytes", min_s, "smallest size (K/M/G suffixes)");
   app.add_option("-e,--max-bytes", max_s, "largest size (K/M/G suffixes)");
   app.add_option("-f,--factor", o.factor, "size multiplier")->check(CLI::Range(1, 1024));
@@ -482,6 +485,7 @@ int main(int argc, char** argv) {
     t.uplink_mbit = o.uplink_mbit;
     t.log_level = "warn";
     if (o.algo != "auto") t.daemon_args = {"--algo", o.algo};
+    t.daemon_args.insert(t.daemon_args.end(), o.daemon_args.begin(), o.daemon_args.end());
     if (Status st = testbed::Testbed::create(t, &bed); !st) {
       std::fprintf(stderr, "gsync-perf: cannot build the test bed: %s\n", st.message().c_str());
       return 1;
