@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -54,6 +55,10 @@ struct CrossHost::XOp {
   std::vector<PeerReady> ready;
   int ready_count = 0;
   bool local_ready = false, running = false, finished = false;
+  // Small direct ops go eagerly: the data rides in the OpReady itself, one
+  // message each way instead of a rendezvous and then the writes.
+  bool eager = false;
+  std::vector<uint8_t> eager_scratch;  // slot j at j * slot_bytes
   std::vector<Chunk> chunks;
   size_t chunks_done = 0;
   Done done;
@@ -298,7 +303,13 @@ void CrossHost::begin(const Job& job, Op& op, double weight_sum, Done done) {
   last_algo_ = collective::algo_name(x->sched.algo);
   x->data = static_cast<uint8_t*>(op.host_data);
   x->chunks.resize(x->nchunks);
-  if (x->bytes) {
+  x->eager = x->sched.algo == Algo::kDirect && op.opcode == proto::kOpAllreduce && x->nchunks == 1 &&
+             x->bytes + sizeof(cluster::OpReady) <= transport::kMaxControl;
+  if (x->eager) {
+    x->slot_bytes = x->bytes;
+    x->eager_scratch.resize(x->slot_bytes * static_cast<size_t>(x->sched.slots));
+    x->scratch.base = x->eager_scratch.data();
+  } else if (x->bytes) {
     x->data_region = net_->register_region(x->data, x->bytes).id;
     if (x->sched.slots > 0) {
       x->slot_bytes = proto::align_up(x->bytes, 4096);
@@ -316,24 +327,7 @@ void CrossHost::begin(const Job& job, Op& op, double weight_sum, Done done) {
   }
   by_token_[x->token] = x.get();
   ops_[{x->job, x->id}] = x;
-
-  cluster::OpReady m;
-  m.algo = static_cast<uint8_t>(x->sched.algo);
-  m.opcode = x->opcode;
-  m.dtype = x->dtype;
-  m.redop = x->redop;
-  cluster::set_field(m.job, sizeof m.job, x->job);
-  m.key = x->id.key;
-  m.step = x->id.step;
-  m.count = x->count;
-  m.chunk_bytes = x->chunk_bytes;
-  m.weight_sum = weight_sum;
-  m.token = x->token;
-  m.data_region = x->data_region;
-  m.scratch_region = x->scratch_region;
-  m.slot_bytes = x->slot_bytes;
-  for (int h : x->hosts)
-    if (h != cluster_.self) net_->send_control(h, cluster::as_bytes(m));
+  if (!x->eager) send_ready(*x);
 
   // What came before this host was ready.
   auto early = early_.find({x->job, x->id});
@@ -344,14 +338,37 @@ void CrossHost::begin(const Job& job, Op& op, double weight_sum, Done done) {
       fail(*x, *e.abort, false);
       return;
     }
-    for (auto& [host, msg] : e.ready) on_control(host, cluster::as_bytes(msg));
+    for (auto& [host, msg] : e.ready) on_control(host, msg);
   }
+}
+
+void CrossHost::send_ready(XOp& x) {
+  cluster::OpReady m;
+  m.algo = static_cast<uint8_t>(x.sched.algo);
+  m.opcode = x.opcode;
+  m.dtype = x.dtype;
+  m.redop = x.redop;
+  cluster::set_field(m.job, sizeof m.job, x.job);
+  m.key = x.id.key;
+  m.step = x.id.step;
+  m.count = x.count;
+  m.chunk_bytes = x.chunk_bytes;
+  m.weight_sum = x.weight_local;
+  m.token = x.token;
+  m.data_region = x.data_region;
+  m.scratch_region = x.scratch_region;
+  m.slot_bytes = x.slot_bytes;
+  std::string msg(cluster::as_bytes(m));
+  if (x.eager) msg.append(reinterpret_cast<const char*>(x.data), x.bytes);
+  for (int h : x.hosts)
+    if (h != cluster_.self) net_->send_control(h, msg);
 }
 
 void CrossHost::local_ready(const std::string& job, const OpId& id) {
   XOp* x = find(job, id);
   if (!x) return;
   x->local_ready = true;
+  if (x->eager) send_ready(*x);  // carries the folded contribution
   maybe_run(*x);
 }
 
@@ -418,7 +435,7 @@ void CrossHost::progress(XOp& x, size_t c) {
     const Phase& p = phases[ch.phase];
     if (!ch.sent) {
       ch.sent = true;
-      issue_sends(x, c);
+      if (!x.eager) issue_sends(x, c);  // eager data went with the OpReady
     }
     if (ch.pending_sends > 0) return;
     for (const auto& r : p.recvs)
@@ -484,7 +501,7 @@ void CrossHost::complete(XOp& x, const Status& st) {
   auto self = hold(x);
   ops_.erase({x.job, x.id});
   if (!self) return;
-  Scratch scratch = x.scratch;
+  Scratch scratch = x.eager ? Scratch{} : x.scratch;
   auto finish = [this, self, st] {
     if (self->done) {
       auto d = std::move(self->done);
@@ -580,7 +597,7 @@ void CrossHost::on_control(int peer, std::string_view msg) {
       XOp* x = find(job, id);
       if (!x) {
         auto& e = early_[{job, id}];
-        e.ready[peer] = m;
+        e.ready[peer] = std::string(msg);
         e.expires = Clock::now() + kEarlyLife;
         return;
       }
@@ -602,8 +619,20 @@ void CrossHost::on_control(int peer, std::string_view msg) {
              true);
         return;
       }
+      size_t payload = msg.size() - sizeof m;
+      if (payload != (x->eager ? x->bytes : 0)) {
+        fail(*x, Status(GSYNC_ERR_PROTOCOL, fmt::format("{}: host {} sent {} bytes of eager data, "
+                                                        "expected {}", x->describe(), from, payload,
+                                                        x->eager ? x->bytes : 0)),
+             true);
+        return;
+      }
       x->ready[size_t(j)] = PeerReady{true, m};
       x->ready_count++;
+      if (x->eager) {
+        std::memcpy(x->scratch.base + size_t(j) * x->slot_bytes, msg.data() + sizeof m, payload);
+        x->chunks[0].arrived.push_back(arrival_code(j, Xfer::kReduce, static_cast<uint8_t>(j)));
+      }
       maybe_run(*x);
       return;
     }

@@ -101,6 +101,7 @@ class CrossHost {
   void on_peer_down(int peer, const Status& why);
 
   void maybe_run(XOp& op);
+  void send_ready(XOp& op);
   void progress(XOp& op, size_t c);
   void issue_sends(XOp& op, size_t c);
   void fold(XOp& op, size_t c, const collective::Phase& p);
@@ -135,7 +136,7 @@ class CrossHost {
   std::unordered_map<uint32_t, XOp*> by_token_;
   // Rendezvous and aborts that came before the local op began.
   struct Early {
-    std::map<int, cluster::OpReady> ready;
+    std::map<int, std::string> ready;  // whole messages (eager ones carry data)
     std::unique_ptr<Status> abort;
     Clock::time_point expires;
   };
