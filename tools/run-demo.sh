@@ -1,39 +1,54 @@
 #!/usr/bin/env bash
-# The main job: installs dependencies, builds, starts a gsyncd, and has 4 rank
-# processes allreduce ResNet-50's gradients (25.6 M parameters in DDP's 25 MiB
-# buckets) step after step, every element checked; then a size sweep with the
-# machine's memory bandwidth as the reference, and the daemon's status.
-# RANKS, STEPS override the defaults.
+# The main job: installs dependencies, builds, and runs a real multi-host
+# aggregation on this one machine. A test bed of 4 hosts in 2 racks (network
+# namespaces joined by bridges; loopback when namespaces cannot be made), one
+# gsyncd per host, RANKS rank processes per host allreducing ResNet-50's
+# gradients (25.6 M parameters in DDP's 25 MiB buckets, averaged) step after
+# step with every element checked; then a size sweep in nccl-tests' columns
+# with the algorithm per size; then `gsyncctl peers` and `status` of host 1.
+# HOSTS, RACKS, RANKS, STEPS, UPLINK_MBIT override the defaults.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash tools/setup-deps.sh
 bash tools/build.sh >/dev/null
 build=${BUILD_DIR:-build}
-ranks=${RANKS:-4}
+hosts=${HOSTS:-4}
+racks=${RACKS:-2}
+ranks=${RANKS:-2}
 steps=${STEPS:-10}
+uplink=${UPLINK_MBIT:-0}
 
-dir=$(mktemp -d /tmp/gsync-demo.XXXXXX)
-daemon_pid=
+out=$(mktemp /tmp/gsync-demo.XXXXXX)
+bed_pid=
 cleanup() {
-  if [ -n "$daemon_pid" ]; then kill "$daemon_pid" 2>/dev/null; wait "$daemon_pid" 2>/dev/null; fi
-  rm -rf "$dir"
+  if [ -n "$bed_pid" ]; then kill -TERM "$bed_pid" 2>/dev/null; wait "$bed_pid" 2>/dev/null; fi
+  rm -f "$out"
 }
 trap cleanup EXIT INT TERM
 
-"$build/daemon/gsyncd" --socket "$dir/gsyncd.sock" --admin-socket "$dir/admin.sock" \
-  --log-level warn >"$dir/gsyncd.log" 2>&1 &
-daemon_pid=$!
-for _ in $(seq 100); do [ -S "$dir/admin.sock" ] && break; sleep 0.05; done
-[ -S "$dir/admin.sock" ] || { cat "$dir/gsyncd.log"; exit 1; }
+shape=()
+[ "$uplink" != 0 ] && shape=(--uplink-mbit "$uplink")
+"$build/tools/testbed/gsync-testbed" up --hosts "$hosts" --racks "$racks" "${shape[@]}" \
+  --log-level warn >"$out" 2>&1 &
+bed_pid=$!
+for _ in $(seq 300); do grep -q "Ctrl-C" "$out" && break; kill -0 "$bed_pid" 2>/dev/null || break; sleep 0.1; done
+grep -q "Ctrl-C" "$out" || { cat "$out"; exit 1; }
+sed '/Ctrl-C/d' "$out"
+cluster=$(awk '/^cluster file:/ {print $3}' "$out")
+sockets=$(awk '$1 ~ /^h[0-9]+$/ {print $5}' "$out" | paste -sd, -)
+admin=$(awk '$1 ~ /^h[0-9]+$/ {print $6; exit}' "$out")
+perf=("$build/tools/perf/gsync-perf" --cluster "$cluster" --sockets "$sockets" --admin-socket "$admin"
+  --ranks-per-host "$ranks")
 
-echo "== gsyncd pid $daemon_pid on $dir/gsyncd.sock"
-echo "== ResNet-50 gradients, $ranks ranks, $steps steps, average (as DDP)"
-"$build/tools/perf/gsync-perf" --socket "$dir/gsyncd.sock" --admin-socket "$dir/admin.sock" \
-  --ranks "$ranks" --workload resnet50 --steps "$steps" --op avg
 echo
-echo "== allreduce size sweep, $ranks ranks, fp32 sum"
-"$build/tools/perf/gsync-perf" --socket "$dir/gsyncd.sock" --admin-socket "$dir/admin.sock" \
-  --ranks "$ranks" --min-bytes 64K --max-bytes 256M --iters 10 --warmup 3
+echo "== ResNet-50 gradients over $hosts hosts x $ranks ranks, $steps steps, average (as DDP)"
+"${perf[@]}" --workload resnet50 --steps "$steps" --op avg
 echo
-echo "== gsyncctl status"
-"$build/tools/gsyncctl/gsyncctl" --socket "$dir/admin.sock" status
+echo "== allreduce size sweep over $hosts hosts x $ranks ranks, fp32 sum"
+"${perf[@]}" --min-bytes 4K --max-bytes 64M --iters 5 --warmup 2
+echo
+echo "== gsyncctl peers (host 1)"
+"$build/tools/gsyncctl/gsyncctl" --socket "$admin" peers
+echo
+echo "== gsyncctl status (host 1)"
+"$build/tools/gsyncctl/gsyncctl" --socket "$admin" status

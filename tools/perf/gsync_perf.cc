@@ -22,6 +22,9 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include <fstream>
+
+#include "daemon/cluster/cluster_file.h"
 #include "daemon/collective/schedule.h"
 #include "daemon/config/config.h"
 #include "gsync/gsync.h"
@@ -472,8 +475,29 @@ int main(int argc, char** argv) {
       return 2;
     }
     o.hosts = static_cast<int>(socks.size());
+    ClusterFile cf;
+    std::string first_id;
+    if (Status st = load_cluster_file(o.cluster, "", &cf); !st) {
+      // Not this machine's cluster (or several of its hosts are here, as on
+      // a test bed): any host id will do to read the racks.
+      ClusterFile probe;
+      std::ifstream in(o.cluster);
+      std::string line;
+      while (std::getline(in, line) && first_id.empty())
+        if (auto p = line.find("id = \""); p != std::string::npos)
+          first_id = line.substr(p + 6, line.find('"', p + 6) - p - 6);
+      if (Status st2 = load_cluster_file(o.cluster, first_id, &cf); !st2) {
+        std::fprintf(stderr, "gsync-perf: %s\n", st2.message().c_str());
+        return 2;
+      }
+    }
+    if (cf.hosts.size() != socks.size()) {
+      std::fprintf(stderr, "gsync-perf: %zu sockets for %zu hosts in %s\n", socks.size(),
+                   cf.hosts.size(), o.cluster.c_str());
+      return 2;
+    }
     for (int h = 0; h < o.hosts; h++) {
-      o.racks_of.push_back("r1");
+      o.racks_of.push_back(cf.hosts[size_t(h)].rack);
       for (int k = 0; k < o.ranks; k++)
         o.places.push_back({socks[size_t(h)], h, h * o.ranks + k, k, o.ranks});
     }
