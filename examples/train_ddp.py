@@ -1,0 +1,267 @@
+#!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
+"""train_ddp: a small real DDP training run on CPU, over gloo or gsync.
+
+Model: an MLP (default 256-1024-1024-1024-10, 2,372,618 parameters, 9.5 MB of
+gradients a step). Data: a synthetic 10-class problem made from a fixed seed
+(labels = argmax of a random linear "teacher"), sharded by rank. SGD with
+momentum. The same seed gives the same model and data for either backend.
+
+The gsync backend is plain DDP plus the two lines this example exists to
+show (search for "gsync:"). DDP itself still needs a process group (it
+broadcasts the initial parameters with it); the gradients go through gsync.
+
+Run one rank per process, torchrun-style (RANK, WORLD_SIZE, LOCAL_RANK,
+LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT, GSYNC_SOCKET in the environment),
+or let it start the ranks itself:
+
+  examples/train_ddp.py --nproc 2 --backend gloo
+  examples/train_ddp.py --nproc 4 --backend gsync --sockets /tmp/gtb-.../h1/gsyncd.sock,...
+  examples/train_ddp.py --nproc 2 --bench --sockets ...   # step time, exposed communication
+
+Prints per step (rank 0): step, loss, step time. --dump DIR writes each
+rank's losses and final parameters to DIR/rank<r>.pt.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Dict, List, Optional, Tuple
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "python"))
+
+NCLS = 10
+
+
+def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--backend", choices=["gloo", "gsync"], default="gloo")
+    p.add_argument("--steps", type=int, default=50)
+    p.add_argument("--warmup", type=int, default=10, help="--bench: untimed steps per phase")
+    p.add_argument("--din", type=int, default=256)
+    p.add_argument("--hidden", type=int, default=1024)
+    p.add_argument("--layers", type=int, default=3, help="hidden layers")
+    p.add_argument("--batch", type=int, default=64, help="per rank")
+    p.add_argument("--lr", type=float, default=0.05)
+    p.add_argument("--seed", type=int, default=1234)
+    p.add_argument("--bucket-cap-mb", type=float, default=25.0, help="DDP bucket size")
+    p.add_argument("--threads", type=int, default=1, help="torch intra-op threads per rank")
+    p.add_argument("--job", default=None, help="gsync job name (default: from MASTER_PORT)")
+    p.add_argument("--timeout-ms", type=int, default=30000, help="gsync per-op timeout")
+    p.add_argument("--staged", action="store_true",
+                   help="gsync: let libgsync stage DDP's buckets instead of arena buffers")
+    p.add_argument("--dump", default=None, help="directory for rank<r>.pt")
+    p.add_argument("--quiet", action="store_true", help="no per-step lines")
+    p.add_argument("--bench", action="store_true",
+                   help="time gloo DDP, gsync DDP and no_sync (no communication) in one run")
+    p.add_argument("--rounds", type=int, default=2, help="--bench: rounds of the three phases")
+    # Launcher (when RANK is not in the environment).
+    p.add_argument("--nproc", type=int, default=None, help="start this many local ranks")
+    p.add_argument("--sockets", default="", help="comma-separated gsyncd sockets, one per host")
+    p.add_argument("--port", type=int, default=None, help="MASTER_PORT (default: a free one)")
+    return p.parse_args(argv)
+
+
+# ---- model and data ----
+
+def make_model(args: argparse.Namespace):
+    import torch.nn as nn
+    import torch
+    torch.manual_seed(args.seed)
+    layers, width = [], args.din
+    for _ in range(args.layers):
+        layers += [nn.Linear(width, args.hidden), nn.ReLU()]
+        width = args.hidden
+    layers.append(nn.Linear(width, NCLS))
+    return nn.Sequential(*layers)
+
+
+def make_shard(args: argparse.Namespace, rank: int, world: int, n_total: int = 16384):
+    import torch
+    g = torch.Generator().manual_seed(args.seed + 1)
+    x = torch.randn(n_total, args.din, generator=g)
+    teacher = torch.randn(args.din, NCLS, generator=g)
+    y = (x @ teacher).argmax(dim=1)
+    return x[rank::world].contiguous(), y[rank::world].contiguous()
+
+
+# ---- training ----
+
+def build_ddp(args: argparse.Namespace, hook_state=None):
+    import torch
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    model = DDP(make_model(args), bucket_cap_mb=args.bucket_cap_mb)
+    if hook_state is not None:
+        import gsync.torch
+        model.register_comm_hook(hook_state, gsync.torch.allreduce_hook)  # gsync: line 2 of 2
+    opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
+    return model, opt
+
+
+def run_steps(model, opt, x, y, steps: int, batch: int, no_sync: bool = False,
+              on_step=None) -> List[float]:
+    """Trains `steps` steps; returns the losses. on_step(i, loss, seconds)."""
+    import contextlib
+    import torch.nn as nn
+    lossf = nn.CrossEntropyLoss()
+    nb = x.shape[0] // batch
+    losses = []
+    for i in range(steps):
+        t0 = time.perf_counter()
+        j = i % nb
+        xb, yb = x[j * batch:(j + 1) * batch], y[j * batch:(j + 1) * batch]
+        opt.zero_grad(set_to_none=False)
+        with model.no_sync() if no_sync else contextlib.nullcontext():
+            loss = lossf(model(xb), yb)
+            loss.backward()
+        opt.step()
+        losses.append(loss.item())
+        if on_step:
+            on_step(i, losses[-1], time.perf_counter() - t0)
+    return losses
+
+
+def init_rank(args: argparse.Namespace):
+    import torch
+    import torch.distributed as dist
+    torch.set_num_threads(args.threads)
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+    dist.init_process_group("gloo", init_method="env://", rank=rank, world_size=world)
+    state = None
+    if args.backend == "gsync" or args.bench:
+        import gsync.torch
+        job = args.job or f"train-ddp-{os.environ.get('MASTER_PORT', '0')}"
+        state = gsync.torch.init(job=job, timeout_ms=args.timeout_ms,  # gsync: line 1 of 2
+                                 zero_copy=not args.staged)
+    return rank, world, state
+
+
+def train_main(args: argparse.Namespace) -> int:
+    import torch
+    import torch.distributed as dist
+    rank, world, state = init_rank(args)
+    x, y = make_shard(args, rank, world)
+    model, opt = build_ddp(args, state if args.backend == "gsync" else None)
+    if rank == 0:
+        n = sum(p.numel() for p in model.parameters())
+        print(f"# backend={args.backend} ranks={world} params={n} "
+              f"grad_bytes={n * 4} batch/rank={args.batch} torch={torch.__version__}", flush=True)
+
+    def on_step(i, loss, secs):
+        if rank == 0 and not args.quiet:
+            print(f"step {i:4d} loss {loss:.6f} time_ms {secs * 1e3:.2f}", flush=True)
+
+    t0 = time.perf_counter()
+    try:
+        losses = run_steps(model, opt, x, y, args.steps, args.batch, on_step=on_step)
+    except RuntimeError as e:
+        # A gsync failure inside the hook surfaces here, from loss.backward().
+        print(f"rank {rank}: training failed: {e}", file=sys.stderr, flush=True)
+        os._exit(1)  # peers may be gone; do not wait on them at exit
+    elapsed = time.perf_counter() - t0
+    if rank == 0:
+        print(f"# {args.steps} steps in {elapsed:.2f} s, {elapsed / args.steps * 1e3:.2f} ms/step, "
+              f"final loss {losses[-1]:.6f}", flush=True)
+    if args.dump:
+        Path(args.dump).mkdir(parents=True, exist_ok=True)
+        params = {k: v.detach().clone() for k, v in model.module.state_dict().items()}
+        handed = state.stats.buckets if state is not None else 0
+        torch.save({"losses": losses, "params": params, "gsync_buckets": handed},
+                   Path(args.dump) / f"rank{rank}.pt")
+    dist.barrier()
+    if state is not None:
+        state.close()
+    dist.destroy_process_group()
+    return 0
+
+
+# ---- benchmark: gloo DDP vs gsync DDP vs no communication, same processes ----
+
+def bench_main(args: argparse.Namespace) -> int:
+    import torch
+    import torch.distributed as dist
+    rank, world, state = init_rank(args)
+    x, y = make_shard(args, rank, world)
+    times: Dict[str, List[float]] = {"gloo": [], "gsync": [], "no_sync": []}
+    inflight: List[float] = []
+    copy_in: List[float] = []
+    for _ in range(args.rounds):
+        for phase in ("gloo", "gsync", "no_sync"):
+            model, opt = build_ddp(args, state if phase == "gsync" else None)
+            run_steps(model, opt, x, y, args.warmup, args.batch, no_sync=phase == "no_sync")
+            if phase == "gsync":
+                c0, i0, n0 = state.stats.copy_in_s, state.completer.inflight_s, 0
+            dist.barrier()
+            t0 = time.perf_counter()
+            run_steps(model, opt, x, y, args.steps, args.batch, no_sync=phase == "no_sync")
+            step_s = (time.perf_counter() - t0) / args.steps
+            dist.barrier()
+            t = torch.tensor([step_s])
+            dist.all_reduce(t)
+            times[phase].append(float(t[0]) / world)
+            if phase == "gsync":
+                copy_in.append((state.stats.copy_in_s - c0) / args.steps)
+                inflight.append((state.completer.inflight_s - i0) / args.steps)
+    if rank == 0:
+        n = sum(p.numel() for p in make_model(args).parameters())
+        med = {k: statistics.median(v) for k, v in times.items()}
+        print(f"# bench: ranks={world} hosts={len(args.sockets.split(',')) if args.sockets else 1} "
+              f"params={n} grad_bytes={n * 4} batch/rank={args.batch} threads/rank="
+              f"{args.threads} steps={args.steps} (+{args.warmup} warm-up) x {args.rounds} rounds "
+              f"torch={torch.__version__} BLAS={'openblas' if 'openblas' in os.environ.get('LD_LIBRARY_PATH', '') else 'system'}")
+        print(f"# {'phase':8s} {'step_ms':>9s} {'exposed':>8s}   per-round step_ms")
+        for k in ("gloo", "gsync", "no_sync"):
+            exposed = 1 - med["no_sync"] / med[k]
+            rounds = " ".join(f"{v * 1e3:.2f}" for v in times[k])
+            print(f"  {k:8s} {med[k] * 1e3:9.2f} {exposed if k != 'no_sync' else 0:8.3f}   {rounds}")
+        print(f"  gsync copy-in (bucket -> arena) per step: {statistics.median(copy_in) * 1e3:.2f} ms; "
+              f"in flight (submit -> future done, summed over buckets): "
+              f"{statistics.median(inflight) * 1e3:.2f} ms; zero_copy={not args.staged}", flush=True)
+    state.close()
+    dist.barrier()
+    dist.destroy_process_group()
+    return 0
+
+
+def launch(args: argparse.Namespace, argv: List[str]) -> int:
+    """Starts --nproc ranks of this script and waits for them; if one fails,
+    the others get 30 s to report their own error before they are killed."""
+    from gsync.launch import spawn_ranks
+    sockets = [s for s in args.sockets.split(",") if s]
+    procs = spawn_ranks([sys.executable, str(Path(__file__).resolve()), *argv], args.nproc,
+                        sockets, master_port=args.port)
+    rc, deadline = 0, None
+    while any(p.poll() is None for p in procs):
+        codes = [p.poll() for p in procs]
+        if deadline is None and any(c not in (None, 0) for c in codes):
+            deadline = time.monotonic() + 30
+        if deadline is not None and time.monotonic() > deadline:
+            for p in procs:
+                if p.poll() is None:
+                    p.kill()
+        time.sleep(0.1)
+    for r, p in enumerate(procs):
+        if p.returncode != 0:
+            print(f"train_ddp: rank {r} exited with {p.returncode}", file=sys.stderr)
+            rc = 1
+    return rc
+
+
+def main() -> int:
+    argv = sys.argv[1:]
+    args = parse_args(argv)
+    if "RANK" not in os.environ:
+        if not args.nproc:
+            print("train_ddp: set RANK/WORLD_SIZE/... (torchrun) or give --nproc", file=sys.stderr)
+            return 2
+        return launch(args, argv)
+    return bench_main(args) if args.bench else train_main(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

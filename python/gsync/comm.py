@@ -1,0 +1,117 @@
+# SPDX-License-Identifier: Apache-2.0
+"""A Python view of one libgsync session: connect, arena memory, allreduce."""
+from __future__ import annotations
+
+import ctypes
+from typing import Optional
+
+from gsync import _lib
+from gsync._lib import GsyncError
+
+
+class Request:
+    """One asynchronous operation (gsync_request_t). Free it exactly once."""
+
+    __slots__ = ("_ptr", "key", "step")
+
+    def __init__(self, ptr: int, key: int, step: int):
+        self._ptr = ptr
+        self.key = key
+        self.step = step
+
+    def test(self) -> int:
+        """0 when done, ERR_AGAIN while pending, another negative code on failure."""
+        return _lib.lib().gsync_test(self._ptr)
+
+    def wait(self, timeout_ms: int = -1) -> int:
+        return _lib.lib().gsync_wait(self._ptr, timeout_ms)
+
+    def error(self, code: int) -> GsyncError:
+        """The exception for a failed request, carrying gsync's own text."""
+        text = _lib.lib().gsync_request_error(self._ptr).decode(errors="replace")
+        if not text:
+            text = _lib.lib().gsync_strerror(code).decode(errors="replace")
+        return GsyncError(code, text)
+
+    def free(self) -> None:
+        if self._ptr:
+            _lib.lib().gsync_request_free(self._ptr)
+            self._ptr = None
+
+
+class Comm:
+    """A session with the host's gsyncd (gsync_comm_t).
+
+    Buffers from alloc() live in the shared arena and are reduced in place by
+    the daemon; they stay valid until close(), which unmaps them once the last
+    request is freed, so nothing may keep a view of them past close().
+    """
+
+    def __init__(self, job: str, world_size: int, rank: int, local_rank: int,
+                 local_size: int, socket: Optional[str] = None, arena_bytes: int = 0,
+                 timeout_ms: int = 0):
+        L = _lib.lib()
+        cfg = _lib.GsyncConfig()
+        L.gsync_config_init(ctypes.byref(cfg))
+        # Keep the encoded strings alive for the call: ctypes stores only the pointer.
+        self._socket_b = socket.encode() if socket else None
+        self._job_b = job.encode()
+        cfg.socket_path = self._socket_b
+        cfg.job_id = self._job_b
+        cfg.world_size = world_size
+        cfg.rank = rank
+        cfg.local_rank = local_rank
+        cfg.local_size = local_size
+        cfg.arena_bytes = arena_bytes
+        cfg.timeout_ms = timeout_ms
+        handle = ctypes.c_void_p()
+        _lib.check(L.gsync_connect(ctypes.byref(cfg), ctypes.byref(handle)))
+        self._ptr: Optional[int] = handle.value
+        self.job, self.world_size, self.rank = job, world_size, rank
+        self.local_rank, self.local_size = local_rank, local_size
+        self.socket = socket
+
+    @property
+    def handle(self) -> int:
+        if not self._ptr:
+            raise GsyncError(_lib.ERR_CLOSED, f"job {self.job} rank {self.rank}: comm is closed")
+        return self._ptr
+
+    def alloc(self, nbytes: int) -> int:
+        """An arena block of nbytes; returns its address."""
+        out = ctypes.c_void_p()
+        _lib.check(_lib.lib().gsync_alloc(self.handle, nbytes, ctypes.byref(out)))
+        return out.value
+
+    def free(self, addr: int) -> None:
+        _lib.check(_lib.lib().gsync_free(self.handle, addr))
+
+    def arena_info(self) -> tuple:
+        cap, free = ctypes.c_size_t(), ctypes.c_size_t()
+        _lib.check(_lib.lib().gsync_arena_info(self.handle, ctypes.byref(cap), ctypes.byref(free)))
+        return cap.value, free.value
+
+    def allreduce(self, key: int, step: int, addr: int, count: int, dtype: int,
+                  op: int = _lib.AVG, weight: float = 0.0) -> Request:
+        """Submits an allreduce of `count` elements at `addr`; raises GsyncError."""
+        req = ctypes.c_void_p()
+        _lib.check(_lib.lib().gsync_allreduce(self.handle, key, step, addr, count, dtype, op,
+                                              weight, ctypes.byref(req)))
+        return Request(req.value, key, step)
+
+    def barrier(self, step: int, timeout_ms: int = -1) -> None:
+        _lib.check(_lib.lib().gsync_barrier(self.handle, step, timeout_ms))
+
+    def completion_fd(self) -> int:
+        return _lib.check(_lib.lib().gsync_completion_fd(self.handle))
+
+    def close(self) -> None:
+        if self._ptr:
+            ptr, self._ptr = self._ptr, None
+            _lib.check(_lib.lib().gsync_close(ptr))
+
+    def __enter__(self) -> "Comm":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

@@ -1,0 +1,110 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Drives the `gsync-testbed up` CLI (docs/testbed.md) from Python: starts a
+multi-host test bed, reads back every host's client socket, tears it down.
+
+The CLI is used rather than reimplementing the bed so that Python tests and
+examples run on exactly the network and daemons the C++ tests use.
+"""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import List, Optional, Sequence
+
+_REPO = Path(__file__).resolve().parent.parent.parent
+
+
+@dataclass
+class Host:
+    id: str
+    rack: str
+    address: str
+    netns: str  # "-" in loopback mode
+    socket: str
+    admin_socket: str
+
+
+def find_tool(env: str, build_rel: str, name: str) -> Optional[str]:
+    """$env, else the repository's build tree, else PATH."""
+    v = os.environ.get(env)
+    if v:
+        return v
+    p = _REPO / "build" / build_rel
+    if p.exists():
+        return str(p)
+    return shutil.which(name)
+
+
+class Testbed:
+    """`gsync-testbed up --hosts N --racks R [-- daemon args]` in the background."""
+
+    def __init__(self, hosts: int = 2, racks: int = 1, daemon_args: Sequence[str] = (),
+                 binary: Optional[str] = None, gsyncd: Optional[str] = None,
+                 start_timeout_s: float = 60.0):
+        binary = binary or find_tool("GSYNC_TESTBED", "tools/testbed/gsync-testbed",
+                                     "gsync-testbed")
+        if not binary:
+            raise FileNotFoundError("gsync-testbed not found: set $GSYNC_TESTBED or build it")
+        cmd = [binary, "up", "--hosts", str(hosts), "--racks", str(racks)]
+        gsyncd = gsyncd or os.environ.get("GSYNCD")
+        if gsyncd:
+            cmd += ["--gsyncd", gsyncd]
+        if daemon_args:
+            cmd += ["--", *daemon_args]
+        self.command = cmd
+        # Own session: a Ctrl-C in the terminal reaches us, and we stop the
+        # bed in order (SIGTERM), rather than the bed being killed midway.
+        self._proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                      text=True, start_new_session=True)
+        self.hosts: List[Host] = []
+        self.output: List[str] = []
+        self.cluster_file = ""
+        deadline = time.monotonic() + start_timeout_s
+        for line in self._proc.stdout:
+            self.output.append(line)
+            m = re.match(r"^(h\d+)\s+(\S+)\s+(\S+)\s+(\S+)\s+(\S+)\s+(\S+)\s*$", line)
+            if m:
+                self.hosts.append(Host(*m.groups()))
+            if line.startswith("cluster file:"):
+                self.cluster_file = line.split(":", 1)[1].strip()
+            if line.startswith("Ctrl-C tears"):
+                break
+            if time.monotonic() > deadline:
+                break
+        if len(self.hosts) != hosts:
+            self.close()
+            raise RuntimeError(f"{' '.join(cmd)} did not come up:\n" + "".join(self.output))
+
+    @property
+    def sockets(self) -> List[str]:
+        return [h.socket for h in self.hosts]
+
+    def daemon_log(self, h: int) -> str:
+        path = Path(self.hosts[h].socket).parent / "gsyncd.log"
+        try:
+            return path.read_text(errors="replace")
+        except OSError as e:
+            return f"({path}: {e})"
+
+    def close(self) -> None:
+        if self._proc.poll() is None:
+            self._proc.send_signal(signal.SIGTERM)
+            try:
+                self._proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self._proc.kill()
+                self._proc.wait()
+        if self._proc.stdout:
+            self._proc.stdout.close()
+
+    def __enter__(self) -> "Testbed":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

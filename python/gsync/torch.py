@@ -1,0 +1,361 @@
+# SPDX-License-Identifier: Apache-2.0
+"""A DDP communication hook that hands gradient buckets to gsyncd.
+
+Switching a DDP script to gsync is two lines (docs/pytorch.md):
+
+    state = gsync.torch.init(job="my-run")
+    model.register_comm_hook(state, gsync.torch.allreduce_hook)
+
+DDP calls the hook once per gradient bucket during backward. The hook copies
+the bucket into a buffer of the shared arena that belongs to that bucket,
+submits an asynchronous GSYNC_AVG allreduce of it, and returns a
+torch.futures.Future at once, so backward goes on computing the next buckets
+while gsyncd reduces this one. A background thread (the completer) sleeps on
+gsync_completion_fd, collects finished requests and completes their futures
+with the reduced arena buffer; DDP copies that into the parameters' .grad as
+it would a gloo result. A failed op completes its future with a GsyncError
+carrying gsync's text, which DDP re-raises from loss.backward().
+
+Ops are matched across ranks by (key, step): key = key_base + bucket.index(),
+step = how many times this model has handed that bucket before, i.e. the
+model's step counter kept per bucket, so the order in which ranks hand their
+buckets cannot shift it.
+"""
+import atexit
+import os
+import select
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Tuple
+
+import ctypes
+
+import torch
+import torch.distributed as dist
+
+from gsync import _lib
+from gsync._lib import GsyncError
+from gsync.comm import Comm, Request
+
+__all__ = ["GsyncError", "GsyncState", "allreduce_hook", "init"]
+
+_DTYPES = {
+    torch.float32: _lib.FLOAT32,
+    torch.float16: _lib.FLOAT16,
+    torch.bfloat16: _lib.BFLOAT16,
+    torch.float64: _lib.FLOAT64,
+}
+
+# How long the completer sleeps on the doorbell before it looks again
+# anyway: the library notices a daemon that died (its socket hung up) only
+# when asked, so this bounds how late such a failure surfaces.
+_POLL_SLICE_MS = 50
+
+
+@dataclass
+class _Pending:
+    req: Request
+    fut: torch.futures.Future
+    result: torch.Tensor
+    submitted: float
+    deadline: Optional[float]
+
+
+class _Completer:
+    """Completes the futures of submitted requests from one background thread.
+
+    Why a thread on the completion fd rather than gsync_wait per request:
+    buckets may complete in any order (ranks hand them in different orders,
+    hosts finish at different times), and one poll() on the doorbell covers
+    all of them. ctypes releases the GIL in poll() and in gsync_test, so the
+    training thread keeps running while this one sleeps.
+    """
+
+    def __init__(self, comm: Comm, grace_s: Optional[float]):
+        self._comm = comm
+        self._fd = comm.completion_fd()
+        self._grace_s = grace_s
+        self._cv = threading.Condition()
+        self._pending: List[_Pending] = []
+        self._stopping = False
+        self.completed = 0
+        self.inflight_s = 0.0  # sum over requests of submit -> future completed
+        self._thread = threading.Thread(target=self._run, name="gsync-completer", daemon=True)
+        self._thread.start()
+
+    def add(self, req: Request, fut: torch.futures.Future, result: torch.Tensor) -> None:
+        now = time.monotonic()
+        deadline = now + self._grace_s if self._grace_s is not None else None
+        with self._cv:
+            self._pending.append(_Pending(req, fut, result, now, deadline))
+            self._cv.notify()
+
+    def _run(self) -> None:
+        poller = select.poll()
+        poller.register(self._fd, select.POLLIN)
+        while True:
+            with self._cv:
+                while not self._pending and not self._stopping:
+                    self._cv.wait()
+                if self._stopping:
+                    batch, self._pending = self._pending, []
+                    for p in batch:
+                        self._finish(p, _lib.ERR_CLOSED, GsyncError(
+                            _lib.ERR_CLOSED, f"gsync: job {self._comm.job} rank "
+                            f"{self._comm.rank}: key {p.req.key} step {p.req.step} abandoned: "
+                            "the hook state was closed"))
+                    return
+                batch = list(self._pending)
+            done = []
+            now = time.monotonic()
+            for p in batch:
+                # gsync_test clears the doorbell before it looks at the ring,
+                # so a completion that lands after this look rings it again
+                # and the poll below returns.
+                rc = p.req.test()
+                if rc != _lib.ERR_AGAIN:
+                    done.append((p, rc, None))
+                elif p.deadline is not None and now > p.deadline:
+                    done.append((p, _lib.ERR_TIMEOUT, GsyncError(
+                        _lib.ERR_TIMEOUT,
+                        f"gsync: job {self._comm.job} rank {self._comm.rank}: allreduce key "
+                        f"{p.req.key} step {p.req.step}: no completion from gsyncd "
+                        f"({self._comm.socket or 'default socket'}) within "
+                        f"{self._grace_s:.1f} s, well past the op timeout")))
+            if done:
+                with self._cv:
+                    finished = {id(p) for p, _, _ in done}
+                    self._pending = [p for p in self._pending if id(p) not in finished]
+                for p, rc, err in done:
+                    self._finish(p, rc, err)
+                continue
+            poller.poll(_POLL_SLICE_MS)
+
+    def _finish(self, p: _Pending, rc: int, err: Optional[GsyncError]) -> None:
+        if rc == 0:
+            p.req.free()
+            self.completed += 1
+            self.inflight_s += time.monotonic() - p.submitted
+            p.fut.set_result(p.result)
+            return
+        if err is None:
+            # Say which of this rank's ops failed: the daemon's text names the
+            # cause (and, for a rank on another host, not always the op).
+            text = str(p.req.error(rc)).split(": ", 1)[-1]
+            err = GsyncError(rc, f"job {self._comm.job} rank {self._comm.rank}: allreduce of "
+                                 f"bucket key {p.req.key} step {p.req.step} failed: {text}")
+        # Freeing a pending request abandons it; the library drops its
+        # completion when it comes.
+        p.req.free()
+        p.fut.set_exception(err)
+
+    def stop(self) -> None:
+        with self._cv:
+            self._stopping = True
+            self._cv.notify()
+        self._thread.join(timeout=5)
+
+
+class _ArenaBuffer:
+    """One bucket's block of the shared arena, seen as a flat torch tensor."""
+
+    def __init__(self, comm: Comm, numel: int, dtype: torch.dtype):
+        elem = torch.tensor([], dtype=dtype).element_size()
+        self.nbytes = numel * elem
+        self.addr = comm.alloc(max(self.nbytes, 1))
+        self.numel, self.dtype = numel, dtype
+        raw = (ctypes.c_char * max(self.nbytes, 1)).from_address(self.addr)
+        # frombuffer keeps `raw` referenced; the memory itself lives as long
+        # as the session's mapping (see Comm).
+        self.tensor = torch.frombuffer(raw, dtype=dtype, count=numel)
+
+
+@dataclass
+class _Stats:
+    buckets: int = 0
+    copy_in_s: float = 0.0
+    copy_in_bytes: int = 0
+    submit_s: float = 0.0
+
+
+class GsyncState:
+    """What allreduce_hook needs: the session, the completer, per-bucket
+    arena buffers and step counters. One per DDP model (models sharing a comm
+    take different key_base values, see for_model)."""
+
+    def __init__(self, comm: Comm, completer: _Completer, key_base: int = 0,
+                 zero_copy: bool = True):
+        self.comm = comm
+        self.completer = completer
+        self.key_base = key_base
+        self.zero_copy = zero_copy
+        self.stats = _Stats()
+        self._steps: Dict[int, int] = {}
+        self._buffers: Dict[int, _ArenaBuffer] = {}
+        self._children: List["GsyncState"] = []
+        self._closed = False
+
+    @property
+    def world_size(self) -> int:
+        return self.comm.world_size
+
+    @property
+    def rank(self) -> int:
+        return self.comm.rank
+
+    def for_model(self, key_base: int) -> "GsyncState":
+        """A state for another DDP model over the same session; its bucket
+        keys start at key_base (pick ranges that do not overlap, e.g. 1 << 32)."""
+        child = GsyncState(self.comm, self.completer, key_base, self.zero_copy)
+        self._children.append(child)
+        return child
+
+    def _buffer(self, index: int, tensor: torch.Tensor) -> _ArenaBuffer:
+        buf = self._buffers.get(index)
+        if buf is not None and buf.numel == tensor.numel() and buf.dtype == tensor.dtype:
+            return buf
+        # DDP rebuilds its buckets after the first step (in the order the
+        # gradients became ready), so sizes change once. The old block's
+        # result has been copied out by DDP before the next backward starts.
+        if buf is not None:
+            self.comm.free(buf.addr)
+            del self._buffers[index]
+        buf = _ArenaBuffer(self.comm, tensor.numel(), tensor.dtype)
+        self._buffers[index] = buf
+        return buf
+
+    def submit(self, tensor: torch.Tensor, index: int) -> torch.futures.Future:
+        """Averages `tensor` over all ranks as bucket `index`; returns a Future
+        of the result. Failures, at submit or later, complete the Future with
+        a GsyncError instead of raising here."""
+        fut: torch.futures.Future = torch.futures.Future()
+        step = self._steps.get(index, 0)
+        self._steps[index] = step + 1
+        key = self.key_base + index
+        try:
+            dtype = _DTYPES.get(tensor.dtype)
+            if dtype is None or tensor.device.type != "cpu" or not tensor.is_contiguous():
+                raise GsyncError(_lib.ERR_UNSUPPORTED,
+                                 f"gsync: bucket {index}: need a contiguous CPU tensor of "
+                                 f"float32/float16/bfloat16/float64, got {tensor.dtype} on "
+                                 f"{tensor.device}")
+            t0 = time.perf_counter()
+            if self.zero_copy:
+                buf = self._buffer(index, tensor)
+                # The one copy gsync adds to DDP's path: bucket -> arena. The
+                # daemon reduces the arena block in place and DDP copies the
+                # result into .grad as it does with any backend's result.
+                buf.tensor.copy_(tensor)
+                t1 = time.perf_counter()
+                req = self.comm.allreduce(key, step, buf.addr, tensor.numel(), dtype, _lib.AVG)
+                result = buf.tensor
+            else:
+                # Staged: libgsync copies the bucket into the arena at submit
+                # and the result back out in gsync_test, on the completer.
+                t1 = t0
+                req = self.comm.allreduce(key, step, tensor.data_ptr(), tensor.numel(), dtype,
+                                          _lib.AVG)
+                result = tensor
+            t2 = time.perf_counter()
+        except GsyncError as e:
+            fut.set_exception(e)
+            return fut
+        self.stats.buckets += 1
+        self.stats.copy_in_s += t1 - t0
+        self.stats.copy_in_bytes += tensor.numel() * tensor.element_size() if self.zero_copy else 0
+        self.stats.submit_s += t2 - t1
+        self.completer.add(req, fut, result)
+        return fut
+
+    def close(self) -> None:
+        """Stops the completer (pending futures fail with GsyncError) and closes
+        the session. Arena tensors handed out before must not be used after."""
+        if self._closed:
+            return
+        self._closed = True
+        self.completer.stop()
+        self._buffers.clear()
+        for child in self._children:
+            child._buffers.clear()
+            child._closed = True
+        self.comm.close()
+
+
+# DDP checks these annotations by identity (DistributedDataParallel.
+# _check_comm_hook): they must be real objects, not strings, so this module
+# does not use `from __future__ import annotations`.
+def allreduce_hook(state: GsyncState,
+                   bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
+    """DDP communication hook: the average of this bucket over all ranks, by gsyncd.
+
+    Use: model.register_comm_hook(state, allreduce_hook). DDP hands buckets
+    not divided by the world size when a hook is registered; GSYNC_AVG does
+    the division in the daemon.
+    """
+    # The reducer reads the future from C++. torch 1.13's Future.set_exception
+    # stores the exception as the future's *value* (raised only by a Python
+    # .wait()/.value()), so C++ would fail to cast it to a Tensor ("Unable to
+    # cast ... to Tensor"). Unwrapping it in a then() callback puts the future
+    # DDP sees into a real error state: loss.backward() raises with gsync's text.
+    return state.submit(bucket.buffer(), bucket.index()).then(_unwrap)
+
+
+def _unwrap(fut: torch.futures.Future) -> torch.Tensor:
+    return fut.value()
+
+
+def _env_int(name: str) -> Optional[int]:
+    v = os.environ.get(name)
+    return int(v) if v not in (None, "") else None
+
+
+def _pick(explicit: Optional[int], env: str, fallback: Optional[int]) -> Optional[int]:
+    if explicit is not None:
+        return explicit
+    v = _env_int(env)
+    return v if v is not None else fallback
+
+
+def init(job: Optional[str] = None, socket: Optional[str] = None, *,
+         world_size: Optional[int] = None, rank: Optional[int] = None,
+         local_rank: Optional[int] = None, local_world_size: Optional[int] = None,
+         timeout_ms: int = 0, arena_bytes: int = 0, key_base: int = 0,
+         zero_copy: bool = True) -> GsyncState:
+    """Connects this rank to its host's gsyncd and returns the hook state.
+
+    job: the job name shared by all ranks (default $GSYNC_JOB).
+    socket: the daemon's client socket (default $GSYNC_SOCKET, then
+        /run/gsync/gsyncd.sock).
+    world_size, rank, local_rank, local_world_size: default to WORLD_SIZE,
+        RANK, LOCAL_RANK, LOCAL_WORLD_SIZE (as torchrun sets them), then to
+        torch.distributed's rank and world size when it is initialized; the
+        local ones then default to a single host (local = global).
+    timeout_ms: per-op timeout (0: the daemon's). A rank that dies is
+        reported at once; a rank that hangs, after this long.
+    arena_bytes: the shared arena (0: the daemon's default, 1 GiB); it must
+        hold one copy of all gradient buckets.
+    zero_copy: True: per-bucket arena buffers (one copy in, no copy out);
+        False: hand DDP's bucket to libgsync to stage (one copy each way).
+    """
+    job = job or os.environ.get("GSYNC_JOB")
+    if not job:
+        raise ValueError("gsync.torch.init: job is required (argument or $GSYNC_JOB)")
+    pg = dist.is_available() and dist.is_initialized()
+    world_size = _pick(world_size, "WORLD_SIZE", dist.get_world_size() if pg else 1)
+    rank = _pick(rank, "RANK", dist.get_rank() if pg else 0)
+    local_rank = _pick(local_rank, "LOCAL_RANK", rank)
+    local_world_size = _pick(local_world_size, "LOCAL_WORLD_SIZE", world_size)
+    comm = Comm(job, world_size, rank, local_rank, local_world_size, socket=socket,
+                arena_bytes=arena_bytes, timeout_ms=timeout_ms)
+    # Our own bound on a request, past the daemon's: only when a timeout is
+    # known, and generously, since the daemon's own error text says more.
+    grace = (2 * timeout_ms / 1000.0 + 10.0) if timeout_ms > 0 else None
+    state = GsyncState(comm, _Completer(comm, grace), key_base=key_base, zero_copy=zero_copy)
+    atexit.register(state.close)
+    return state
+
+
+def bucket_layout(state: GsyncState) -> List[Tuple[int, int]]:
+    """(bucket index, elements) of the arena buffers held, for reports."""
+    return sorted((i, b.numel) for i, b in state._buffers.items())

@@ -1,0 +1,64 @@
+# SPDX-License-Identifier: Apache-2.0
+"""What the torch tests share: skipping without torch, the repository's
+python/ on sys.path, the example, and a small model's arguments."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import List, Sequence
+
+REPO = Path(__file__).resolve().parent.parent.parent
+EXAMPLE = REPO / "examples" / "train_ddp.py"
+sys.path.insert(0, str(REPO / "python"))
+
+# 64-256-256-10 (85,002 parameters) in 0.1 MB buckets: several buckets, and
+# fast enough with the reference BLAS on 2 shared cores.
+SMALL_MODEL = ["--din", "64", "--hidden", "256", "--layers", "2", "--bucket-cap-mb", "0.1"]
+
+
+def skip(reason: str) -> None:
+    print(f"SKIPPED: {reason}", flush=True)
+    sys.exit(77)
+
+
+def require_torch() -> None:
+    try:
+        import torch  # noqa: F401
+    except ImportError as e:
+        skip(f"torch is not importable by {sys.executable} ({e}); apt-get install python3-torch")
+
+
+def require_testbed() -> None:
+    from gsync.testbed import find_tool
+    if not find_tool("GSYNC_TESTBED", "tools/testbed/gsync-testbed", "gsync-testbed"):
+        skip("gsync-testbed not found (set GSYNC_TESTBED or build it)")
+
+
+def run_example(args: Sequence[str], timeout: float) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, str(EXAMPLE), *args]
+    t0 = time.monotonic()
+    cp = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    print(f"$ {' '.join(cmd)}  # exit {cp.returncode}, {time.monotonic() - t0:.1f} s", flush=True)
+    return cp
+
+
+class Failures:
+    """Collects failed checks; exit code 1 with all of them listed."""
+
+    def __init__(self) -> None:
+        self.items: List[str] = []
+
+    def check(self, ok: bool, what: str) -> None:
+        if not ok:
+            self.items.append(what)
+            print(f"FAIL: {what}", flush=True)
+
+    def finish(self) -> None:
+        if self.items:
+            print(f"{len(self.items)} check(s) failed", flush=True)
+            sys.exit(1)
+        print("PASS", flush=True)
+        sys.exit(0)
