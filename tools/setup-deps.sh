@@ -10,6 +10,7 @@ packages=(
   libgtest-dev libgmock-dev
   systemd python3 procps
   openmpi-bin libopenmpi-dev libgloo-dev
+  python3-torch python3-numpy
 )
 
 missing=()
