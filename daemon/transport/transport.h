@@ -49,6 +49,13 @@ struct ContextOptions {
   uint32_t heartbeat_ms = 200;  // control keepalive period
   uint32_t peer_timeout_ms = 2000;  // silence after which a peer is declared down
   uint32_t reconnect_min_ms = 50, reconnect_max_ms = 2000;  // backoff
+  // The verbs provider (transport/verbs/): which RDMA device, port and GID.
+  struct Verbs {
+    std::string device;   // "": the first device with an active port
+    int port = 0;         // 0: the first active port
+    int gid_index = -1;   // -1: a RoCE v2 GID (the listen address's if present)
+    bool required = false;  // make_context fails instead of falling back to TCP
+  } verbs;
 };
 
 // A region of this daemon's memory that peers may write into.
@@ -67,6 +74,12 @@ struct PeerStats {
   uint64_t connects = 0;          // successful link establishments
   std::string last_error;         // why the link last went down, "" if never
   std::string transport = "tcp";  // "tcp", "verbs"
+  // Verbs only (empty / zero on TCP): where the link runs and how it fares.
+  std::string verbs_device;      // "rxe0"
+  int verbs_port = 0;
+  int verbs_gid_index = -1;
+  uint32_t verbs_qpn = 0, verbs_remote_qpn = 0;
+  uint64_t verbs_completion_errors = 0;  // work completions with an error status
 };
 
 struct Handlers {
@@ -126,5 +139,12 @@ constexpr size_t kMaxControl = 64 << 10;
 
 // The TCP provider on io_uring.
 std::unique_ptr<Context> make_tcp_context(const ContextOptions& options, Status* err);
+
+// The verbs provider when prefer_verbs and a usable RDMA device exists
+// (libibverbs lists it, the port is active, a GID fits, the context comes
+// up), else the TCP provider; which one and why is logged once. Fails only
+// where TCP fails, or where options.verbs.required and verbs is unusable.
+std::unique_ptr<Context> make_context(const ContextOptions& options, bool prefer_verbs,
+                                      Status* err);
 
 }  // namespace gsync::transport

@@ -1,0 +1,105 @@
+// SPDX-License-Identifier: Apache-2.0
+//
+// The verbs provider's Context: the device (PD, completion channel), the
+// registration cache, the region table, one Pair per peer, and an internal
+// TCP context (transport/tcp/, one stream) that does what TCP does well:
+// the connector rule, HELLO with identity checks and refusals, reconnect
+// backoff, heartbeats and liveness - and carries the QP parameters, region
+// announcements and the user's control messages in order. Data moves only
+// over RDMA. event_fd() is an epoll set of the inner context's fd, the
+// completion channel and a wake-up eventfd; poll() is the one place
+// handlers run.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "daemon/transport/transport.h"
+#include "daemon/transport/verbs/buffer.h"
+#include "daemon/transport/verbs/device.h"
+#include "daemon/transport/verbs/pair.h"
+
+namespace gsync::transport::verbs {
+
+class VerbsContext final : public Context {
+ public:
+  static Status create(const ContextOptions& options, std::unique_ptr<VerbsContext>* out);
+  ~VerbsContext() override;
+
+  Status start(Handlers handlers) override;
+  Region register_region(void* base, uint64_t bytes) override;
+  void deregister_region(uint32_t id, std::function<void()> released) override;
+  void write(int peer, const void* src, uint64_t len, uint32_t remote_region,
+             uint64_t remote_offset, uint64_t imm, uint64_t cookie) override;
+  void send_control(int peer, std::string_view msg) override;
+  int event_fd() const override { return epoll_fd_; }
+  void poll() override;
+  bool peer_up(int peer) const override;
+  PeerStats stats(int peer) const override;
+  int self() const override { return options_.self; }
+  int size() const override { return static_cast<int>(options_.hosts.size()); }
+
+  // For Pair.
+  Device& device() { return *device_; }
+  MrCache& mrs() { return *mrs_; }
+  const RegionTable& regions() const { return regions_; }
+  const ContextOptions& options() const { return options_; }
+  const Handlers& handlers() const { return handlers_; }
+  std::string describe_host(int index) const;
+  void send_internal(int peer, const std::string& msg);
+  void post_write_done(int peer, uint64_t cookie, Status st);
+  void post_peer_up(int peer);
+  void post_peer_down(int peer, Status why);
+  // The peer has no write into our region id in flight any more.
+  void region_acked(uint32_t id, int peer);
+  void notify();
+
+  // Tests: the pair to a peer (to provoke an error on purpose).
+  Pair* pair_for_test(int peer) { return pairs_[size_t(peer)].get(); }
+  const MrCache& mr_cache() const { return *mrs_; }
+
+ private:
+  struct Event {
+    enum class Kind : uint8_t { kWriteDone, kPeerUp, kPeerDown, kReleased } kind;
+    int peer;
+    uint64_t cookie;
+    Status status;
+    std::function<void()> released;
+  };
+  // A deregistered region peers may still be writing into.
+  struct Retiring {
+    std::vector<bool> waiting;  // by host: a RETIRE_ACK is due
+    int left = 0;
+    MrCache::Entry* mr = nullptr;
+    std::function<void()> released;
+  };
+
+  explicit VerbsContext(const ContextOptions& options);
+  void on_link_up(int peer);
+  void on_link_down(int peer, const Status& why);
+  void on_internal(int peer, std::string_view msg);
+  void announce(int peer, const LocalRegion& r);
+  void retire_done(uint32_t id);
+  void flush_events();
+  bool valid_peer(int peer) const;
+
+  ContextOptions options_;
+  Handlers handlers_;
+  std::unique_ptr<Device> device_;
+  std::unique_ptr<MrCache> mrs_;
+  RegionTable regions_;
+  std::unordered_map<uint32_t, Retiring> retiring_;
+  std::vector<std::unique_ptr<Pair>> pairs_;  // by host index; null for self
+  std::vector<std::string> partial_;          // a user message arriving in parts
+  std::vector<Event> events_, flushing_;
+  bool flushing_events_ = false;
+  bool started_ = false;
+  int epoll_fd_ = -1, wake_fd_ = -1;
+  uint64_t failed_registrations_ = 0;
+  std::unique_ptr<Context> inner_;  // first to go: nothing calls back into us after
+};
+
+}  // namespace gsync::transport::verbs
