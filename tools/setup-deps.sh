@@ -11,6 +11,9 @@ packages=(
   systemd python3 procps
   openmpi-bin libopenmpi-dev libgloo-dev
   python3-torch python3-numpy
+  # the soft-RoCE lane (tests/rxe, tools/rxe): a VM under qemu TCG with rxe0
+  qemu-system-x86 busybox-static kmod cpio iproute2
+  rdma-core ibverbs-utils ibverbs-providers libibverbs1 perftest
 )
 
 missing=()

@@ -1,0 +1,373 @@
+// SPDX-License-Identifier: Apache-2.0
+//
+// The verbs provider over a real RDMA device (soft-RoCE rxe0 in the test VM,
+// tools/rxe/): several contexts in this process, each with its own RC queue
+// pairs over the device's GID, driven by poll() from the test thread.
+// Outside the VM there is no device: every test skips, saying so.
+#include <arpa/inet.h>
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "daemon/transport/transport.h"
+#include "daemon/transport/verbs/context.h"
+#include "daemon/transport/verbs/device.h"
+
+namespace gsync::transport {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::vector<uint16_t> free_ports(int n) {
+  std::vector<int> fds;
+  std::vector<uint16_t> ports;
+  for (int i = 0; i < n; i++) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+    socklen_t len = sizeof a;
+    getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+    fds.push_back(fd);
+    ports.push_back(ntohs(a.sin_port));
+  }
+  for (int fd : fds) close(fd);
+  return ports;
+}
+
+// Memory from mmap, as the daemon's arenas and scratch are (buffer.h).
+struct Mem {
+  explicit Mem(size_t n) : bytes(n) {
+    p = static_cast<uint8_t*>(mmap(nullptr, n, PROT_READ | PROT_WRITE,
+                                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0));
+  }
+  ~Mem() { munmap(p, bytes); }
+  uint8_t* p;
+  size_t bytes;
+};
+
+struct Landed {
+  int peer;
+  uint32_t region;
+  uint64_t offset, len, imm;
+};
+struct Done {
+  int peer;
+  uint64_t cookie;
+  Status st;
+};
+
+struct Node {
+  std::unique_ptr<Context> ctx;
+  std::vector<int> ups;
+  std::vector<std::pair<int, Status>> downs;
+  std::vector<Landed> landed;
+  std::vector<Done> dones;
+  std::vector<std::string> controls;
+  size_t ok_dones() const {
+    size_t n = 0;
+    for (auto& d : dones) n += d.st.is_ok();
+    return n;
+  }
+  verbs::Pair* pair(int peer) {
+    return static_cast<verbs::VerbsContext*>(ctx.get())->pair_for_test(peer);
+  }
+};
+
+bool have_device(std::string* why) {
+  verbs::DeviceChoice c;
+  Status st = verbs::probe({}, "127.0.0.1", &c);
+  *why = st.message();
+  return st.is_ok();
+}
+
+class Cluster {
+ public:
+  explicit Cluster(int n) {
+    auto ports = free_ports(n);
+    base_.identity = {"rxe", 1, "b"};
+    for (int i = 0; i < n; i++) base_.hosts.push_back({fmt::format("h{}", i), "127.0.0.1", ports[size_t(i)], ""});
+    base_.heartbeat_ms = 100;
+    base_.peer_timeout_ms = 1000;
+    base_.reconnect_min_ms = 20;
+    base_.reconnect_max_ms = 200;
+    base_.verbs.required = true;
+    if (const char* g = getenv("RXE_GID_INDEX")) base_.verbs.gid_index = atoi(g);
+    nodes_.resize(size_t(n));
+  }
+  Node& start(int i) {
+    nodes_[size_t(i)] = std::make_unique<Node>();
+    Node& n = *nodes_[size_t(i)];
+    ContextOptions o = base_;
+    o.self = i;
+    Status st;
+    n.ctx = make_context(o, true, &st);
+    EXPECT_TRUE(n.ctx) << st.message();
+    if (!n.ctx) return n;
+    Handlers h;
+    h.on_peer_up = [&n](int p) { n.ups.push_back(p); };
+    h.on_peer_down = [&n](int p, const Status& why) { n.downs.emplace_back(p, why); };
+    h.on_write = [&n](int p, uint32_t r, uint64_t off, uint64_t len, uint64_t imm) {
+      n.landed.push_back({p, r, off, len, imm});
+    };
+    h.on_write_done = [&n](int p, uint64_t c, const Status& st) { n.dones.push_back({p, c, st}); };
+    h.on_control = [&n](int, std::string_view m) { n.controls.emplace_back(m); };
+    Status s = n.ctx->start(std::move(h));
+    EXPECT_TRUE(s) << s.message();
+    return n;
+  }
+  void stop(int i) { nodes_[size_t(i)].reset(); }
+  Node& operator[](int i) { return *nodes_[size_t(i)]; }
+  bool pump(const std::function<bool()>& pred, int timeout_ms = 10000) {
+    auto deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
+    for (;;) {
+      if (pred()) return true;
+      if (Clock::now() > deadline) return false;
+      std::vector<pollfd> fds;
+      for (auto& n : nodes_)
+        if (n && n->ctx) fds.push_back({n->ctx->event_fd(), POLLIN, 0});
+      ::poll(fds.data(), fds.size(), 5);
+      for (auto& n : nodes_)
+        if (n && n->ctx) n->ctx->poll();
+    }
+  }
+  bool all_up() {
+    for (size_t i = 0; i < nodes_.size(); i++)
+      for (size_t j = 0; j < nodes_.size(); j++)
+        if (i != j && (!nodes_[i] || !nodes_[i]->ctx || !nodes_[i]->ctx->peer_up(int(j)))) return false;
+    return true;
+  }
+
+ private:
+  ContextOptions base_;
+  std::vector<std::unique_ptr<Node>> nodes_;
+};
+
+#define NEED_DEVICE()                                       \
+  do {                                                      \
+    std::string why;                                        \
+    if (!have_device(&why)) GTEST_SKIP() << "no RDMA device: " << why; \
+  } while (0)
+
+TEST(VerbsRxe, BringUpAndStatsNameTheDeviceAndQp) {
+  NEED_DEVICE();
+  Cluster c(3);
+  for (int i = 0; i < 3; i++) c.start(i);
+  ASSERT_TRUE(c.pump([&] { return c.all_up(); }));
+  PeerStats s = c[0].ctx->stats(1);
+  EXPECT_EQ(s.transport, "verbs");
+  EXPECT_EQ(s.state, PeerState::kUp);
+  EXPECT_FALSE(s.verbs_device.empty());
+  EXPECT_EQ(s.verbs_port, 1);
+  EXPECT_GE(s.verbs_gid_index, 0);
+  EXPECT_NE(s.verbs_qpn, 0u);
+  EXPECT_EQ(s.verbs_remote_qpn, c[1].ctx->stats(0).verbs_qpn);
+  EXPECT_EQ(s.connects, 1u);
+  std::printf("h0->h1 on %s port %d GID[%d] QPN %u <-> %u\n", s.verbs_device.c_str(), s.verbs_port,
+              s.verbs_gid_index, s.verbs_qpn, s.verbs_remote_qpn);
+}
+
+TEST(VerbsRxe, ControlMessagesInOrderUpToTheLimit) {
+  NEED_DEVICE();
+  Cluster c(2);
+  c.start(0);
+  c.start(1);
+  ASSERT_TRUE(c.pump([&] { return c.all_up(); }));
+  std::string big(kMaxControl, 'z');
+  for (int i = 0; i < 50; i++) c[0].ctx->send_control(1, fmt::format("m{}", i));
+  c[0].ctx->send_control(1, big);
+  ASSERT_TRUE(c.pump([&] { return c[1].controls.size() == 51; }));
+  for (int i = 0; i < 50; i++) EXPECT_EQ(c[1].controls[size_t(i)], fmt::format("m{}", i));
+  EXPECT_EQ(c[1].controls[50], big);
+}
+
+TEST(VerbsRxe, WritesFromOneByteTo64MiBLandWithRangeAndImmediate) {
+  NEED_DEVICE();
+  Cluster c(2);
+  c.start(0);
+  c.start(1);
+  ASSERT_TRUE(c.pump([&] { return c.all_up(); }));
+  const uint64_t kMax = 64ull << 20;
+  Mem src(kMax), dst(kMax + 4096);
+  std::mt19937 rng(1);
+  for (uint64_t i = 0; i < kMax; i++) src.p[i] = uint8_t(rng());
+  Region r = c[1].ctx->register_region(dst.p, dst.bytes);
+  c.pump([] { return false; }, 50);  // the announcement travels
+  uint64_t cookie = 0;
+  for (uint64_t n : std::vector<uint64_t>{1, 7, 4096, 65537, 1 << 20, 16 << 20, kMax}) {
+    std::memset(dst.p, 0, dst.bytes);
+    uint64_t off = n == kMax ? 4096 : 123;
+    size_t before = c[1].landed.size();
+    c[0].ctx->write(1, src.p, n, r.id, off, 0xfeedface00000000ull | n, ++cookie);
+    ASSERT_TRUE(c.pump([&] { return c[0].dones.size() == cookie && c[1].landed.size() == before + 1; }, 60000))
+        << "size " << n;
+    ASSERT_TRUE(c[0].dones.back().st) << c[0].dones.back().st.message();
+    const Landed& l = c[1].landed.back();
+    EXPECT_EQ(l.region, r.id);
+    EXPECT_EQ(l.offset, off);
+    EXPECT_EQ(l.len, n);
+    EXPECT_EQ(l.imm, 0xfeedface00000000ull | n);
+    EXPECT_EQ(std::memcmp(dst.p + off, src.p, n), 0) << "size " << n;
+    EXPECT_EQ(dst.p[off - 1], 0);
+    if (off + n < dst.bytes) {
+      EXPECT_EQ(dst.p[off + n], 0);
+    }
+  }
+  // Registered once per mapping: every write reused it.
+  auto* v = static_cast<verbs::VerbsContext*>(c[0].ctx.get());
+  EXPECT_EQ(v->mr_cache().misses(), 1u);
+}
+
+TEST(VerbsRxe, CreditExhaustionQueuesAndRecovers) {
+  NEED_DEVICE();
+  Cluster c(2);
+  c.start(0);
+  c.start(1);
+  ASSERT_TRUE(c.pump([&] { return c.all_up(); }));
+  Mem src(1 << 20), dst(1 << 20);
+  Region r = c[1].ctx->register_region(dst.p, dst.bytes);
+  c.pump([] { return false; }, 50);
+  // Far more writes than receive slots (64) and send queue entries (256),
+  // posted at once and without the receiver polling in between: the sender
+  // must hold them back (an RNR would fail the link: rnr_retry is 0).
+  const int kWrites = 2000;
+  for (int i = 0; i < kWrites; i++) {
+    src.p[i * 64 % (1 << 20)] = uint8_t(i);
+    c[0].ctx->write(1, src.p + (i * 64) % (1 << 20), 64, r.id, (i * 64) % (1 << 20), uint64_t(i), uint64_t(i));
+  }
+  for (int k = 0; k < 20; k++) c[0].ctx->poll();  // sender only
+  EXPECT_LE(c[1].landed.size(), 0u);
+  ASSERT_TRUE(c.pump([&] { return c[0].dones.size() == size_t(kWrites) && c[1].landed.size() == size_t(kWrites); }, 60000))
+      << c[0].dones.size() << " done, " << c[1].landed.size() << " landed";
+  EXPECT_EQ(c[0].ok_dones(), size_t(kWrites));
+  EXPECT_TRUE(c[0].downs.empty());
+  for (int i = 0; i < kWrites; i++) EXPECT_EQ(c[1].landed[size_t(i)].imm, uint64_t(i));  // one QP: in order
+  // And both ways at once.
+  Region r0 = c[0].ctx->register_region(src.p, src.bytes);
+  c.pump([] { return false; }, 50);
+  for (int i = 0; i < 500; i++) {
+    c[0].ctx->write(1, src.p, 4096, r.id, 0, 1, 10000 + i);
+    c[1].ctx->write(0, dst.p, 4096, r0.id, 0, 2, 20000 + i);
+  }
+  ASSERT_TRUE(c.pump([&] { return c[0].ok_dones() == size_t(kWrites + 500) && c[1].ok_dones() == 500; }, 60000));
+}
+
+TEST(VerbsRxe, WrongRkeyFailsTheWriteNamingHostsQpnAndStatusThenRecovers) {
+  NEED_DEVICE();
+  Cluster c(2);
+  c.start(0);
+  c.start(1);
+  ASSERT_TRUE(c.pump([&] { return c.all_up(); }));
+  Mem src(1 << 16), dst(1 << 16);
+  Region r = c[1].ctx->register_region(dst.p, dst.bytes);
+  c.pump([] { return false; }, 50);
+  uint32_t old_qpn = c[0].ctx->stats(1).verbs_qpn;
+  c[0].pair(1)->corrupt_next_rkey();
+  c[0].ctx->write(1, src.p, 4096, r.id, 0, 5, 1);
+  ASSERT_TRUE(c.pump([&] { return c[0].dones.size() == 1; }));
+  const Status& st = c[0].dones[0].st;
+  EXPECT_FALSE(st);
+  std::printf("error: %s\n", st.message().c_str());
+  EXPECT_NE(st.message().find("h0 (127.0.0.1:"), std::string::npos) << st.message();
+  EXPECT_NE(st.message().find("h1 (127.0.0.1:"), std::string::npos) << st.message();
+  EXPECT_NE(st.message().find(fmt::format("QPN {}", old_qpn)), std::string::npos) << st.message();
+  EXPECT_NE(st.message().find(ibv_wc_status_str(IBV_WC_REM_ACCESS_ERR)), std::string::npos) << st.message();
+  ASSERT_EQ(c[0].downs.size(), 1u);
+  EXPECT_EQ(c[0].ctx->stats(1).verbs_completion_errors, 1u);
+  // Re-established on a fresh QP, and writes work again.
+  ASSERT_TRUE(c.pump([&] { return c.all_up() && c[0].ups.size() == 2 && c[1].ups.size() == 2; }));
+  EXPECT_NE(c[0].ctx->stats(1).verbs_qpn, old_qpn);
+  std::memset(src.p, 0x5c, 4096);
+  c[0].ctx->write(1, src.p, 4096, r.id, 0, 6, 2);
+  ASSERT_TRUE(c.pump([&] { return c[0].dones.size() == 2; }));
+  EXPECT_TRUE(c[0].dones[1].st) << c[0].dones[1].st.message();
+  EXPECT_EQ(dst.p[4095], 0x5c);
+  EXPECT_EQ(c[0].ctx->stats(1).connects, 2u);
+}
+
+TEST(VerbsRxe, LengthPastTheRegionFailsWithoutSending) {
+  NEED_DEVICE();
+  Cluster c(2);
+  c.start(0);
+  c.start(1);
+  ASSERT_TRUE(c.pump([&] { return c.all_up(); }));
+  Mem src(1 << 16), dst(1 << 16);
+  Region r = c[1].ctx->register_region(dst.p, 4096);
+  c.pump([] { return false; }, 50);
+  c[0].ctx->write(1, src.p, 4097, r.id, 0, 5, 1);
+  ASSERT_TRUE(c.pump([&] { return c[0].dones.size() == 1; }));
+  EXPECT_FALSE(c[0].dones[0].st);
+  EXPECT_NE(c[0].dones[0].st.message().find("do not fit region"), std::string::npos);
+  EXPECT_TRUE(c[0].downs.empty());
+}
+
+TEST(VerbsRxe, PeerDestroyedMidTransferThenReplaced) {
+  NEED_DEVICE();
+  Cluster c(2);
+  c.start(0);
+  c.start(1);
+  ASSERT_TRUE(c.pump([&] { return c.all_up(); }));
+  Mem src(8 << 20), dst(8 << 20);
+  Region r = c[1].ctx->register_region(dst.p, dst.bytes);
+  c.pump([] { return false; }, 50);
+  for (int i = 0; i < 40; i++) c[0].ctx->write(1, src.p, 8 << 20, r.id, 0, 1, uint64_t(i));
+  c[0].ctx->poll();
+  c.stop(1);  // mid-transfer: its QP, CQ and registrations are gone
+  ASSERT_TRUE(c.pump([&] { return c[0].dones.size() == 40; }, 30000)) << c[0].dones.size();
+  EXPECT_LT(c[0].ok_dones(), 40u);
+  ASSERT_EQ(c[0].downs.size(), 1u);
+  std::printf("down: %s\n", c[0].downs[0].second.message().c_str());
+  EXPECT_NE(c[0].downs[0].second.message().find("h1"), std::string::npos);
+  // A new h1 comes up; its regions are new.
+  c.start(1);
+  ASSERT_TRUE(c.pump([&] { return c.all_up(); }, 15000));
+  Region r2 = c[1].ctx->register_region(dst.p, dst.bytes);
+  c.pump([] { return false; }, 50);
+  std::memset(src.p, 0x42, 1 << 20);
+  c[0].ctx->write(1, src.p, 1 << 20, r2.id, 0, 9, 99);
+  ASSERT_TRUE(c.pump([&] { return c[0].dones.size() == 41; }));
+  EXPECT_TRUE(c[0].dones.back().st) << c[0].dones.back().st.message();
+  EXPECT_EQ(dst.p[(1 << 20) - 1], 0x42);
+}
+
+TEST(VerbsRxe, DeregisterWaitsForInFlightWritesAndLateWritesAreDropped) {
+  NEED_DEVICE();
+  Cluster c(2);
+  c.start(0);
+  c.start(1);
+  ASSERT_TRUE(c.pump([&] { return c.all_up(); }));
+  Mem src(16 << 20), dst(16 << 20);
+  Region r = c[1].ctx->register_region(dst.p, dst.bytes);
+  c.pump([] { return false; }, 50);
+  for (int i = 0; i < 8; i++) c[0].ctx->write(1, src.p, 16 << 20, r.id, 0, 1, uint64_t(i));
+  bool released = false;
+  c[1].ctx->deregister_region(r.id, [&] { released = true; });
+  EXPECT_FALSE(released);  // h0 may still be writing into it
+  ASSERT_TRUE(c.pump([&] { return released; }, 30000));
+  ASSERT_TRUE(c.pump([&] { return c[0].dones.size() == 8; }, 30000));
+  EXPECT_EQ(c[0].ok_dones(), 8u);
+  // After the retirement, a write aimed at it completes and is dropped.
+  size_t landed = c[1].landed.size();
+  c[0].ctx->write(1, src.p, 4096, r.id, 0, 1, 100);
+  ASSERT_TRUE(c.pump([&] { return c[0].dones.size() == 9; }));
+  EXPECT_TRUE(c[0].dones.back().st);
+  c.pump([] { return false; }, 100);
+  EXPECT_EQ(c[1].landed.size(), landed);
+  EXPECT_TRUE(c[0].downs.empty());
+}
+
+}  // namespace
+}  // namespace gsync::transport
