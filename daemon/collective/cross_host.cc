@@ -97,7 +97,8 @@ Status CrossHost::start() {
   o.peer_timeout_ms = cfg_.peer_timeout_ms;
   o.heartbeat_ms = std::max<uint32_t>(cfg_.peer_timeout_ms / 10, 20);
   Status err;
-  net_ = transport::make_tcp_context(o, &err);
+  o.verbs.required = cfg_.transport == "verbs";
+  net_ = transport::make_context(o, cfg_.transport != "tcp", &err);
   if (!net_) return err;
   transport::Handlers h;
   h.on_control = [this](int peer, std::string_view msg) { on_control(peer, msg); };

@@ -26,6 +26,7 @@ constexpr size_t kSunPathSize = 108;
 constexpr uint32_t kMaxReduceThreads = 1024;
 constexpr uint32_t kMaxSocketMode = 07777;
 constexpr std::array<std::string_view, 4> kAlgorithms = {"auto", "ring", "hier", "direct"};
+constexpr std::array<std::string_view, 3> kTransports = {"auto", "tcp", "verbs"};
 constexpr std::array<std::string_view, 7> kLogLevels = {"trace", "debug",    "info", "warn",
                                                         "error", "critical", "off"};
 
@@ -46,6 +47,7 @@ const ConfigField kFields[] = {
     {"cluster", "file", ConfigKind::kString, &DaemonConfig::cluster_file},
     {"cluster", "host_id", ConfigKind::kString, &DaemonConfig::host_id},
     {"cluster", "tcp_streams", ConfigKind::kCount, &DaemonConfig::tcp_streams},
+    {"cluster", "transport", ConfigKind::kString, &DaemonConfig::transport},
     {"cluster", "peer_timeout_ms", ConfigKind::kCount, &DaemonConfig::peer_timeout_ms},
     {"cluster", "algorithm", ConfigKind::kString, &DaemonConfig::algorithm},
     {"cluster", "chunk_bytes", ConfigKind::kSize, &DaemonConfig::chunk_bytes},
@@ -173,6 +175,11 @@ std::optional<ConfigProblem> find_config_problem(const DaemonConfig& cfg) {
     return problem("cluster.algorithm",
                    fmt::format("\"{}\" is not one of {}", cfg.algorithm,
                                fmt::join(kAlgorithms.begin(), kAlgorithms.end(), ", ")));
+  }
+  if (std::find(kTransports.begin(), kTransports.end(), cfg.transport) == kTransports.end()) {
+    return problem("cluster.transport",
+                   fmt::format("\"{}\" is not one of {}", cfg.transport,
+                               fmt::join(kTransports.begin(), kTransports.end(), ", ")));
   }
   if (cfg.chunk_bytes != 0 && (cfg.chunk_bytes < 4096 || cfg.chunk_bytes > (256u << 20)))
     return problem("cluster.chunk_bytes",

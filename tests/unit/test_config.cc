@@ -406,7 +406,7 @@ TEST(ConfigJson, MirrorsTomlLayout) {
   EXPECT_EQ(j["cluster"]["algorithm"], "auto");
   EXPECT_EQ(j["cluster"]["tcp_streams"], 2);
   EXPECT_EQ(j.size(), 4u);
-  EXPECT_EQ(j["daemon"].size() + j["auth"].size() + j["limits"].size() + j["cluster"].size(), 19u);
+  EXPECT_EQ(j["daemon"].size() + j["auth"].size() + j["limits"].size() + j["cluster"].size(), 20u);
 }
 
 #ifdef GSYNC_EXAMPLE_CONFIG
