@@ -56,6 +56,9 @@ def main() -> int:
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--openblas", default="", help="dir where libopenblas0-pthread was unpacked")
     p.add_argument("--staged", action="store_true", help="gsync without arena buffers")
+    p.add_argument("--daemon-arg", action="append", default=[],
+                   help="extra gsyncd argument for every host (repeat: --daemon-arg=--algo "
+                        "--daemon-arg=ring)")
     p.add_argument("model_args", nargs="*", help="more train_ddp.py arguments (after --)")
     args = p.parse_args()
 
@@ -67,7 +70,7 @@ def main() -> int:
         env["OPENBLAS_NUM_THREADS"] = "1"
     else:
         print("bench_ddp: OpenBLAS not found; timing with the system BLAS", file=sys.stderr)
-    with Testbed(hosts=args.hosts, racks=1) as bed:
+    with Testbed(hosts=args.hosts, racks=1, daemon_args=args.daemon_arg) as bed:
         cmd = [sys.executable, str(REPO / "examples" / "train_ddp.py"), "--bench",
                "--nproc", str(args.nproc), "--sockets", ",".join(bed.sockets),
                "--steps", str(args.steps), "--warmup", str(args.warmup),
