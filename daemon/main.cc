@@ -15,7 +15,7 @@ int main(int argc, char** argv) {
   std::string config_path = gsync::kDefaultConfigPath;
   std::string socket, admin_socket, log_level;
   uint32_t reduce_threads = 0, op_timeout_ms = 0;
-  std::string cluster_file, host_id, algorithm, chunk_bytes;
+  std::string cluster_file, host_id, algorithm, chunk_bytes, transport;
   uint32_t tcp_streams = 0;
   bool print_config = false;
   auto* config_opt = app.add_option("-c,--config", config_path, "TOML config file");
@@ -28,6 +28,7 @@ int main(int argc, char** argv) {
   app.add_option("--host-id", host_id, "this daemon's id in the cluster file");
   app.add_option("--algo", algorithm, "cross-host algorithm: auto ring hier direct");
   app.add_option("--tcp-streams", tcp_streams, "TCP connections per peer");
+  app.add_option("--transport", transport, "daemon-to-daemon transport: auto tcp verbs");
   app.add_option("--chunk-bytes", chunk_bytes, "cross-host pipelining unit (K/M suffixes)");
   app.add_flag("--print-config", print_config, "print the config in force as TOML and exit");
   app.set_version_flag("--version", GSYNC_VERSION_STRING);
@@ -50,6 +51,7 @@ int main(int argc, char** argv) {
   if (!host_id.empty()) cfg.host_id = host_id;
   if (!algorithm.empty()) cfg.algorithm = algorithm;
   if (tcp_streams) cfg.tcp_streams = tcp_streams;
+  if (!transport.empty()) cfg.transport = transport;
   if (!chunk_bytes.empty() && !gsync::parse_byte_size(chunk_bytes, &cfg.chunk_bytes)) {
     spdlog::critical("--chunk-bytes '{}' is not a byte size", chunk_bytes);
     return 2;

@@ -112,14 +112,18 @@ Status CrossHost::start() {
   h.on_peer_down = [this](int peer, const Status& why) { on_peer_down(peer, why); };
   if (Status st = net_->start(std::move(h)); !st) return st;
   loop_.add(net_->event_fd(), EPOLLIN, [this](uint32_t) { net_->poll(); });
+  loop_.spin_while([this] { return latency_bound(); }, std::chrono::microseconds(200));
   loop_.every(std::chrono::milliseconds(1000), [this] {
     sample_rates();
     expire_early();
   });
-  spdlog::info("cluster {}: this daemon is {} ({}:{}, rack {}), {} hosts, tcp x{} streams",
+  spdlog::info("cluster {}: this daemon is {} ({}:{}, rack {}), {} hosts, links over {}, {} tcp streams",
                cluster_.name, self_id(), cluster_.hosts[size_t(cluster_.self)].address,
                cluster_.hosts[size_t(cluster_.self)].port, cluster_.hosts[size_t(cluster_.self)].rack,
-               cluster_.hosts.size(), cfg_.tcp_streams);
+               cluster_.hosts.size(), net_->self() >= 0 && cluster_.hosts.size() > 1
+                                          ? net_->stats(cluster_.self == 0 ? 1 : 0).transport
+                                          : std::string("tcp"),
+               cfg_.tcp_streams);
   return Status::ok();
 }
 
@@ -363,6 +367,13 @@ void CrossHost::send_ready(XOp& x) {
   if (x.eager) msg.append(reinterpret_cast<const char*>(x.data), x.bytes);
   for (int h : x.hosts)
     if (h != cluster_.self) net_->send_control(h, msg);
+}
+
+bool CrossHost::latency_bound() const {
+  if (ops_.empty()) return false;
+  for (const auto& [key, x] : ops_)
+    if (!x->eager && x->bytes > (64u << 10)) return false;
+  return true;
 }
 
 void CrossHost::local_ready(const std::string& job, const OpId& id) {
@@ -727,6 +738,13 @@ std::string CrossHost::peers_json() const {
                      {"recv_gbps", const_cast<RateMeter&>(recv_meter_[size_t(h)]).rate(now) / 1e9},
                      {"connects", st.connects},
                      {"last_error", st.last_error}});
+    if (st.transport == "verbs") {
+      auto& p = peers.back();
+      p["verbs"] = {{"device", st.verbs_device}, {"port", st.verbs_port},
+                    {"gid_index", st.verbs_gid_index}, {"qpn", st.verbs_qpn},
+                    {"remote_qpn", st.verbs_remote_qpn},
+                    {"completion_errors", st.verbs_completion_errors}};
+    }
   }
   const auto& me = cluster_.hosts[size_t(cluster_.self)];
   return json{{"cluster", cluster_.name},

@@ -212,6 +212,17 @@ std::string render_clients(const json& reply) {
       rows);
 }
 
+namespace {
+// "tcp", or "verbs rxe0:1 gid 1 qpn 32->31, 0 cq errors".
+std::string transport_text(const json& peer) {
+  const json& v = field(peer, "verbs");
+  if (!v.is_object()) return text(field(peer, "transport"));
+  return fmt::format("verbs {}:{} gid {} qpn {}->{}, {} cq errors", text(field(v, "device")),
+                     text(field(v, "port")), text(field(v, "gid_index")), text(field(v, "qpn")),
+                     text(field(v, "remote_qpn")), text(field(v, "completion_errors")));
+}
+}  // namespace
+
 std::string render_peers(const json& reply) {
   const json& self = field(reply, "self");
   if (!self.is_object()) return "no cluster configured: this daemon is a single host\n";
@@ -229,7 +240,7 @@ std::string render_peers(const json& reply) {
         text(field(p, "address")),
         text(field(p, "rack")),
         text(field(p, "state")),
-        text(field(p, "transport")),
+        transport_text(p),
         bytes(field(p, "bytes_sent")),
         bytes(field(p, "bytes_received")),
         gbps(field(p, "send_gbps")),
