@@ -3,7 +3,7 @@
 python/ on sys.path, the example, and a small model's arguments."""
 from __future__ import annotations
 
-import os
+import importlib
 import subprocess
 import sys
 import time
@@ -26,7 +26,7 @@ def skip(reason: str) -> None:
 
 def require_torch() -> None:
     try:
-        import torch  # noqa: F401
+        importlib.import_module("torch")
     except ImportError as e:
         skip(f"torch is not importable by {sys.executable} ({e}); apt-get install python3-torch")
 
