@@ -112,7 +112,6 @@ Status CrossHost::start() {
   h.on_peer_down = [this](int peer, const Status& why) { on_peer_down(peer, why); };
   if (Status st = net_->start(std::move(h)); !st) return st;
   loop_.add(net_->event_fd(), EPOLLIN, [this](uint32_t) { net_->poll(); });
-  loop_.spin_while([this] { return latency_bound(); }, std::chrono::microseconds(200));
   loop_.every(std::chrono::milliseconds(1000), [this] {
     sample_rates();
     expire_early();
@@ -367,13 +366,6 @@ void CrossHost::send_ready(XOp& x) {
   if (x.eager) msg.append(reinterpret_cast<const char*>(x.data), x.bytes);
   for (int h : x.hosts)
     if (h != cluster_.self) net_->send_control(h, msg);
-}
-
-bool CrossHost::latency_bound() const {
-  if (ops_.empty()) return false;
-  for (const auto& [key, x] : ops_)
-    if (!x->eager && x->bytes > (64u << 10)) return false;
-  return true;
 }
 
 void CrossHost::local_ready(const std::string& job, const OpId& id) {

@@ -74,9 +74,6 @@ class CrossHost {
   // The algorithm an op ran with (for logs and gsync-perf).
   std::string last_algo() const { return last_algo_; }
 
-  // Only small ops are in flight: the event loop polls instead of sleeping.
-  bool latency_bound() const;
-
   // gsyncctl peers.
   std::string peers_json() const;
 

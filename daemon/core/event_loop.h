@@ -36,13 +36,6 @@ class EventLoop {
   // Run fn once at the start of the next iteration (deferred work).
   void defer(std::function<void()> fn);
 
-  // While want() holds, poll without sleeping for up to budget before
-  // blocking: a wakeup costs more than a small op's whole network step.
-  void spin_while(std::function<bool()> want, std::chrono::microseconds budget) {
-    spin_want_ = std::move(want);
-    spin_budget_ = budget;
-  }
-
   void run();   // until stop()
   void stop();  // safe from the loop thread (signals arrive by signalfd)
 
@@ -62,8 +55,6 @@ class EventLoop {
   std::unordered_map<int, Entry> handlers_;
   std::vector<Timer> timers_;
   std::vector<std::function<void()>> deferred_;
-  std::function<bool()> spin_want_;
-  std::chrono::microseconds spin_budget_{0};
 };
 
 }  // namespace gsync
