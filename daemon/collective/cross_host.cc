@@ -588,7 +588,8 @@ void CrossHost::on_control(int peer, std::string_view msg) {
       // joined can never complete.
       for (auto& [key, x] : std::map(ops_)) {
         int j = x->participant_of(peer);
-        if (key.first == job && j >= 0 && !x->ready[size_t(j)].seen) fail(*x, st, false);
+        if (key.first == job && j >= 0 && !x->ready[size_t(j)].seen)
+          fail(*x, Status(st.code(), fmt::format("{}: {}", x->describe(), st.message())), false);
       }
       if (on_job_broken) on_job_broken(job, st);
       return;
