@@ -56,7 +56,7 @@ std::vector<Place> places(const std::vector<int>& per_host) {
 }
 
 int connect_place(const testbed::Testbed& bed, const std::string& job, const std::vector<Place>& p,
-                  int rank, gsync_comm_t** comm, uint64_t arena = 0) {
+                  int rank, gsync_comm_t** comm, uint64_t arena = 0, uint32_t timeout_ms = 0) {
   gsync_config_t cfg;
   gsync_config_init(&cfg);
   std::string sock = bed.socket(p[size_t(rank)].host);
@@ -67,6 +67,7 @@ int connect_place(const testbed::Testbed& bed, const std::string& job, const std
   cfg.local_rank = p[size_t(rank)].local_rank;
   cfg.local_size = p[size_t(rank)].local_size;
   cfg.arena_bytes = arena;
+  cfg.timeout_ms = timeout_ms;
   return gsync_connect(&cfg, comm);
 }
 
@@ -224,6 +225,42 @@ TEST(MultiHost, LostPeerFailsTheOpThenRejoins) {
   run_job(*bed, "lost-again", {1, 1, 1}, {{GSYNC_FLOAT32, GSYNC_SUM, 100000}});
   std::string peers = admin_query(bed->admin_socket(0), "peers");
   EXPECT_NE(peers.find("\"state\":\"up\""), std::string::npos) << peers;
+}
+
+// A rank on another host never submits: the op times out in the cross-host
+// step on the hosts that were ready, naming the host that was not.
+TEST(MultiHost, CrossHostTimeoutNamesTheHostThatDidNotArrive) {
+  auto bed = make_bed({{2, 1}, {}, "auto"});
+  ASSERT_TRUE(bed);
+  auto p = places({1, 1, 1});
+  auto res = run_ranks(3, [&](int r) {
+    gsync_comm_t* comm;
+    RANK_CHECK(connect_place(*bed, "late", p, r, &comm, 0, 800) == 0, "{}", gsync_last_error());
+    if (r == 2) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(2500));
+      gsync_close(comm);
+      return 0;
+    }
+    float* buf;
+    RANK_CHECK(gsync_alloc(comm, 1 << 20, reinterpret_cast<void**>(&buf)) == 0, "alloc");
+    gsync_request_t* req;
+    RANK_CHECK(gsync_allreduce(comm, 3, 9, buf, 1 << 18, GSYNC_FLOAT32, GSYNC_SUM, 0, &req) == 0,
+               "submit");
+    auto t0 = Clock::now();
+    int rc = gsync_wait(req, 10000);
+    double secs = std::chrono::duration<double>(Clock::now() - t0).count();
+    report(fmt::format("{}\n", gsync_request_error(req)));
+    RANK_CHECK(rc == GSYNC_ERR_TIMEOUT, "got {} ({})", rc, gsync_request_error(req));
+    RANK_CHECK(secs > 0.5 && secs < 2.4, "timed out after {} s", secs);
+    gsync_request_free(req);
+    gsync_close(comm);
+    return 0;
+  }, 60);
+  for (int r = 0; r < 2; r++) {
+    EXPECT_EQ(res[size_t(r)].code, 0) << res[size_t(r)].output;
+    EXPECT_NE(res[size_t(r)].output.find(bed->host_id(2)), std::string::npos) << res[size_t(r)].output;
+    EXPECT_NE(res[size_t(r)].output.find("key 3 step 9"), std::string::npos) << res[size_t(r)].output;
+  }
 }
 
 TEST(MultiHost, ClusterNameMismatchIsRefusedNamingBoth) {

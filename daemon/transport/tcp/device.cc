@@ -131,8 +131,16 @@ Status Device::create(const std::string& listen_address, uint16_t port,
   // scale they announce is fixed before accept() returns.
   st = tune_socket(d->listen_fd_);
   if (!st) return st;
-  if (bind(d->listen_fd_, reinterpret_cast<sockaddr*>(&d->listen_.addr), d->listen_.len) != 0)
-    return {GSYNC_ERR_CONNECT, fmt::format("bind {}: {}", d->listen_.text, strerror(errno))};
+  // A daemon restarted at once (systemd Restart=, a test) can find its port
+  // still held for a few ms by the old process's io_uring teardown, which
+  // finishes in the kernel after the process is gone: retry for a while.
+  for (int attempt = 0;; attempt++) {
+    if (bind(d->listen_fd_, reinterpret_cast<sockaddr*>(&d->listen_.addr), d->listen_.len) == 0)
+      break;
+    if (errno != EADDRINUSE || attempt >= 100)
+      return {GSYNC_ERR_CONNECT, fmt::format("bind {}: {}", d->listen_.text, strerror(errno))};
+    usleep(20000);
+  }
   if (listen(d->listen_fd_, 128) != 0)
     return {GSYNC_ERR_CONNECT, fmt::format("listen {}: {}", d->listen_.text, strerror(errno))};
   // Port 0 asks the kernel for one; report the real one.
