@@ -100,6 +100,11 @@ class RegionTable {
   // Ids are never reused (32-bit counter), so a late write aimed at a
   // deregistered region is told apart from a bad one.
   uint32_t next_id() { return next_id_++ == 0 ? next_id_++ : next_id_ - 1; }
+  // The context takes its ids from the internal TCP context's table (one id
+  // space for both paths): note one as issued so retired() knows it.
+  void note_issued(uint32_t id) {
+    if (id >= next_id_) next_id_ = id + 1;
+  }
   void add(LocalRegion r) { regions_[r.region.id] = std::move(r); }
   const LocalRegion* find(uint32_t id) const {
     auto it = regions_.find(id);

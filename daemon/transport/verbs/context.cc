@@ -29,9 +29,14 @@ Status VerbsContext::create(const ContextOptions& options, std::unique_ptr<Verbs
   if (std::string m = memlock_problem(64ull << 20); !m.empty())
     spdlog::warn("verbs transport: {}", m);
 
-  // The control link: the TCP provider itself, one stream.
+  // The control link: the TCP provider itself. It also carries the writes
+  // of links to other racks, so where the cluster has more than one rack it
+  // gets the configured streams (the same on every daemon: both ends of a
+  // link must agree), else one.
   ContextOptions inner = options;
-  inner.streams = 1;
+  bool racks = false;
+  for (const PeerInfo& h : options.hosts) racks |= h.rack != me.rack;
+  if (!racks) inner.streams = 1;
   Status st;
   c->inner_ = make_tcp_context(inner, &st);
   if (!c->inner_) return st;
@@ -48,6 +53,11 @@ Status VerbsContext::create(const ContextOptions& options, std::unique_ptr<Verbs
       return Status(GSYNC_ERR_INTERNAL, fmt::format("epoll_ctl: {}", strerror(errno)));
   }
   c->partial_.resize(options.hosts.size());
+  c->link_.assign(options.hosts.size(), Link::kUnknown);
+  c->decided_.assign(options.hosts.size(), false);
+  c->logged_.resize(options.hosts.size());
+  const DeviceChoice& d = c->device_->choice();
+  c->offer_.detail = fmt::format("{} port {} gid {}", d.device, d.port, d.gid_index);
   c->pairs_.resize(options.hosts.size());
   for (int i = 0; i < static_cast<int>(options.hosts.size()); i++)
     if (i != options.self) c->pairs_[size_t(i)] = std::make_unique<Pair>(*c, i);
@@ -85,20 +95,62 @@ Status VerbsContext::start(Handlers handlers) {
   h.on_peer_up = [this](int p) { on_link_up(p); };
   h.on_peer_down = [this](int p, const Status& why) { on_link_down(p, why); };
   h.on_control = [this](int p, std::string_view m) { on_internal(p, m); };
-  h.on_write = [](int, uint32_t, uint64_t, uint64_t, uint64_t) {};
-  h.on_write_done = [](int, uint64_t, const Status&) {};
+  // Writes of TCP links: the region ids are the ones callers hold.
+  h.on_write = [this](int p, uint32_t r, uint64_t off, uint64_t len, uint64_t imm) {
+    if (handlers_.on_write) handlers_.on_write(p, r, off, len, imm);
+  };
+  h.on_write_done = [this](int p, uint64_t cookie, const Status& st) {
+    if (handlers_.on_write_done) handlers_.on_write_done(p, cookie, st);
+  };
   return inner_->start(std::move(h));
 }
 
 // ---------------------------------------------------------------- the TCP link
 
 void VerbsContext::on_link_up(int peer) {
-  pairs_[size_t(peer)]->on_link_up();
-  for (auto& [id, r] : regions_.all()) announce(peer, r);
+  // First on the link, so the peer decides before anything else of ours
+  // arrives; the QP (if any) starts once its CAPS is here.
+  decided_[size_t(peer)] = false;
+  send_internal(peer, encode(offer_));
+}
+
+void VerbsContext::on_caps(int peer, const Caps& m) {
+  if (decided_[size_t(peer)]) return;
+  decided_[size_t(peer)] = true;
+  const PeerInfo& me = options_.hosts[size_t(self())];
+  const PeerInfo& them = options_.hosts[size_t(peer)];
+  std::string why;
+  if (them.rack != me.rack)
+    why = fmt::format("other rack {}", them.rack.empty() ? "\"\"" : them.rack);
+  else if (!m.verbs)
+    why = fmt::format("peer has no RDMA device{}", m.detail.empty() ? "" : ": " + m.detail);
+  else if (!offer_.verbs)
+    why = fmt::format("this daemon offers no verbs link{}",
+                      offer_.detail.empty() ? "" : ": " + offer_.detail);
+  std::string said = why.empty() ? fmt::format("{}: verbs {}", them.host_id, offer_.detail)
+                                 : fmt::format("{}: tcp ({})", them.host_id, why);
+  if (said != logged_[size_t(peer)]) {
+    spdlog::info("verbs transport: link {}", said);
+    logged_[size_t(peer)] = said;
+  }
+  if (why.empty()) {
+    link_[size_t(peer)] = Link::kVerbs;
+    pairs_[size_t(peer)]->on_link_up();
+    for (auto& [id, r] : regions_.all()) announce(peer, r);
+    return;
+  }
+  link_[size_t(peer)] = Link::kTcp;
+  // The TCP link is the data link: it is up now. Reported at once, so the
+  // caller hears of it before any write that comes in on it.
+  post_peer_up(peer);
+  flush_events();
 }
 
 void VerbsContext::on_link_down(int peer, const Status& why) {
+  bool was_tcp = decided_[size_t(peer)] && link_[size_t(peer)] == Link::kTcp;
+  decided_[size_t(peer)] = false;
   pairs_[size_t(peer)]->on_link_down(why);
+  if (was_tcp) post_peer_down(peer, why);
   partial_[size_t(peer)].clear();
   // It can no longer write anything into our memory: the QP is gone.
   std::vector<uint32_t> ids;
@@ -114,6 +166,12 @@ void VerbsContext::on_internal(int peer, std::string_view msg) {
                   describe_host(peer), msg.size());
   };
   switch (static_cast<Ctl>(msg[0])) {
+    case Ctl::kCaps: {
+      Caps m;
+      if (!decode(msg, &m)) return bad("CAPS");
+      on_caps(peer, m);
+      return;
+    }
     case Ctl::kUserPart:
       partial_[size_t(peer)].append(msg.substr(1));
       return;
@@ -180,8 +238,11 @@ void VerbsContext::announce(int peer, const LocalRegion& r) {
 }
 
 Region VerbsContext::register_region(void* base, uint64_t bytes) {
+  // One id for both paths: the TCP table's (never reused either).
+  Region t = inner_->register_region(base, bytes);
+  regions_.note_issued(t.id);
   LocalRegion r;
-  r.region = {regions_.next_id(), static_cast<uint8_t*>(base), bytes};
+  r.region = {t.id, static_cast<uint8_t*>(base), bytes};
   if (bytes > 0) {
     Status err;
     r.mr = mrs_->acquire(base, bytes, &err);
@@ -202,9 +263,17 @@ Region VerbsContext::register_region(void* base, uint64_t bytes) {
 }
 
 void VerbsContext::deregister_region(uint32_t id, std::function<void()> released) {
+  // Released once both paths are done with it: TCP receives into it have
+  // completed and every verbs peer has acknowledged its retirement.
+  auto left = std::make_shared<int>(2);
+  auto cb = std::make_shared<std::function<void()>>(std::move(released));
+  released = [left, cb] {
+    if (--*left == 0 && *cb) (*cb)();
+  };
+  inner_->deregister_region(id, released);
   LocalRegion r;
   if (!regions_.take(id, &r)) {
-    if (released) released();
+    released();
     return;
   }
   Retiring t;
@@ -249,7 +318,20 @@ void VerbsContext::write(int peer, const void* src, uint64_t len, uint32_t remot
                                                           peer, self(), size())));
     return;
   }
-  pairs_[size_t(peer)]->write(src, len, remote_region, remote_offset, imm, cookie);
+  switch (link_[size_t(peer)]) {
+    case Link::kVerbs:
+      pairs_[size_t(peer)]->write(src, len, remote_region, remote_offset, imm, cookie);
+      return;
+    case Link::kTcp:
+      inner_->write(peer, src, len, remote_region, remote_offset, imm, cookie);
+      return;
+    case Link::kUnknown:
+      break;
+  }
+  post_write_done(peer, cookie,
+                  Status(GSYNC_ERR_HOST_LOST,
+                         fmt::format("write {} -> {}: the link is not up yet", describe_host(self()),
+                                     describe_host(peer))));
 }
 
 void VerbsContext::send_control(int peer, std::string_view msg) {
@@ -346,12 +428,24 @@ void VerbsContext::flush_events() {
 }
 
 bool VerbsContext::peer_up(int peer) const {
-  return valid_peer(peer) && pairs_[size_t(peer)]->up();
+  if (!valid_peer(peer)) return false;
+  switch (link_[size_t(peer)]) {
+    case Link::kVerbs:
+      return pairs_[size_t(peer)]->up();
+    case Link::kTcp:
+      return decided_[size_t(peer)] && inner_->peer_up(peer);
+    case Link::kUnknown:
+      break;
+  }
+  return false;
 }
 
 PeerStats VerbsContext::stats(int peer) const {
   if (!valid_peer(peer)) return {};
-  return pairs_[size_t(peer)]->stats();
+  if (link_[size_t(peer)] == Link::kVerbs) return pairs_[size_t(peer)]->stats();
+  PeerStats s = inner_->stats(peer);  // transport "tcp", no verbs_* fields
+  if (s.state == PeerState::kUp && !peer_up(peer)) s.state = PeerState::kConnecting;
+  return s;
 }
 
 }  // namespace gsync::transport::verbs

@@ -5,8 +5,11 @@
 // TCP context (transport/tcp/, one stream) that does what TCP does well:
 // the connector rule, HELLO with identity checks and refusals, reconnect
 // backoff, heartbeats and liveness - and carries the QP parameters, region
-// announcements and the user's control messages in order. Data moves only
-// over RDMA. event_fd() is an epoll set of the inner context's fd, the
+// announcements and the user's control messages in order. The link to each
+// peer is chosen per peer when the TCP link comes up (a CAPS message each
+// way): RDMA for a peer in this daemon's rack when both ends offer verbs,
+// else the TCP link carries the writes too. Regions are registered in both
+// (the TCP context's ids are the ones callers see). event_fd() is an epoll set of the inner context's fd, the
 // completion channel and a wake-up eventfd; poll() is the one place
 // handlers run.
 #pragma once
@@ -20,6 +23,7 @@
 #include "daemon/transport/transport.h"
 #include "daemon/transport/verbs/buffer.h"
 #include "daemon/transport/verbs/device.h"
+#include "daemon/transport/verbs/frame.h"
 #include "daemon/transport/verbs/pair.h"
 
 namespace gsync::transport::verbs {
@@ -59,6 +63,8 @@ class VerbsContext final : public Context {
 
   // Tests: the pair to a peer (to provoke an error on purpose).
   Pair* pair_for_test(int peer) { return pairs_[size_t(peer)].get(); }
+  // Tests: offer no verbs link to peers (as a daemon without a device would).
+  void refuse_verbs_for_test(std::string why) { offer_ = {false, std::move(why)}; }
   const MrCache& mr_cache() const { return *mrs_; }
 
  private:
@@ -77,7 +83,12 @@ class VerbsContext final : public Context {
     std::function<void()> released;
   };
 
+  // What carries the writes to a peer: decided on its CAPS, kept after the
+  // link goes down (writes then fail as that kind of link does).
+  enum class Link : uint8_t { kUnknown, kVerbs, kTcp };
+
   explicit VerbsContext(const ContextOptions& options);
+  void on_caps(int peer, const Caps& m);
   void on_link_up(int peer);
   void on_link_down(int peer, const Status& why);
   void on_internal(int peer, std::string_view msg);
@@ -94,6 +105,10 @@ class VerbsContext final : public Context {
   std::unordered_map<uint32_t, Retiring> retiring_;
   std::vector<std::unique_ptr<Pair>> pairs_;  // by host index; null for self
   std::vector<std::string> partial_;          // a user message arriving in parts
+  std::vector<Link> link_;                    // by host index
+  std::vector<bool> decided_;                 // the peer's CAPS came on this TCP link
+  std::vector<std::string> logged_;           // the last choice logged, per peer
+  Caps offer_{true, ""};                      // what we tell peers
   std::vector<Event> events_, flushing_;
   bool flushing_events_ = false;
   bool started_ = false;

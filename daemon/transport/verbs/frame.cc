@@ -51,6 +51,10 @@ class Reader {
 
 }  // namespace
 
+std::string encode(const Caps& m) {
+  return Writer(Ctl::kCaps).put(uint8_t(m.verbs)).bytes(m.detail.data(), m.detail.size()).take();
+}
+
 std::string encode(const QpInfo& m) {
   return Writer(Ctl::kQpInfo)
       .put(m.qpn).put(m.psn).put(m.lid).bytes(m.gid, 16).put(m.mtu).put(m.link_layer)
@@ -66,6 +70,15 @@ std::string encode(const RegionInfo& m) {
 }
 
 std::string encode_id(Ctl kind, uint32_t id) { return Writer(kind).put(id).take(); }
+
+bool decode(std::string_view in, Caps* m) {
+  Reader r(in);
+  uint8_t v = 0;
+  if (!r.get(&v) || v > 1) return false;
+  m->verbs = v == 1;
+  m->detail = std::string(r.rest());
+  return true;
+}
 
 bool decode(std::string_view in, QpInfo* m) {
   Reader r(in);

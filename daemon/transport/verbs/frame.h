@@ -15,6 +15,7 @@ namespace gsync::transport::verbs {
 
 // First byte of every message on the internal TCP link.
 enum class Ctl : uint8_t {
+  kCaps = 'C',      // first on every link: can this side run a verbs link?
   kUser = 'U',      // a user control message (or its last part)
   kUserPart = 'F',  // a part of one, more follow (the tag costs a byte)
   kQpInfo = 'Q',    // this side's queue pair: connect to it
@@ -22,6 +23,15 @@ enum class Ctl : uint8_t {
   kRegion = 'G',    // a region peers may write into (address, rkey)
   kRetire = 'X',    // the region is gone: stop writing, acknowledge
   kRetireAck = 'A', // no write into the region is in flight any more
+};
+
+// Sent by both sides as the first message of every (re)connected link. A
+// link carries its writes over RDMA only when both sides offer verbs and
+// both are in the same rack (the hosts table says so on both ends); else
+// over the TCP link itself.
+struct Caps {
+  bool verbs = false;
+  std::string detail;  // the device ("rxe0 port 1 gid 1"), or why there is none
 };
 
 struct QpInfo {
@@ -47,11 +57,13 @@ struct RegionInfo {
   std::string error;  // registration failed here: writes into it fail with this
 };
 
+std::string encode(const Caps& m);
 std::string encode(const QpInfo& m);
 std::string encode(const Ready& m);
 std::string encode(const RegionInfo& m);
 std::string encode_id(Ctl kind, uint32_t id);  // kRetire, kRetireAck
 
+bool decode(std::string_view in, Caps* m);
 bool decode(std::string_view in, QpInfo* m);
 bool decode(std::string_view in, Ready* m);
 bool decode(std::string_view in, RegionInfo* m);

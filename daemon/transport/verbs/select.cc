@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 //
-// make_context: verbs where an RDMA device is usable, else TCP, said once
-// in the log with the reason. Built with or without libibverbs (config.h's
+// make_context: the verbs context where an RDMA device is usable (it then
+// picks verbs or TCP per peer: same rack and a device on both ends), else
+// the plain TCP context, said once in the log with the reason. Built with or without libibverbs (config.h's
 // GSYNC_HAVE_VERBS), so the daemon always calls this one function.
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
@@ -26,8 +27,10 @@ std::unique_ptr<Context> make_context(const ContextOptions& options, bool prefer
     Status st = verbs::VerbsContext::create(options, &v);
     if (st) {
       const auto& c = v->device().choice();
-      spdlog::info("transport: verbs on {} port {} GID[{}] {} ({})", c.device, c.port, c.gid_index,
-                   c.gid_text, c.gid_type);
+      spdlog::info("transport: verbs on {} port {} GID[{}] {} ({}) for peers in rack '{}' that "
+                   "have a device too, tcp for the others (each link is named once it is up)",
+                   c.device, c.port, c.gid_index, c.gid_text, c.gid_type,
+                   options.hosts[size_t(options.self)].rack);
       if (err != nullptr) *err = Status::ok();
       return v;
     }
