@@ -96,10 +96,12 @@ bool have_device(std::string* why) {
 
 class Cluster {
  public:
-  explicit Cluster(int n) {
+  explicit Cluster(int n, std::vector<std::string> racks = {}) {
     auto ports = free_ports(n);
     base_.identity = {"rxe", 1, "b"};
-    for (int i = 0; i < n; i++) base_.hosts.push_back({fmt::format("h{}", i), "127.0.0.1", ports[size_t(i)], ""});
+    racks.resize(size_t(n));
+    for (int i = 0; i < n; i++)
+      base_.hosts.push_back({fmt::format("h{}", i), "127.0.0.1", ports[size_t(i)], racks[size_t(i)]});
     base_.heartbeat_ms = 100;
     base_.peer_timeout_ms = 1000;
     base_.reconnect_min_ms = 20;
@@ -117,6 +119,8 @@ class Cluster {
     n.ctx = make_context(o, true, &st);
     EXPECT_TRUE(n.ctx) << st.message();
     if (!n.ctx) return n;
+    if (refuse_verbs == i)
+      static_cast<verbs::VerbsContext*>(n.ctx.get())->refuse_verbs_for_test("test says no");
     Handlers h;
     h.on_peer_up = [&n](int p) { n.ups.push_back(p); };
     h.on_peer_down = [&n](int p, const Status& why) { n.downs.emplace_back(p, why); };
@@ -130,6 +134,7 @@ class Cluster {
     return n;
   }
   void stop(int i) { nodes_[size_t(i)].reset(); }
+  int refuse_verbs = -1;  // this node offers no verbs link
   Node& operator[](int i) { return *nodes_[size_t(i)]; }
   bool pump(const std::function<bool()>& pred, int timeout_ms = 10000) {
     auto deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
@@ -367,6 +372,124 @@ TEST(VerbsRxe, DeregisterWaitsForInFlightWritesAndLateWritesAreDropped) {
   c.pump([] { return false; }, 100);
   EXPECT_EQ(c[1].landed.size(), landed);
   EXPECT_TRUE(c[0].downs.empty());
+}
+
+// Every ordered pair of nodes writes a few sizes into a region of the other
+// made for it; each write must land whole, with its imm, in the region id
+// the receiver's register_region returned, on verbs and TCP links alike.
+void write_all_ways(Cluster& c, int n) {
+  const std::vector<uint64_t> sizes{1, 4097, 1 << 20, 3 << 20};
+  const uint64_t kBytes = (4 << 20) + 4096, kOff = 123;
+  std::vector<std::unique_ptr<Mem>> src, dst;
+  std::vector<std::vector<Region>> reg(static_cast<size_t>(n), std::vector<Region>(static_cast<size_t>(n)));  // [to][from]
+  std::mt19937 rng(7);
+  for (int i = 0; i < n; i++) {
+    src.push_back(std::make_unique<Mem>(kBytes));
+    for (uint64_t k = 0; k < kBytes; k++) src.back()->p[k] = uint8_t(rng());
+  }
+  for (int to = 0; to < n; to++)
+    for (int from = 0; from < n; from++) {
+      dst.push_back(std::make_unique<Mem>(kBytes));
+      if (from != to) reg[size_t(to)][size_t(from)] = c[to].ctx->register_region(dst.back()->p, kBytes);
+    }
+  auto dst_of = [&](int to, int from) { return dst[size_t(to * n + from)]->p; };
+  c.pump([] { return false; }, 100);  // the announcements travel
+  for (uint64_t len : sizes) {
+    std::vector<size_t> dones(static_cast<size_t>(n)), landed(static_cast<size_t>(n));
+    for (int i = 0; i < n; i++) {
+      dones[size_t(i)] = c[i].dones.size();
+      landed[size_t(i)] = c[i].landed.size();
+    }
+    for (int from = 0; from < n; from++)
+      for (int to = 0; to < n; to++) {
+        if (from == to) continue;
+        std::memset(dst_of(to, from), 0, kBytes);
+        uint64_t imm = (uint64_t(from) << 56) | (uint64_t(to) << 48) | len;
+        c[from].ctx->write(to, src[size_t(from)]->p, len, reg[size_t(to)][size_t(from)].id, kOff, imm,
+                           imm);
+      }
+    ASSERT_TRUE(c.pump([&] {
+      for (int i = 0; i < n; i++)
+        if (c[i].dones.size() != dones[size_t(i)] + size_t(n - 1) ||
+            c[i].landed.size() != landed[size_t(i)] + size_t(n - 1))
+          return false;
+      return true;
+    }, 60000)) << "size " << len;
+    for (int to = 0; to < n; to++) {
+      for (size_t k = dones[size_t(to)]; k < c[to].dones.size(); k++)
+        EXPECT_TRUE(c[to].dones[k].st) << c[to].dones[k].st.message();
+      for (size_t k = landed[size_t(to)]; k < c[to].landed.size(); k++) {
+        const Landed& l = c[to].landed[k];
+        int from = l.peer;
+        ASSERT_TRUE(from >= 0 && from < n && from != to);
+        std::string link = fmt::format("h{} -> h{} ({}), {} bytes", from, to,
+                                       c[from].ctx->stats(to).transport, len);
+        EXPECT_EQ(l.region, reg[size_t(to)][size_t(from)].id) << link;
+        EXPECT_EQ(l.offset, kOff) << link;
+        EXPECT_EQ(l.len, len) << link;
+        EXPECT_EQ(l.imm, (uint64_t(from) << 56) | (uint64_t(to) << 48) | len) << link;
+        EXPECT_EQ(std::memcmp(dst_of(to, from) + kOff, src[size_t(from)]->p, len), 0) << link;
+        EXPECT_EQ(dst_of(to, from)[kOff - 1], 0) << link;
+        EXPECT_EQ(dst_of(to, from)[kOff + len], 0) << link;
+      }
+    }
+  }
+  // Released once both paths let go of each region.
+  int released = 0, want = 0;
+  for (int to = 0; to < n; to++)
+    for (int from = 0; from < n; from++)
+      if (from != to) {
+        want++;
+        c[to].ctx->deregister_region(reg[size_t(to)][size_t(from)].id, [&] { released++; });
+      }
+  ASSERT_TRUE(c.pump([&] { return released == want; }, 30000)) << released << " of " << want;
+  c.pump([] { return false; }, 50);
+  EXPECT_EQ(released, want);  // each exactly once
+}
+
+TEST(VerbsRxe, VerbsWithinARackTcpAcrossRacks) {
+  NEED_DEVICE();
+  Cluster c(3, {"r1", "r1", "r2"});
+  for (int i = 0; i < 3; i++) c.start(i);
+  ASSERT_TRUE(c.pump([&] { return c.all_up(); }));
+  for (int i = 0; i < 3; i++)
+    for (int j = 0; j < 3; j++) {
+      if (i == j) continue;
+      PeerStats s = c[i].ctx->stats(j);
+      bool verbs = i < 2 && j < 2;
+      EXPECT_EQ(s.transport, verbs ? "verbs" : "tcp") << "h" << i << " -> h" << j;
+      EXPECT_EQ(s.state, PeerState::kUp) << "h" << i << " -> h" << j;
+      EXPECT_EQ(s.verbs_device.empty(), !verbs) << "h" << i << " -> h" << j;
+      EXPECT_EQ(s.verbs_qpn != 0, verbs) << "h" << i << " -> h" << j;
+    }
+  for (int i = 0; i < 3; i++) EXPECT_EQ(c[i].ups.size(), 2u) << "h" << i;
+  // Control messages still arrive on both kinds of link.
+  c[0].ctx->send_control(2, "to h2");
+  c[2].ctx->send_control(1, "to h1");
+  ASSERT_TRUE(c.pump([&] { return c[2].controls.size() == 1 && c[1].controls.size() == 1; }));
+  EXPECT_EQ(c[2].controls[0], "to h2");
+  EXPECT_EQ(c[1].controls[0], "to h1");
+  write_all_ways(c, 3);
+  for (int i = 0; i < 3; i++) EXPECT_TRUE(c[i].downs.empty()) << "h" << i;
+  EXPECT_GT(c[0].ctx->stats(1).writes_sent, 0u);
+  EXPECT_GT(c[0].ctx->stats(2).writes_sent, 0u);
+}
+
+TEST(VerbsRxe, PeerWithoutVerbsGetsATcpLinkInItsRack) {
+  NEED_DEVICE();
+  Cluster c(2, {"r1", "r1"});
+  c.refuse_verbs = 1;
+  c.start(0);
+  c.start(1);
+  ASSERT_TRUE(c.pump([&] { return c.all_up(); }));
+  EXPECT_EQ(c[0].ctx->stats(1).transport, "tcp");
+  EXPECT_EQ(c[1].ctx->stats(0).transport, "tcp");
+  EXPECT_EQ(c[0].ctx->stats(1).verbs_qpn, 0u);
+  write_all_ways(c, 2);
+  // The TCP link going away is the peer going down, as on the TCP provider.
+  c.stop(1);
+  ASSERT_TRUE(c.pump([&] { return c[0].downs.size() == 1; }, 15000));
+  EXPECT_FALSE(c[0].ctx->peer_up(1));
 }
 
 }  // namespace

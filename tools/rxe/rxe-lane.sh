@@ -7,7 +7,8 @@
 # very build tree:
 #   1. TEST_BINARY (tests/rxe/test_verbs_rxe: the verbs provider on rxe0),
 #   2. ib_write_bw (perftest) as the device's reference figure,
-#   3. two gsyncd with transport = "verbs" on 127.0.0.1 and gsync-perf
+#   3. three gsyncd with transport = "verbs" on 127.0.0.1 in two racks
+#      ({h0,h1}, {h2}: verbs between h0 and h1, TCP to h2) and gsync-perf
 #      allreducing through them, every element checked.
 # Prints "N passed, N failed"; exits 0 only when nothing failed, 77 with
 # "SKIPPED: <reason>" where QEMU (or the kernel package) is not to be had.
@@ -77,9 +78,9 @@ SRV=\$!; sleep 1
 timeout 120 ib_write_bw -d rxe0 -x \$RXE_GID_INDEX -F -s 1048576 -n 200 127.0.0.1 | sed 's/^/ib_write_bw: /'
 rc=\$?; wait \$SRV; check ib_write_bw \$rc
 
-echo "RXE-STEP: two gsyncd allreducing over verbs"
+echo "RXE-STEP: three gsyncd in two racks allreducing over verbs and tcp"
 printf '[cluster]\ntransport = "verbs"\n' > /tmp/verbs.toml
-timeout 400 ./tools/perf/gsync-perf --hosts 2 --loopback -n 1 --daemon-arg=--config=/tmp/verbs.toml \
+timeout 400 ./tools/perf/gsync-perf --hosts 3 --racks 2 --loopback -n 1 --daemon-arg=--config=/tmp/verbs.toml \
   -b 4K -e 16M -f 4 --iters 3 --warmup 1 > /tmp/perf.log 2>&1
 rc=\$?
 sed 's/^/gsync-perf: /' /tmp/perf.log
