@@ -17,35 +17,39 @@ namespace gsync::transport::verbs {
 
 VerbsContext::VerbsContext(const ContextOptions& options) : options_(options) {}
 
-Status VerbsContext::create(const ContextOptions& options, std::unique_ptr<VerbsContext>* out) {
+Status VerbsContext::create(const ContextOptions& options, std::unique_ptr<VerbsContext>* out,
+                            bool allow_no_device) {
   if (options.self < 0 || options.self >= static_cast<int>(options.hosts.size()))
     return Status(GSYNC_ERR_INVALID, fmt::format("self index {} is not one of the {} hosts",
                                                  options.self, options.hosts.size()));
   std::unique_ptr<VerbsContext> c(new VerbsContext(options));
   const PeerInfo& me = options.hosts[size_t(options.self)];
   std::string local = options.listen_address.empty() ? me.address : options.listen_address;
-  if (Status st = Device::create(options.verbs, local, &c->device_); !st) return st;
-  c->mrs_ = std::make_unique<MrCache>(*c->device_);
-  if (std::string m = memlock_problem(64ull << 20); !m.empty())
-    spdlog::warn("verbs transport: {}", m);
+  if (Status st = Device::create(options.verbs, local, &c->device_); !st) {
+    if (!allow_no_device) return st;
+    c->device_.reset();
+    c->offer_ = {false, st.message()};
+  }
+  if (c->device_) {
+    c->mrs_ = std::make_unique<MrCache>(*c->device_);
+    if (std::string m = memlock_problem(64ull << 20); !m.empty())
+      spdlog::warn("verbs transport: {}", m);
+  }
 
   // The control link: the TCP provider itself. It also carries the writes
-  // of links to other racks, so where the cluster has more than one rack it
-  // gets the configured streams (the same on every daemon: both ends of a
-  // link must agree), else one.
-  ContextOptions inner = options;
-  bool racks = false;
-  for (const PeerInfo& h : options.hosts) racks |= h.rack != me.rack;
-  if (!racks) inner.streams = 1;
+  // of every link that is not verbs (another rack, a peer without a device,
+  // or no device here), so it gets the configured streams: the same on every
+  // daemon whatever its device, as both ends of a link must agree.
   Status st;
-  c->inner_ = make_tcp_context(inner, &st);
+  c->inner_ = make_tcp_context(options, &st);
   if (!c->inner_) return st;
 
   c->epoll_fd_ = epoll_create1(EPOLL_CLOEXEC);
   c->wake_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   if (c->epoll_fd_ < 0 || c->wake_fd_ < 0)
     return Status(GSYNC_ERR_INTERNAL, fmt::format("epoll/eventfd: {}", strerror(errno)));
-  for (int fd : {c->inner_->event_fd(), c->device_->channel()->fd, c->wake_fd_}) {
+  for (int fd : {c->inner_->event_fd(), c->device_ ? c->device_->channel()->fd : -1, c->wake_fd_}) {
+    if (fd < 0) continue;
     epoll_event ev{};
     ev.events = EPOLLIN;
     ev.data.fd = fd;
@@ -56,11 +60,14 @@ Status VerbsContext::create(const ContextOptions& options, std::unique_ptr<Verbs
   c->link_.assign(options.hosts.size(), Link::kUnknown);
   c->decided_.assign(options.hosts.size(), false);
   c->logged_.resize(options.hosts.size());
-  const DeviceChoice& d = c->device_->choice();
-  c->offer_.detail = fmt::format("{} port {} gid {}", d.device, d.port, d.gid_index);
+  c->mismatch_.resize(options.hosts.size());
   c->pairs_.resize(options.hosts.size());
-  for (int i = 0; i < static_cast<int>(options.hosts.size()); i++)
-    if (i != options.self) c->pairs_[size_t(i)] = std::make_unique<Pair>(*c, i);
+  if (c->device_) {
+    const DeviceChoice& d = c->device_->choice();
+    c->offer_.detail = fmt::format("{} port {} gid {}", d.device, d.port, d.gid_index);
+    for (int i = 0; i < static_cast<int>(options.hosts.size()); i++)
+      if (i != options.self) c->pairs_[size_t(i)] = std::make_unique<Pair>(*c, i);
+  }
   *out = std::move(c);
   return Status::ok();
 }
@@ -69,9 +76,9 @@ VerbsContext::~VerbsContext() {
   inner_.reset();
   pairs_.clear();  // QPs and CQs before the registrations and the PD
   for (auto& [id, r] : regions_.all())
-    if (r.mr) mrs_->release(r.mr);
+    if (r.mr && mrs_) mrs_->release(r.mr);
   for (auto& [id, r] : retiring_)
-    if (r.mr) mrs_->release(r.mr);
+    if (r.mr && mrs_) mrs_->release(r.mr);
   mrs_.reset();
   if (wake_fd_ >= 0) close(wake_fd_);
   if (epoll_fd_ >= 0) close(epoll_fd_);
@@ -97,6 +104,7 @@ Status VerbsContext::start(Handlers handlers) {
   h.on_control = [this](int p, std::string_view m) { on_internal(p, m); };
   // Writes of TCP links: the region ids are the ones callers hold.
   h.on_write = [this](int p, uint32_t r, uint64_t off, uint64_t len, uint64_t imm) {
+    if (!mismatch_[size_t(p)].empty()) return;  // not a peer of this protocol
     if (handlers_.on_write) handlers_.on_write(p, r, off, len, imm);
   };
   h.on_write_done = [this](int p, uint64_t cookie, const Status& st) {
@@ -120,6 +128,7 @@ void VerbsContext::on_caps(int peer, const Caps& m) {
   const PeerInfo& me = options_.hosts[size_t(self())];
   const PeerInfo& them = options_.hosts[size_t(peer)];
   std::string why;
+  mismatch_[size_t(peer)].clear();
   if (them.rack != me.rack)
     why = fmt::format("other rack {}", them.rack.empty() ? "\"\"" : them.rack);
   else if (!m.verbs)
@@ -133,7 +142,7 @@ void VerbsContext::on_caps(int peer, const Caps& m) {
     spdlog::info("verbs transport: link {}", said);
     logged_[size_t(peer)] = said;
   }
-  if (why.empty()) {
+  if (why.empty() && pairs_[size_t(peer)]) {
     link_[size_t(peer)] = Link::kVerbs;
     pairs_[size_t(peer)]->on_link_up();
     for (auto& [id, r] : regions_.all()) announce(peer, r);
@@ -149,7 +158,8 @@ void VerbsContext::on_caps(int peer, const Caps& m) {
 void VerbsContext::on_link_down(int peer, const Status& why) {
   bool was_tcp = decided_[size_t(peer)] && link_[size_t(peer)] == Link::kTcp;
   decided_[size_t(peer)] = false;
-  pairs_[size_t(peer)]->on_link_down(why);
+  mismatch_[size_t(peer)].clear();
+  if (pairs_[size_t(peer)]) pairs_[size_t(peer)]->on_link_down(why);
   if (was_tcp) post_peer_down(peer, why);
   partial_[size_t(peer)].clear();
   // It can no longer write anything into our memory: the QP is gone.
@@ -160,10 +170,28 @@ void VerbsContext::on_link_down(int peer, const Status& why) {
 
 void VerbsContext::on_internal(int peer, std::string_view msg) {
   if (msg.empty()) return;
-  Pair& p = *pairs_[size_t(peer)];
+  Pair* p = pairs_[size_t(peer)].get();
   auto bad = [&](const char* what) {
     spdlog::error("verbs transport: malformed {} message from {} ({} bytes); ignored", what,
                   describe_host(peer), msg.size());
+  };
+  // Our side sends CAPS first on every link, so does every daemon of this
+  // protocol. Anything else first is a daemon running the plain TCP context
+  // ([cluster] transport = "tcp", or a build without libibverbs): its
+  // messages are not ours to read, and it never comes up here.
+  if (!decided_[size_t(peer)] && static_cast<Ctl>(msg[0]) != Ctl::kCaps) {
+    if (mismatch_[size_t(peer)].empty()) {
+      mismatch_[size_t(peer)] = fmt::format(
+          "peer {} speaks the plain tcp transport (its first message was not the verbs "
+          "transport's capability message); set [cluster] transport the same on every host",
+          describe_host(peer));
+      spdlog::error("verbs transport: {}; its messages are ignored", mismatch_[size_t(peer)]);
+    }
+    return;
+  }
+  auto no_pair = [&](const char* what) {
+    spdlog::error("verbs transport: {} message from {}, but this daemon offers no verbs link; "
+                  "ignored", what, describe_host(peer));
   };
   switch (static_cast<Ctl>(msg[0])) {
     case Ctl::kCaps: {
@@ -190,25 +218,29 @@ void VerbsContext::on_internal(int peer, std::string_view msg) {
     case Ctl::kQpInfo: {
       QpInfo m;
       if (!decode(msg, &m)) return bad("QP_INFO");
-      p.on_qp_info(m);
+      if (!p) return no_pair("QP_INFO");
+      p->on_qp_info(m);
       return;
     }
     case Ctl::kReady: {
       Ready m;
       if (!decode(msg, &m)) return bad("READY");
-      p.on_ready(m);
+      if (!p) return no_pair("READY");
+      p->on_ready(m);
       return;
     }
     case Ctl::kRegion: {
       RegionInfo m;
       if (!decode(msg, &m)) return bad("REGION");
-      p.on_region(m);
+      if (!p) return no_pair("REGION");
+      p->on_region(m);
       return;
     }
     case Ctl::kRetire: {
       uint32_t id;
       if (!decode_id(msg, &id)) return bad("RETIRE");
-      p.on_retire(id);
+      if (!p) return no_pair("RETIRE");
+      p->on_retire(id);
       return;
     }
     case Ctl::kRetireAck: {
@@ -243,7 +275,7 @@ Region VerbsContext::register_region(void* base, uint64_t bytes) {
   regions_.note_issued(t.id);
   LocalRegion r;
   r.region = {t.id, static_cast<uint8_t*>(base), bytes};
-  if (bytes > 0) {
+  if (bytes > 0 && mrs_) {
     Status err;
     r.mr = mrs_->acquire(base, bytes, &err);
     if (r.mr == nullptr) {
@@ -256,7 +288,7 @@ Region VerbsContext::register_region(void* base, uint64_t bytes) {
     }
   }
   for (int p = 0; p < size(); p++)
-    if (p != self() && pairs_[size_t(p)]->link_up()) announce(p, r);
+    if (pairs_[size_t(p)] && pairs_[size_t(p)]->link_up()) announce(p, r);
   Region out = r.region;
   regions_.add(std::move(r));
   return out;
@@ -283,7 +315,7 @@ void VerbsContext::deregister_region(uint32_t id, std::function<void()> released
   // Every peer that knows the region may have RDMA writes into it in
   // flight, which only it can see end: ask each, and wait.
   for (int p = 0; p < size(); p++) {
-    if (p == self() || !pairs_[size_t(p)]->link_up()) continue;
+    if (!pairs_[size_t(p)] || !pairs_[size_t(p)]->link_up()) continue;
     send_internal(p, encode_id(Ctl::kRetire, id));
     t.waiting[size_t(p)] = true;
     t.left++;
@@ -373,7 +405,7 @@ void VerbsContext::poll() {
   // ibv_destroy_cq waits for; none is ever left unacknowledged.
   ibv_cq* cq = nullptr;
   void* cq_ctx = nullptr;
-  while (ibv_get_cq_event(device_->channel(), &cq, &cq_ctx) == 0) {
+  while (device_ && ibv_get_cq_event(device_->channel(), &cq, &cq_ctx) == 0) {
     ibv_ack_cq_events(cq, 1);
     static_cast<Pair*>(cq_ctx)->on_cq_event(cq);
   }
@@ -445,6 +477,7 @@ PeerStats VerbsContext::stats(int peer) const {
   if (link_[size_t(peer)] == Link::kVerbs) return pairs_[size_t(peer)]->stats();
   PeerStats s = inner_->stats(peer);  // transport "tcp", no verbs_* fields
   if (s.state == PeerState::kUp && !peer_up(peer)) s.state = PeerState::kConnecting;
+  if (!mismatch_[size_t(peer)].empty()) s.last_error = mismatch_[size_t(peer)];
   return s;
 }
 

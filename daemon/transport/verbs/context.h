@@ -2,7 +2,7 @@
 //
 // The verbs provider's Context: the device (PD, completion channel), the
 // registration cache, the region table, one Pair per peer, and an internal
-// TCP context (transport/tcp/, one stream) that does what TCP does well:
+// TCP context (transport/tcp/, the configured streams) that does what TCP does well:
 // the connector rule, HELLO with identity checks and refusals, reconnect
 // backoff, heartbeats and liveness - and carries the QP parameters, region
 // announcements and the user's control messages in order. The link to each
@@ -12,6 +12,12 @@
 // (the TCP context's ids are the ones callers see). event_fd() is an epoll set of the inner context's fd, the
 // completion channel and a wake-up eventfd; poll() is the one place
 // handlers run.
+//
+// Without a usable RDMA device (create(..., allow_no_device)) the context
+// still runs, with no device, registration cache or pairs: it offers no
+// verbs in every CAPS (naming why) and every link carries its writes over the
+// internal TCP context. So every daemon of a libibverbs build speaks this one
+// protocol, device or not, and a mixed cluster interoperates.
 #pragma once
 
 #include <cstdint>
@@ -30,7 +36,10 @@ namespace gsync::transport::verbs {
 
 class VerbsContext final : public Context {
  public:
-  static Status create(const ContextOptions& options, std::unique_ptr<VerbsContext>* out);
+  // Fails where no device is usable, unless allow_no_device: then a context
+  // that runs every link over TCP (has_device() false, no_device_reason()).
+  static Status create(const ContextOptions& options, std::unique_ptr<VerbsContext>* out,
+                       bool allow_no_device = false);
   ~VerbsContext() override;
 
   Status start(Handlers handlers) override;
@@ -46,7 +55,11 @@ class VerbsContext final : public Context {
   int self() const override { return options_.self; }
   int size() const override { return static_cast<int>(options_.hosts.size()); }
 
-  // For Pair.
+  bool has_device() const { return device_ != nullptr; }
+  // Why there is no device ("ibv_get_device_list: Function not implemented").
+  const std::string& no_device_reason() const { return offer_.detail; }
+
+  // For Pair (which exists only where there is a device).
   Device& device() { return *device_; }
   MrCache& mrs() { return *mrs_; }
   const RegionTable& regions() const { return regions_; }
@@ -65,7 +78,7 @@ class VerbsContext final : public Context {
   Pair* pair_for_test(int peer) { return pairs_[size_t(peer)].get(); }
   // Tests: offer no verbs link to peers (as a daemon without a device would).
   void refuse_verbs_for_test(std::string why) { offer_ = {false, std::move(why)}; }
-  const MrCache& mr_cache() const { return *mrs_; }
+  const MrCache& mr_cache() const { return *mrs_; }  // has_device() only
 
  private:
   struct Event {
@@ -99,15 +112,18 @@ class VerbsContext final : public Context {
 
   ContextOptions options_;
   Handlers handlers_;
-  std::unique_ptr<Device> device_;
-  std::unique_ptr<MrCache> mrs_;
+  std::unique_ptr<Device> device_;  // null: no usable device, every link is TCP
+  std::unique_ptr<MrCache> mrs_;    // null with device_
   RegionTable regions_;
   std::unordered_map<uint32_t, Retiring> retiring_;
-  std::vector<std::unique_ptr<Pair>> pairs_;  // by host index; null for self
+  std::vector<std::unique_ptr<Pair>> pairs_;  // by host index; null for self, all without a device
   std::vector<std::string> partial_;          // a user message arriving in parts
   std::vector<Link> link_;                    // by host index
   std::vector<bool> decided_;                 // the peer's CAPS came on this TCP link
   std::vector<std::string> logged_;           // the last choice logged, per peer
+  // Per peer: why its messages are ignored (its first message on the link
+  // was not CAPS: it runs the plain TCP context), "" when it speaks ours.
+  std::vector<std::string> mismatch_;
   Caps offer_{true, ""};                      // what we tell peers
   std::vector<Event> events_, flushing_;
   bool flushing_events_ = false;

@@ -1,9 +1,13 @@
 // SPDX-License-Identifier: Apache-2.0
 //
-// make_context: the verbs context where an RDMA device is usable (it then
-// picks verbs or TCP per peer: same rack and a device on both ends), else
-// the plain TCP context, said once in the log with the reason. Built with or without libibverbs (config.h's
-// GSYNC_HAVE_VERBS), so the daemon always calls this one function.
+// make_context. Built with libibverbs (config.h's GSYNC_HAVE_VERBS) and
+// prefer_verbs, it is always the verbs context: with a usable RDMA device it
+// picks verbs or TCP per peer (same rack and a device on both ends); without
+// one it offers no verbs to any peer and carries every link over its
+// internal TCP context, so daemons with and without a device speak the same
+// protocol. Which, and why, is said once in the log. The plain TCP context
+// where verbs is not asked for, or the build has no libibverbs; the daemon
+// always calls this one function.
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
@@ -18,35 +22,45 @@ namespace gsync::transport {
 
 std::unique_ptr<Context> make_context(const ContextOptions& options, bool prefer_verbs,
                                       Status* err) {
-  std::string why;
   if (!prefer_verbs) {
-    why = "verbs not asked for";
-  } else {
+    spdlog::info("transport: tcp (verbs not asked for)");
+    return make_tcp_context(options, err);
+  }
 #if GSYNC_HAVE_VERBS
-    std::unique_ptr<verbs::VerbsContext> v;
-    Status st = verbs::VerbsContext::create(options, &v);
-    if (st) {
-      const auto& c = v->device().choice();
-      spdlog::info("transport: verbs on {} port {} GID[{}] {} ({}) for peers in rack '{}' that "
-                   "have a device too, tcp for the others (each link is named once it is up)",
-                   c.device, c.port, c.gid_index, c.gid_text, c.gid_type,
-                   options.hosts[size_t(options.self)].rack);
-      if (err != nullptr) *err = Status::ok();
-      return v;
-    }
-    why = st.message();
+  std::unique_ptr<verbs::VerbsContext> v;
+  Status st = verbs::VerbsContext::create(options, &v, !options.verbs.required);
+  if (!st) {
+    if (err != nullptr)
+      *err = options.verbs.required
+                 ? Status(GSYNC_ERR_UNSUPPORTED,
+                          fmt::format("transport verbs is required but unusable: {}", st.message()))
+                 : st;
+    return nullptr;
+  }
+  if (v->has_device()) {
+    const auto& c = v->device().choice();
+    spdlog::info("transport: verbs on {} port {} GID[{}] {} ({}) for peers in rack '{}' that "
+                 "have a device too, tcp for the others (each link is named once it is up)",
+                 c.device, c.port, c.gid_index, c.gid_text, c.gid_type,
+                 options.hosts[size_t(options.self)].rack);
+  } else {
+    spdlog::info("transport: tcp ({}) on every link: no usable RDMA device here (the verbs "
+                 "transport's protocol, offering no verbs link to peers)",
+                 v->no_device_reason());
+  }
+  if (err != nullptr) *err = Status::ok();
+  return v;
 #else
-    why = "built without libibverbs";
-#endif
-    if (options.verbs.required) {
-      if (err != nullptr)
-        *err = Status(GSYNC_ERR_UNSUPPORTED,
-                      fmt::format("transport verbs is required but unusable: {}", why));
-      return nullptr;
-    }
+  std::string why = "built without libibverbs";
+  if (options.verbs.required) {
+    if (err != nullptr)
+      *err = Status(GSYNC_ERR_UNSUPPORTED,
+                    fmt::format("transport verbs is required but unusable: {}", why));
+    return nullptr;
   }
   spdlog::info("transport: tcp ({})", why);
   return make_tcp_context(options, err);
+#endif
 }
 
 }  // namespace gsync::transport
