@@ -115,11 +115,15 @@ class Cluster {
     Node& n = *nodes_[size_t(i)];
     ContextOptions o = base_;
     o.self = i;
+    if (no_device == i) {  // as on a host without RDMA: the real fallback, not refused offers
+      o.verbs.device = "no-such-rdma9";
+      o.verbs.required = false;
+    }
     Status st;
-    n.ctx = make_context(o, true, &st);
+    n.ctx = make_context(o, plain_tcp != i, &st);
     EXPECT_TRUE(n.ctx) << st.message();
     if (!n.ctx) return n;
-    if (refuse_verbs == i)
+    if (refuse_verbs == i && plain_tcp != i)
       static_cast<verbs::VerbsContext*>(n.ctx.get())->refuse_verbs_for_test("test says no");
     Handlers h;
     h.on_peer_up = [&n](int p) { n.ups.push_back(p); };
@@ -135,6 +139,8 @@ class Cluster {
   }
   void stop(int i) { nodes_[size_t(i)].reset(); }
   int refuse_verbs = -1;  // this node offers no verbs link
+  int no_device = -1;     // this node finds no RDMA device
+  int plain_tcp = -1;     // this node runs the plain TCP context (transport = "tcp")
   Node& operator[](int i) { return *nodes_[size_t(i)]; }
   bool pump(const std::function<bool()>& pred, int timeout_ms = 10000) {
     auto deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
@@ -490,6 +496,51 @@ TEST(VerbsRxe, PeerWithoutVerbsGetsATcpLinkInItsRack) {
   c.stop(1);
   ASSERT_TRUE(c.pump([&] { return c[0].downs.size() == 1; }, 15000));
   EXPECT_FALSE(c[0].ctx->peer_up(1));
+}
+
+TEST(VerbsRxe, PeerWithNoDeviceRunsTheSameProtocolOverTcp) {
+  NEED_DEVICE();
+  Cluster c(2, {"r1", "r1"});
+  c.no_device = 1;
+  c.start(0);
+  c.start(1);
+  ASSERT_TRUE(c[1].ctx);
+  auto* v = static_cast<verbs::VerbsContext*>(c[1].ctx.get());
+  EXPECT_FALSE(v->has_device());
+  EXPECT_NE(v->no_device_reason().find("no-such-rdma9"), std::string::npos)
+      << v->no_device_reason();
+  ASSERT_TRUE(c.pump([&] { return c.all_up(); }));
+  EXPECT_EQ(c[0].ctx->stats(1).transport, "tcp");
+  EXPECT_EQ(c[1].ctx->stats(0).transport, "tcp");
+  c[0].ctx->send_control(1, "to h1");
+  c[1].ctx->send_control(0, "to h0");
+  ASSERT_TRUE(c.pump([&] { return !c[0].controls.empty() && !c[1].controls.empty(); }));
+  EXPECT_EQ(c[1].controls[0], "to h1");
+  EXPECT_EQ(c[0].controls[0], "to h0");
+  write_all_ways(c, 2);
+  c.stop(1);
+  ASSERT_TRUE(c.pump([&] { return c[0].downs.size() == 1; }, 15000));
+}
+
+// transport = "tcp" on one host only: the verbs context says so, it does not
+// hang silently.
+TEST(VerbsRxe, PlainTcpPeerIsNamedAsAConfigurationMismatch) {
+  Cluster c(2, {"r1", "r1"});
+  c.no_device = 0;  // runs with or without a device
+  c.plain_tcp = 1;
+  c.start(0);
+  c.start(1);
+  // The plain context reports the link up (the HELLO is the same) and talks.
+  ASSERT_TRUE(c.pump([&] { return c[1].ctx->peer_up(0); }));
+  c[1].ctx->send_control(0, "hello from plain tcp");
+  auto named = [&] {
+    return c[0].ctx->stats(1).last_error.find("speaks the plain tcp transport") !=
+           std::string::npos;
+  };
+  ASSERT_TRUE(c.pump(named, 5000)) << c[0].ctx->stats(1).last_error;
+  EXPECT_FALSE(c[0].ctx->peer_up(1));
+  EXPECT_TRUE(c[0].controls.empty());
+  EXPECT_TRUE(c[0].ups.empty());
 }
 
 }  // namespace
