@@ -39,7 +39,8 @@ json status(Daemon& d) {
        {{"completed", g.ops_completed}, {"failed", g.ops_failed}, {"in_flight", d.jobs().in_flight()}}},
       {"bytes_reduced", g.bytes_reduced},
       {"throughput_gbps", g.meter.rate(now) / 1e9},
-      {"transport", d.cross_host() ? fmt::format("tcp (cluster {}, host {}, {} hosts)",
+      {"transport", d.cross_host() ? fmt::format("{} (cluster {}, host {}, {} hosts)",
+                                                 d.cross_host()->transport_summary(),
                                                  d.cross_host()->cluster().name,
                                                  d.cross_host()->self_id(),
                                                  d.cross_host()->cluster().hosts.size())

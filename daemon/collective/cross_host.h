@@ -46,6 +46,7 @@ class CrossHost {
   const ClusterFile& cluster() const { return cluster_; }
   const std::string& self_id() const { return cluster_.hosts[size_t(cluster_.self)].id; }
   uint64_t epoch() const { return epoch_; }
+  std::string transport_summary() const { return net_ ? net_->summary() : "tcp"; }
 
   // --- Jobs: the cluster-wide rank map.
   // All local slots of the job are connected: tell every peer.

@@ -131,6 +131,9 @@ class Context {
 
   virtual bool peer_up(int peer) const = 0;
   virtual PeerStats stats(int peer) const = 0;
+  // What carries the links, for gsyncctl status ("tcp", "verbs within a rack
+  // on rxe0 port 1, tcp otherwise", "tcp on every link: no RDMA device (...)").
+  virtual std::string summary() const { return "tcp"; }
   virtual int self() const = 0;
   virtual int size() const = 0;  // hosts in the cluster, self included
 };

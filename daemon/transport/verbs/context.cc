@@ -481,4 +481,11 @@ PeerStats VerbsContext::stats(int peer) const {
   return s;
 }
 
+std::string VerbsContext::summary() const {
+  if (!device_) return fmt::format("tcp on every link: no usable RDMA device ({})", no_device_reason());
+  const DeviceChoice& c = device_->choice();
+  return fmt::format("verbs within a rack on {} port {} (GID index {}, {}), tcp otherwise", c.device,
+                     c.port, c.gid_index, c.gid_type);
+}
+
 }  // namespace gsync::transport::verbs

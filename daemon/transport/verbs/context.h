@@ -52,6 +52,7 @@ class VerbsContext final : public Context {
   void poll() override;
   bool peer_up(int peer) const override;
   PeerStats stats(int peer) const override;
+  std::string summary() const override;
   int self() const override { return options_.self; }
   int size() const override { return static_cast<int>(options_.hosts.size()); }
 
