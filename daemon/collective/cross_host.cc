@@ -8,7 +8,6 @@
 #include <cstring>
 
 #include <fmt/format.h>
-#include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
 #include "daemon/reduce/reduce.h"
@@ -74,7 +73,7 @@ struct CrossHost::XOp {
 };
 
 CrossHost::CrossHost(const DaemonConfig& cfg, ClusterFile cluster, EventLoop& loop)
-    : cfg_(cfg), cluster_(std::move(cluster)), loop_(loop) {
+    : cfg_(cfg), cluster_(std::move(cluster)), loop_(loop), members_(cluster_.self) {
   size_t n = cluster_.hosts.size();
   sent_meter_.resize(n);
   recv_meter_.resize(n);
@@ -137,13 +136,13 @@ void CrossHost::local_job_complete(const Job& job) {
   std::vector<int> ranks;
   for (const auto& s : job.slots)
     if (s.session) ranks.push_back(s.session->rank);
-  local_[job.id] = {job.world_size, ranks};
+  members_.set_local(job.id, job.world_size, ranks);
   send_all(cluster::encode_announce(job.id, job.world_size, ranks));
   if (job_ready(job) && on_job_ready) on_job_ready(job.id);
 }
 
 void CrossHost::local_rank_left(const Job& job, int rank, pid_t pid, const std::string& reason) {
-  local_.erase(job.id);
+  members_.clear_local(job.id);
   cluster::JobLeave m;
   m.rank = rank;
   m.pid = pid;
@@ -152,55 +151,17 @@ void CrossHost::local_rank_left(const Job& job, int rank, pid_t pid, const std::
   send_all(cluster::as_bytes(m));
 }
 
-bool CrossHost::job_ready(const Job& job) const {
-  auto l = local_.find(job.id);
-  if (l == local_.end()) return false;
-  std::vector<bool> seen(static_cast<size_t>(job.world_size), false);
-  size_t n = 0;
-  auto take = [&](const std::vector<int>& ranks) {
-    for (int r : ranks) {
-      if (r < 0 || r >= job.world_size || seen[size_t(r)]) return false;
-      seen[size_t(r)] = true;
-      n++;
-    }
-    return true;
-  };
-  if (!take(l->second.second)) return false;
-  auto it = remote_.find(job.id);
-  if (it != remote_.end()) {
-    if (it->second.world_size != job.world_size) return false;
-    for (const auto& [host, ranks] : it->second.hosts)
-      if (!take(ranks)) return false;
-  }
-  return n == static_cast<size_t>(job.world_size);
-}
+bool CrossHost::job_ready(const Job& job) const { return members_.ready(job.id, job.world_size); }
 
 std::string CrossHost::job_missing(const Job& job) const {
-  std::vector<bool> seen(static_cast<size_t>(job.world_size), false);
+  std::vector<int> live, hosts;
   for (const auto& s : job.slots)
-    if (s.session) seen[size_t(s.session->rank)] = true;
-  std::string hosts;
-  if (auto it = remote_.find(job.id); it != remote_.end()) {
-    for (const auto& [host, ranks] : it->second.hosts) {
-      for (int r : ranks)
-        if (r >= 0 && r < job.world_size) seen[size_t(r)] = true;
-      hosts += (hosts.empty() ? "" : ", ") + cluster_.hosts[size_t(host)].id;
-    }
-  }
-  std::string missing;
-  for (int r = 0; r < job.world_size; r++)
-    if (!seen[size_t(r)]) missing += (missing.empty() ? "" : " ") + std::to_string(r);
-  return fmt::format("ranks not on any host yet: {}; hosts with ranks so far: {}{}",
-                     missing.empty() ? "none" : missing, self_id(),
-                     hosts.empty() ? "" : ", " + hosts);
-}
-
-std::vector<int> CrossHost::participants(const Job& job) const {
-  std::vector<int> hosts = {cluster_.self};
-  if (auto it = remote_.find(job.id); it != remote_.end())
-    for (const auto& [host, ranks] : it->second.hosts) hosts.push_back(host);
-  std::sort(hosts.begin(), hosts.end());
-  return hosts;
+    if (s.session) live.push_back(s.session->rank);
+  std::string missing = members_.missing(job.id, job.world_size, live, &hosts);
+  std::string names = self_id();
+  for (int h : hosts) names += ", " + cluster_.hosts[size_t(h)].id;
+  return fmt::format("ranks not on any host yet: {}; hosts with ranks so far: {}",
+                     missing.empty() ? "none" : missing, names);
 }
 
 // ---------------------------------------------------------------- ops
@@ -249,7 +210,7 @@ void CrossHost::begin(const Job& job, Op& op, double weight_sum, Done done) {
   x->id = op.id;
   x->token = next_token_++;
   if (x->token == 0) x->token = next_token_++;
-  x->hosts = participants(job);
+  x->hosts = members_.participants(job.id);
   x->self = x->participant_of(cluster_.self);
   x->opcode = op.opcode;
   x->dtype = op.dtype;
@@ -280,13 +241,7 @@ void CrossHost::begin(const Job& job, Op& op, double weight_sum, Done done) {
   }
   if (op.opcode == proto::kOpBroadcast) {
     // The root's host sends its tensor to every other host: one phase.
-    int root_host = -1;
-    for (const auto& s : job.slots)
-      if (s.session && s.session->rank == op.root) root_host = cluster_.self;
-    if (root_host < 0)
-      if (auto it = remote_.find(job.id); it != remote_.end())
-        for (const auto& [h, ranks] : it->second.hosts)
-          if (std::find(ranks.begin(), ranks.end(), op.root) != ranks.end()) root_host = h;
+    int root_host = members_.host_of(job.id, op.root);
     int rp = x->participant_of(root_host);
     x->sched.algo = Algo::kDirect;
     x->sched.self = x->self;
@@ -568,18 +523,16 @@ void CrossHost::on_control(int peer, std::string_view msg) {
       std::vector<int> ranks;
       if (!cluster::decode_announce(msg, &a, &ranks)) break;
       std::string job = cluster::field(a.job, sizeof a.job);
-      auto& rj = remote_[job];
-      rj.world_size = a.world_size;
-      rj.hosts[peer] = ranks;
       spdlog::info("job {}: host {} has {} ranks of {}", job, from, ranks.size(), a.world_size);
-      if (local_.count(job) && on_job_ready) on_job_ready(job);
+      members_.set_remote(job, peer, a.world_size, std::move(ranks));
+      if (members_.has_local(job) && on_job_ready) on_job_ready(job);
       return;
     }
     case cluster::kJobLeave: {
       cluster::JobLeave m;
       if (!cluster::decode(msg, &m)) break;
       std::string job = cluster::field(m.job, sizeof m.job);
-      if (auto it = remote_.find(job); it != remote_.end()) it->second.hosts.erase(peer);
+      members_.clear_remote(job, peer);
       Status st(GSYNC_ERR_RANK_DEAD, fmt::format("job {}: rank {} (pid {}) on host {} {}", job,
                                                  m.rank, m.pid, from,
                                                  cluster::field(m.reason, sizeof m.reason)));
@@ -669,7 +622,7 @@ void CrossHost::on_peer_up(int peer) {
   const auto& h = cluster_.hosts[size_t(peer)];
   spdlog::info("peer {} ({}:{}, rack {}) is up; cluster epoch {}", h.id, h.address, h.port, h.rack,
                epoch_);
-  for (const auto& [job, wr] : local_)
+  for (const auto& [job, wr] : members_.local())
     net_->send_control(peer, cluster::encode_announce(job, wr.first, wr.second));
 }
 
@@ -683,10 +636,7 @@ void CrossHost::on_peer_down(int peer, const Status& why) {
     if (x->participant_of(peer) >= 0)
       fail(*x, Status(GSYNC_ERR_HOST_LOST, fmt::format("{}: {}", x->describe(), what)), true);
   }
-  std::vector<std::string> broken;
-  for (auto& [job, rj] : remote_)
-    if (rj.hosts.erase(peer)) broken.push_back(job);
-  for (const auto& job : broken)
+  for (const auto& job : members_.remove_host(peer))
     if (on_job_broken)
       on_job_broken(job, Status(GSYNC_ERR_HOST_LOST, fmt::format("job {}: {}", job, what)));
 }
@@ -695,57 +645,6 @@ void CrossHost::expire_early() {
   auto now = Clock::now();
   for (auto it = early_.begin(); it != early_.end();)
     it = it->second.expires < now ? early_.erase(it) : std::next(it);
-}
-
-void CrossHost::sample_rates() {
-  auto now = Clock::now();
-  for (int h = 0; h < static_cast<int>(cluster_.hosts.size()); h++) {
-    if (h == cluster_.self) continue;
-    auto st = net_->stats(h);
-    sent_meter_[size_t(h)].add(st.bytes_sent - last_sent_[size_t(h)], now);
-    recv_meter_[size_t(h)].add(st.bytes_received - last_recv_[size_t(h)], now);
-    last_sent_[size_t(h)] = st.bytes_sent;
-    last_recv_[size_t(h)] = st.bytes_received;
-  }
-}
-
-std::string CrossHost::peers_json() const {
-  using nlohmann::json;
-  auto now = Clock::now();
-  json peers = json::array();
-  for (int h = 0; h < static_cast<int>(cluster_.hosts.size()); h++) {
-    if (h == cluster_.self) continue;
-    const auto& host = cluster_.hosts[size_t(h)];
-    auto st = net_->stats(h);
-    const char* state = st.state == transport::PeerState::kUp       ? "up"
-                        : st.state == transport::PeerState::kDown ? "down"
-                                                                   : "connecting";
-    peers.push_back({{"host", host.id},
-                     {"address", fmt::format("{}:{}", host.address, host.port)},
-                     {"rack", host.rack},
-                     {"state", state},
-                     {"transport", st.transport},
-                     {"bytes_sent", st.bytes_sent},
-                     {"bytes_received", st.bytes_received},
-                     {"send_gbps", const_cast<RateMeter&>(sent_meter_[size_t(h)]).rate(now) / 1e9},
-                     {"recv_gbps", const_cast<RateMeter&>(recv_meter_[size_t(h)]).rate(now) / 1e9},
-                     {"connects", st.connects},
-                     {"last_error", st.last_error}});
-    if (st.transport == "verbs") {
-      auto& p = peers.back();
-      p["verbs"] = {{"device", st.verbs_device}, {"port", st.verbs_port},
-                    {"gid_index", st.verbs_gid_index}, {"qpn", st.verbs_qpn},
-                    {"remote_qpn", st.verbs_remote_qpn},
-                    {"completion_errors", st.verbs_completion_errors}};
-    }
-  }
-  const auto& me = cluster_.hosts[size_t(cluster_.self)];
-  return json{{"cluster", cluster_.name},
-              {"self", {{"host", me.id}, {"address", fmt::format("{}:{}", me.address, me.port)},
-                        {"rack", me.rack}}},
-              {"epoch", epoch_},
-              {"peers", peers}}
-      .dump();
 }
 
 }  // namespace gsync

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "daemon/cluster/cluster_file.h"
+#include "daemon/cluster/membership.h"
 #include "daemon/cluster/messages.h"
 #include "daemon/collective/schedule.h"
 #include "daemon/config/config.h"
@@ -112,7 +113,6 @@ class CrossHost {
   void fail(XOp& op, const Status& st, bool tell_peers);
   XOp* find(const std::string& job, const OpId& id) const;
   std::shared_ptr<XOp> hold(XOp& x) const;
-  std::vector<int> participants(const Job& job) const;
   Scratch take_scratch(uint64_t bytes);
   void give_scratch(Scratch s);
   void send_all(std::string_view msg);
@@ -124,15 +124,7 @@ class CrossHost {
   uint64_t epoch_ = 1;
   uint32_t next_token_ = 1;
 
-  // job -> host -> global ranks on it (remote hosts only)
-  struct RemoteJob {
-    int world_size = 0;
-    std::map<int, std::vector<int>> hosts;
-  };
-  std::map<std::string, RemoteJob> remote_;
-  // Jobs whose local slots are all connected: job -> (world, ranks).
-  std::map<std::string, std::pair<int, std::vector<int>>> local_;
-
+  cluster::Membership members_;
   std::map<std::pair<std::string, OpId>, std::shared_ptr<XOp>> ops_;
   std::unordered_map<uint32_t, XOp*> by_token_;
   // Rendezvous and aborts that came before the local op began.

@@ -1,0 +1,63 @@
+// SPDX-License-Identifier: Apache-2.0
+//
+// The cross-host step as gsyncctl peers sees it: link state and traffic each
+// way per peer, sampled once a second.
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "daemon/collective/cross_host.h"
+
+namespace gsync {
+
+void CrossHost::sample_rates() {
+  auto now = Clock::now();
+  for (int h = 0; h < static_cast<int>(cluster_.hosts.size()); h++) {
+    if (h == cluster_.self) continue;
+    auto st = net_->stats(h);
+    sent_meter_[size_t(h)].add(st.bytes_sent - last_sent_[size_t(h)], now);
+    recv_meter_[size_t(h)].add(st.bytes_received - last_recv_[size_t(h)], now);
+    last_sent_[size_t(h)] = st.bytes_sent;
+    last_recv_[size_t(h)] = st.bytes_received;
+  }
+}
+
+std::string CrossHost::peers_json() const {
+  using nlohmann::json;
+  auto now = Clock::now();
+  json peers = json::array();
+  for (int h = 0; h < static_cast<int>(cluster_.hosts.size()); h++) {
+    if (h == cluster_.self) continue;
+    const auto& host = cluster_.hosts[size_t(h)];
+    auto st = net_->stats(h);
+    const char* state = st.state == transport::PeerState::kUp       ? "up"
+                        : st.state == transport::PeerState::kDown ? "down"
+                                                                   : "connecting";
+    peers.push_back({{"host", host.id},
+                     {"address", fmt::format("{}:{}", host.address, host.port)},
+                     {"rack", host.rack},
+                     {"state", state},
+                     {"transport", st.transport},
+                     {"bytes_sent", st.bytes_sent},
+                     {"bytes_received", st.bytes_received},
+                     {"send_gbps", const_cast<RateMeter&>(sent_meter_[size_t(h)]).rate(now) / 1e9},
+                     {"recv_gbps", const_cast<RateMeter&>(recv_meter_[size_t(h)]).rate(now) / 1e9},
+                     {"connects", st.connects},
+                     {"last_error", st.last_error}});
+    if (st.transport == "verbs") {
+      auto& p = peers.back();
+      p["verbs"] = {{"device", st.verbs_device}, {"port", st.verbs_port},
+                    {"gid_index", st.verbs_gid_index}, {"qpn", st.verbs_qpn},
+                    {"remote_qpn", st.verbs_remote_qpn},
+                    {"completion_errors", st.verbs_completion_errors}};
+    }
+  }
+  const auto& me = cluster_.hosts[size_t(cluster_.self)];
+  return json{{"cluster", cluster_.name},
+              {"self", {{"host", me.id}, {"address", fmt::format("{}:{}", me.address, me.port)},
+                        {"rack", me.rack}}},
+              {"epoch", epoch_},
+              {"peers", peers}}
+      .dump();
+}
+
+}  // namespace gsync
