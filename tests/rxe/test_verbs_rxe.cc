@@ -24,29 +24,15 @@
 #include "daemon/transport/transport.h"
 #include "daemon/transport/verbs/context.h"
 #include "daemon/transport/verbs/device.h"
+#include "tests/util/transport_harness.h"
 
 namespace gsync::transport {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-std::vector<uint16_t> free_ports(int n) {
-  std::vector<int> fds;
-  std::vector<uint16_t> ports;
-  for (int i = 0; i < n; i++) {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
-    socklen_t len = sizeof a;
-    getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-    fds.push_back(fd);
-    ports.push_back(ntohs(a.sin_port));
-  }
-  for (int fd : fds) close(fd);
-  return ports;
-}
+using testing::Done;
+using testing::Landed;
+using testing::Node;
 
 // Memory from mmap, as the daemon's arenas and scratch are (buffer.h).
 struct Mem {
@@ -59,33 +45,9 @@ struct Mem {
   size_t bytes;
 };
 
-struct Landed {
-  int peer;
-  uint32_t region;
-  uint64_t offset, len, imm;
-};
-struct Done {
-  int peer;
-  uint64_t cookie;
-  Status st;
-};
-
-struct Node {
-  std::unique_ptr<Context> ctx;
-  std::vector<int> ups;
-  std::vector<std::pair<int, Status>> downs;
-  std::vector<Landed> landed;
-  std::vector<Done> dones;
-  std::vector<std::string> controls;
-  size_t ok_dones() const {
-    size_t n = 0;
-    for (auto& d : dones) n += d.st.is_ok();
-    return n;
-  }
-  verbs::Pair* pair(int peer) {
-    return static_cast<verbs::VerbsContext*>(ctx.get())->pair_for_test(peer);
-  }
-};
+verbs::Pair* pair_of(Node& n, int peer) {
+  return static_cast<verbs::VerbsContext*>(n.ctx.get())->pair_for_test(peer);
+}
 
 bool have_device(std::string* why) {
   verbs::DeviceChoice c;
@@ -94,10 +56,10 @@ bool have_device(std::string* why) {
   return st.is_ok();
 }
 
-class Cluster {
+class Cluster : public testing::Nodes {
  public:
-  explicit Cluster(int n, std::vector<std::string> racks = {}) {
-    auto ports = free_ports(n);
+  explicit Cluster(int n, std::vector<std::string> racks = {}) : Nodes(n, 10000, 5) {
+    auto ports = testing::free_ports(n);
     base_.identity = {"rxe", 1, "b"};
     racks.resize(size_t(n));
     for (int i = 0; i < n; i++)
@@ -108,11 +70,9 @@ class Cluster {
     base_.reconnect_max_ms = 200;
     base_.verbs.required = true;
     if (const char* g = getenv("RXE_GID_INDEX")) base_.verbs.gid_index = atoi(g);
-    nodes_.resize(size_t(n));
   }
   Node& start(int i) {
-    nodes_[size_t(i)] = std::make_unique<Node>();
-    Node& n = *nodes_[size_t(i)];
+    Node& n = fresh(i);
     ContextOptions o = base_;
     o.self = i;
     if (no_device == i) {  // as on a host without RDMA: the real fallback, not refused offers
@@ -125,46 +85,15 @@ class Cluster {
     if (!n.ctx) return n;
     if (refuse_verbs == i && plain_tcp != i)
       static_cast<verbs::VerbsContext*>(n.ctx.get())->refuse_verbs_for_test("test says no");
-    Handlers h;
-    h.on_peer_up = [&n](int p) { n.ups.push_back(p); };
-    h.on_peer_down = [&n](int p, const Status& why) { n.downs.emplace_back(p, why); };
-    h.on_write = [&n](int p, uint32_t r, uint64_t off, uint64_t len, uint64_t imm) {
-      n.landed.push_back({p, r, off, len, imm});
-    };
-    h.on_write_done = [&n](int p, uint64_t c, const Status& st) { n.dones.push_back({p, c, st}); };
-    h.on_control = [&n](int, std::string_view m) { n.controls.emplace_back(m); };
-    Status s = n.ctx->start(std::move(h));
-    EXPECT_TRUE(s) << s.message();
+    n.start();
     return n;
   }
-  void stop(int i) { nodes_[size_t(i)].reset(); }
   int refuse_verbs = -1;  // this node offers no verbs link
   int no_device = -1;     // this node finds no RDMA device
   int plain_tcp = -1;     // this node runs the plain TCP context (transport = "tcp")
-  Node& operator[](int i) { return *nodes_[size_t(i)]; }
-  bool pump(const std::function<bool()>& pred, int timeout_ms = 10000) {
-    auto deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
-    for (;;) {
-      if (pred()) return true;
-      if (Clock::now() > deadline) return false;
-      std::vector<pollfd> fds;
-      for (auto& n : nodes_)
-        if (n && n->ctx) fds.push_back({n->ctx->event_fd(), POLLIN, 0});
-      ::poll(fds.data(), fds.size(), 5);
-      for (auto& n : nodes_)
-        if (n && n->ctx) n->ctx->poll();
-    }
-  }
-  bool all_up() {
-    for (size_t i = 0; i < nodes_.size(); i++)
-      for (size_t j = 0; j < nodes_.size(); j++)
-        if (i != j && (!nodes_[i] || !nodes_[i]->ctx || !nodes_[i]->ctx->peer_up(int(j)))) return false;
-    return true;
-  }
 
  private:
   ContextOptions base_;
-  std::vector<std::unique_ptr<Node>> nodes_;
 };
 
 #define NEED_DEVICE()                                       \
@@ -201,8 +130,8 @@ TEST(VerbsRxe, ControlMessagesInOrderUpToTheLimit) {
   for (int i = 0; i < 50; i++) c[0].ctx->send_control(1, fmt::format("m{}", i));
   c[0].ctx->send_control(1, big);
   ASSERT_TRUE(c.pump([&] { return c[1].controls.size() == 51; }));
-  for (int i = 0; i < 50; i++) EXPECT_EQ(c[1].controls[size_t(i)], fmt::format("m{}", i));
-  EXPECT_EQ(c[1].controls[50], big);
+  for (int i = 0; i < 50; i++) EXPECT_EQ(c[1].controls[size_t(i)].second, fmt::format("m{}", i));
+  EXPECT_EQ(c[1].controls[50].second, big);
 }
 
 TEST(VerbsRxe, WritesFromOneByteTo64MiBLandWithRangeAndImmediate) {
@@ -286,7 +215,7 @@ TEST(VerbsRxe, WrongRkeyFailsTheWriteNamingHostsQpnAndStatusThenRecovers) {
   Region r = c[1].ctx->register_region(dst.p, dst.bytes);
   c.pump([] { return false; }, 50);
   uint32_t old_qpn = c[0].ctx->stats(1).verbs_qpn;
-  c[0].pair(1)->corrupt_next_rkey();
+  pair_of(c[0], 1)->corrupt_next_rkey();
   c[0].ctx->write(1, src.p, 4096, r.id, 0, 5, 1);
   ASSERT_TRUE(c.pump([&] { return c[0].dones.size() == 1; }));
   const Status& st = c[0].dones[0].st;
@@ -473,8 +402,8 @@ TEST(VerbsRxe, VerbsWithinARackTcpAcrossRacks) {
   c[0].ctx->send_control(2, "to h2");
   c[2].ctx->send_control(1, "to h1");
   ASSERT_TRUE(c.pump([&] { return c[2].controls.size() == 1 && c[1].controls.size() == 1; }));
-  EXPECT_EQ(c[2].controls[0], "to h2");
-  EXPECT_EQ(c[1].controls[0], "to h1");
+  EXPECT_EQ(c[2].controls[0].second, "to h2");
+  EXPECT_EQ(c[1].controls[0].second, "to h1");
   write_all_ways(c, 3);
   for (int i = 0; i < 3; i++) EXPECT_TRUE(c[i].downs.empty()) << "h" << i;
   EXPECT_GT(c[0].ctx->stats(1).writes_sent, 0u);
@@ -515,8 +444,8 @@ TEST(VerbsRxe, PeerWithNoDeviceRunsTheSameProtocolOverTcp) {
   c[0].ctx->send_control(1, "to h1");
   c[1].ctx->send_control(0, "to h0");
   ASSERT_TRUE(c.pump([&] { return !c[0].controls.empty() && !c[1].controls.empty(); }));
-  EXPECT_EQ(c[1].controls[0], "to h1");
-  EXPECT_EQ(c[0].controls[0], "to h0");
+  EXPECT_EQ(c[1].controls[0].second, "to h1");
+  EXPECT_EQ(c[0].controls[0].second, "to h0");
   write_all_ways(c, 2);
   c.stop(1);
   ASSERT_TRUE(c.pump([&] { return c[0].downs.size() == 1; }, 15000));

@@ -26,31 +26,15 @@
 
 #include "daemon/transport/tcp/frame.h"
 #include "daemon/transport/transport.h"
+#include "tests/util/transport_harness.h"
 
 namespace gsync::transport {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-// Ports nobody listens on right now: bound to port 0 together (so they
-// differ), then released for the contexts to take.
-std::vector<uint16_t> free_ports(int n) {
-  std::vector<int> fds;
-  std::vector<uint16_t> ports;
-  for (int i = 0; i < n; i++) {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    EXPECT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
-    socklen_t len = sizeof a;
-    getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-    fds.push_back(fd);
-    ports.push_back(ntohs(a.sin_port));
-  }
-  for (int fd : fds) close(fd);
-  return ports;
-}
+using testing::Done;
+using testing::Landed;
+using testing::Node;
 
 std::vector<uint8_t> pattern(uint64_t n, uint32_t seed) {
   std::vector<uint8_t> v(n);
@@ -59,39 +43,10 @@ std::vector<uint8_t> pattern(uint64_t n, uint32_t seed) {
   return v;
 }
 
-struct Landed {
-  int peer;
-  uint32_t region;
-  uint64_t offset, len, imm;
-};
-
-struct Done {
-  int peer;
-  uint64_t cookie;
-  Status st;
-};
-
-// One context and everything its handlers reported.
-struct Node {
-  std::unique_ptr<Context> ctx;
-  std::vector<int> ups;
-  std::vector<std::pair<int, Status>> downs;
-  std::vector<Landed> landed;
-  std::vector<Done> dones;
-  std::vector<std::pair<int, std::string>> controls;
-  std::function<void(const Landed&)> on_write;  // optional extra reaction
-
-  size_t ok_dones() const {
-    size_t n = 0;
-    for (auto& d : dones) n += d.st.is_ok();
-    return n;
-  }
-};
-
-class Cluster {
+class Cluster : public testing::Nodes {
  public:
-  explicit Cluster(int n, int streams = 2) {
-    std::vector<uint16_t> ports = free_ports(n);
+  explicit Cluster(int n, int streams = 2) : Nodes(n, 5000, 2) {
+    std::vector<uint16_t> ports = testing::free_ports(n);
     base_.identity = {"test", 7, "build-1"};
     for (int i = 0; i < n; i++)
       base_.hosts.push_back({fmt::format("h{}", i), "127.0.0.1", ports[size_t(i)], ""});
@@ -100,7 +55,6 @@ class Cluster {
     base_.peer_timeout_ms = 1000;
     base_.reconnect_min_ms = 20;
     base_.reconnect_max_ms = 200;
-    nodes_.resize(size_t(n));
   }
 
   ContextOptions options(int i) const {
@@ -112,59 +66,17 @@ class Cluster {
 
   // Creates and starts host i's context (replacing any earlier one).
   Node& start(int i, const ContextOptions* custom = nullptr) {
-    nodes_[size_t(i)] = std::make_unique<Node>();
-    Node& n = *nodes_[size_t(i)];
+    Node& n = fresh(i);
     ContextOptions o = custom ? *custom : options(i);
     Status st;
     n.ctx = make_tcp_context(o, &st);
     EXPECT_TRUE(n.ctx) << st.message();
-    if (!n.ctx) return n;
-    Handlers h;
-    h.on_peer_up = [&n](int p) { n.ups.push_back(p); };
-    h.on_peer_down = [&n](int p, const Status& why) { n.downs.emplace_back(p, why); };
-    h.on_write = [&n](int p, uint32_t r, uint64_t off, uint64_t len, uint64_t imm) {
-      n.landed.push_back({p, r, off, len, imm});
-      if (n.on_write) n.on_write(n.landed.back());
-    };
-    h.on_write_done = [&n](int p, uint64_t cookie, const Status& st) {
-      n.dones.push_back({p, cookie, st});
-    };
-    h.on_control = [&n](int p, std::string_view m) { n.controls.emplace_back(p, std::string(m)); };
-    Status s = n.ctx->start(std::move(h));
-    EXPECT_TRUE(s) << s.message();
+    if (n.ctx) n.start();
     return n;
-  }
-  void stop(int i) { nodes_[size_t(i)].reset(); }
-  Node& operator[](int i) { return *nodes_[size_t(i)]; }
-
-  // Polls every live context until pred() holds or timeout_ms passes.
-  bool pump(const std::function<bool()>& pred, int timeout_ms = 5000) {
-    auto deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
-    for (;;) {
-      if (pred()) return true;
-      if (Clock::now() > deadline) return false;
-      std::vector<pollfd> fds;
-      for (auto& n : nodes_)
-        if (n && n->ctx) fds.push_back({n->ctx->event_fd(), POLLIN, 0});
-      ::poll(fds.data(), fds.size(), 2);
-      for (auto& n : nodes_)
-        if (n && n->ctx) n->ctx->poll();
-    }
-  }
-  // Polls for ms whatever happens.
-  void idle(int ms) {
-    pump([] { return false; }, ms);
-  }
-  bool all_up() {
-    for (size_t i = 0; i < nodes_.size(); i++)
-      for (size_t j = 0; j < nodes_.size(); j++)
-        if (i != j && (!nodes_[i] || !nodes_[i]->ctx->peer_up(int(j)))) return false;
-    return true;
   }
 
  private:
   ContextOptions base_;
-  std::vector<std::unique_ptr<Node>> nodes_;
 };
 
 // Captures what the transport logs during a test, still echoing to stderr.
