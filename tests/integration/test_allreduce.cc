@@ -235,16 +235,7 @@ TEST(Admin, StatusJobsAndClientsReportTheJob) {
             std::string::npos);
 }
 
-std::string run_command(const std::string& cmd) {
-  std::string out;
-  FILE* f = popen(cmd.c_str(), "r");
-  if (!f) return out;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, f)) > 0) out.append(buf, n);
-  pclose(f);
-  return out;
-}
+using tools::run_command;
 
 // gsyncctl against a live daemon with a live job: the tables and the JSON
 // show the job, its ranks and their pids.

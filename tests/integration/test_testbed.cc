@@ -35,16 +35,7 @@ using Clock = std::chrono::steady_clock;
 
 constexpr uint16_t kTestPort = 7801;  // not the daemons' port: nothing else listens there
 
-std::string shell(const std::string& cmd) {
-  std::string out;
-  FILE* p = popen(cmd.c_str(), "r");
-  if (!p) return out;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-  pclose(p);
-  return out;
-}
+std::string shell(const std::string& cmd) { return tools::run_command(cmd); }
 
 // Names of namespaces that beds of this process made.
 std::vector<std::string> my_netns() {

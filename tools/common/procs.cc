@@ -190,6 +190,17 @@ std::vector<ChildResult> run_ranks(int n, const std::function<int(int)>& fn, int
   return results;
 }
 
+std::string run_command(const std::string& cmd) {
+  std::string out;
+  FILE* f = popen(cmd.c_str(), "r");
+  if (!f) return out;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, f)) > 0) out.append(buf, n);
+  pclose(f);
+  return out;
+}
+
 std::string admin_query(const std::string& admin_socket, const std::string& command) {
   int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
   sockaddr_un a{};

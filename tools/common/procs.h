@@ -59,6 +59,9 @@ std::vector<ChildResult> run_ranks(int n, const std::function<int(int rank)>& fn
 // Forks one process running fn without waiting; for tests that kill it.
 pid_t spawn(const std::function<int()>& fn);
 
+// What a shell command prints on stdout ("" if it cannot run).
+std::string run_command(const std::string& cmd);
+
 // The admin socket's reply to one command.
 std::string admin_query(const std::string& admin_socket, const std::string& command);
 
