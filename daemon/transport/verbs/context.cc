@@ -389,15 +389,24 @@ void VerbsContext::send_control(int peer, std::string_view msg) {
 // ---------------------------------------------------------------- the loop
 
 void VerbsContext::notify() {
+  // Inside poll() the events are delivered before it returns, and one
+  // pending wakeup is enough: either way another write would only cost a
+  // syscall and a spurious turn of the event loop.
+  if (in_poll_ || wake_pending_) return;
+  wake_pending_ = true;
   uint64_t one = 1;
   if (::write(wake_fd_, &one, sizeof one) < 0 && errno != EAGAIN)
     spdlog::warn("verbs transport: eventfd write: {}", strerror(errno));
 }
 
 void VerbsContext::poll() {
-  uint64_t v;
-  while (::read(wake_fd_, &v, sizeof v) > 0) {
+  if (in_poll_) return;  // a handler called poll(); its caller is polling already
+  if (wake_pending_) {
+    uint64_t v;
+    [[maybe_unused]] ssize_t n = ::read(wake_fd_, &v, sizeof v);
+    wake_pending_ = false;
   }
+  in_poll_ = true;
   inner_->poll();
   // ibv_get_cq_event(3): every event is acknowledged (here, at once) and
   // the CQ re-armed before it is polled, so a completion that lands after
@@ -415,6 +424,7 @@ void VerbsContext::poll() {
   for (auto& p : pairs_)
     if (p) p->flush();
   flush_events();
+  in_poll_ = false;
   if (more) notify();  // bounded work per turn; the loop comes back
 }
 

@@ -128,6 +128,8 @@ class VerbsContext final : public Context {
   Caps offer_{true, ""};                      // what we tell peers
   std::vector<Event> events_, flushing_;
   bool flushing_events_ = false;
+  bool in_poll_ = false;
+  bool wake_pending_ = false;  // wake_fd_ was written and not yet read
   bool started_ = false;
   int epoll_fd_ = -1, wake_fd_ = -1;
   uint64_t failed_registrations_ = 0;
