@@ -143,6 +143,7 @@ class RawPeer {
     h.length = uint32_t(p.size());
     send_frame(h, p);
   }
+  int fd() const { return fd_; }
   // Reads whatever has arrived (non-blocking beyond the short timeout).
   // Returns false once the other side has closed the connection.
   bool read_some() {
@@ -505,6 +506,85 @@ TEST(TcpTransport, SilentPeerIsDeclaredDown) {
   EXPECT_NE(c[1].downs[0].second.message().find("no traffic from h0 (127.0.0.1:"),
             std::string::npos)
       << c[1].downs[0].second.message();
+}
+
+// The receiver reads ahead (docs/transport.md, "Receiving"): several frames
+// in one recv, a WRITE whose payload is partly in the read-ahead and partly
+// still on the socket, and the same frames trickled a few bytes at a time
+// must all come out as the frames that were sent, in order.
+TEST(TcpTransport, CoalescedAndTrickledFramesAreEachDelivered) {
+  Cluster c(2, 1);
+  c.start(1);
+  RawPeer raw;
+  ASSERT_TRUE(raw.connect_to(c.options(1).hosts[1].port));
+  raw.send_hello(c.options(0).identity, 0, "h0", 0, 1, 78);
+  ASSERT_TRUE(c.pump([&] { return c[1].ctx->peer_up(0); }));
+
+  const uint64_t big = 40 << 10;  // larger than the read-ahead
+  std::vector<uint8_t> mem(2 * (big + 4096), 0);
+  Region r = c[1].ctx->register_region(mem.data(), mem.size());
+  auto control = [](const std::string& m) {
+    tcp::FrameHeader h;
+    h.type = uint8_t(tcp::FrameType::kControl);
+    h.length = uint32_t(m.size());
+    return std::string(reinterpret_cast<const char*>(&h), sizeof h) + m;
+  };
+  uint64_t write_id = 1;
+  auto write = [&](uint64_t off, const std::vector<uint8_t>& data, uint64_t imm) {
+    tcp::FrameHeader h;
+    h.type = uint8_t(tcp::FrameType::kWrite);
+    h.region = r.id;
+    h.offset = off;
+    h.length = uint32_t(data.size());
+    h.imm = imm;
+    h.write_id = write_id++;
+    h.write_len = data.size();
+    return std::string(reinterpret_cast<const char*>(&h), sizeof h) +
+           std::string(data.begin(), data.end());
+  };
+  tcp::FrameHeader beat;
+  beat.type = uint8_t(tcp::FrameType::kHeartbeat);
+  const std::string heartbeat(reinterpret_cast<const char*>(&beat), sizeof beat);
+
+  for (int round = 0; round < 2; round++) {
+    uint64_t base = uint64_t(round) * (big + 4096);
+    std::vector<uint8_t> small = pattern(100, 10 + uint32_t(round));
+    std::vector<uint8_t> large = pattern(big, 20 + uint32_t(round));
+    std::string n = std::to_string(round);
+    std::string wire = control("a" + n) + heartbeat + write(base + 8, small, 100 + round) +
+                       control("b" + n) + write(base + 4096, large, 200 + round) +
+                       control(std::string(3000, 'c'));
+    if (round == 0) {
+      ASSERT_EQ(send(raw.fd(), wire.data(), wire.size(), MSG_NOSIGNAL), ssize_t(wire.size()));
+    } else {
+      // Trickled: 7 bytes at a time, the receiver polled in between.
+      for (size_t i = 0; i < wire.size(); i += 7) {
+        size_t k = std::min<size_t>(7, wire.size() - i);
+        ASSERT_EQ(send(raw.fd(), wire.data() + i, k, MSG_NOSIGNAL), ssize_t(k));
+        if (i % 700 == 0) c.pump([] { return true; }, 1);
+      }
+    }
+    size_t controls = c[1].controls.size(), landed = c[1].landed.size();
+    ASSERT_TRUE(c.pump([&] {
+      raw.read_some();
+      return c[1].controls.size() == size_t(round + 1) * 3 && c[1].landed.size() == size_t(round + 1) * 2;
+    })) << "round " << round << ": " << c[1].controls.size() - controls << " controls, "
+        << c[1].landed.size() - landed << " writes";
+    EXPECT_EQ(c[1].controls[controls].second, "a" + n);
+    EXPECT_EQ(c[1].controls[controls + 1].second, "b" + n);
+    EXPECT_EQ(c[1].controls[controls + 2].second, std::string(3000, 'c'));
+    const Landed& w1 = c[1].landed[landed];
+    const Landed& w2 = c[1].landed[landed + 1];
+    EXPECT_EQ(w1.offset, base + 8);
+    EXPECT_EQ(w1.len, small.size());
+    EXPECT_EQ(w1.imm, uint64_t(100 + round));
+    EXPECT_EQ(w2.offset, base + 4096);
+    EXPECT_EQ(w2.len, big);
+    EXPECT_EQ(w2.imm, uint64_t(200 + round));
+    EXPECT_TRUE(std::equal(small.begin(), small.end(), mem.begin() + long(base + 8)));
+    EXPECT_TRUE(std::equal(large.begin(), large.end(), mem.begin() + long(base + 4096)));
+  }
+  EXPECT_TRUE(c[1].downs.empty());
 }
 
 // --- Losing a peer -----------------------------------------------------------

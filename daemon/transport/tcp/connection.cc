@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstring>
 
 namespace gsync::transport::tcp {
 
@@ -16,7 +17,8 @@ Connection::Connection(Device& device, int fd, bool outbound, std::string remote
       fd_(fd),
       remote_(std::move(remote)),
       discard_(discard),
-      discard_bytes_(discard_bytes) {}
+      discard_bytes_(discard_bytes),
+      stage_(new uint8_t[kStageBytes]) {}
 
 Connection::~Connection() {
   for (SendItem* list : {head_, free_}) {
@@ -51,7 +53,7 @@ void Connection::expect_header() {
   rx_len_ = sizeof rx_header_;
   rx_done_ = 0;
   rx_region_ = 0;
-  post_recv();
+  take_staged_or_post();
 }
 
 void Connection::expect_small(uint32_t len) {
@@ -61,7 +63,7 @@ void Connection::expect_small(uint32_t len) {
   rx_len_ = len;
   rx_done_ = 0;
   rx_region_ = 0;
-  post_recv();
+  take_staged_or_post();
 }
 
 void Connection::expect_region(uint8_t* dst, uint64_t len, uint32_t region) {
@@ -70,7 +72,7 @@ void Connection::expect_region(uint8_t* dst, uint64_t len, uint32_t region) {
   rx_len_ = len;
   rx_done_ = 0;
   rx_region_ = region;
-  post_recv();
+  take_staged_or_post();
 }
 
 void Connection::expect_discard(uint64_t len) {
@@ -78,21 +80,48 @@ void Connection::expect_discard(uint64_t len) {
   rx_dst_ = discard_;
   rx_len_ = len;
   rx_done_ = 0;
+  take_staged_or_post();
+}
+
+void Connection::take_staged_or_post() {
+  uint64_t n = std::min<uint64_t>(stage_tail_ - stage_head_, rx_len_ - rx_done_);
+  if (n > 0) {
+    // A discarded payload's staged part is simply skipped.
+    if (rx_stage_ != RxStage::kDiscardPayload)
+      std::memcpy(rx_dst_ + rx_done_, stage_.get() + stage_head_, n);
+    stage_head_ += static_cast<uint32_t>(n);
+    rx_done_ += n;
+  }
+  if (stage_head_ == stage_tail_) stage_head_ = stage_tail_ = 0;
+  if (rx_done_ >= rx_len_) {
+    ready_ = true;
+    return;
+  }
   post_recv();
 }
 
 void Connection::post_recv() {
-  uint64_t chunk = std::min(rx_len_ - rx_done_, kMaxRecvChunk);
-  uint8_t* dst = rx_dst_ + rx_done_;
-  if (rx_stage_ == RxStage::kDiscardPayload) {
-    chunk = std::min(chunk, discard_bytes_);
-    dst = discard_;
-  }
+  uint64_t need = rx_len_ - rx_done_;
+  // Here the stage is empty (take_staged_or_post used it up first).
+  stage_recv_ = (rx_stage_ == RxStage::kHeader || rx_stage_ == RxStage::kSmallPayload) &&
+                need < kStageBytes;
   io_uring_sqe* s = device_.sqe(tag(Op::kRecv));
-  // MSG_WAITALL: io_uring keeps receiving into the rest of the buffer until
-  // it is full (or the socket fails), so a header or a payload chunk
-  // normally takes one completion however the bytes trickle in.
-  io_uring_prep_recv(s, fd_, dst, chunk, MSG_WAITALL);
+  if (stage_recv_) {
+    // No MSG_WAITALL: whatever has arrived, up to the stage's size, which
+    // is often the whole frame and the headers behind it.
+    io_uring_prep_recv(s, fd_, stage_.get(), kStageBytes, 0);
+  } else {
+    uint64_t chunk = std::min(need, kMaxRecvChunk);
+    uint8_t* dst = rx_dst_ + rx_done_;
+    if (rx_stage_ == RxStage::kDiscardPayload) {
+      chunk = std::min(chunk, discard_bytes_);
+      dst = discard_;
+    }
+    // MSG_WAITALL: io_uring keeps receiving into the rest of the buffer
+    // until it is full (or the socket fails), so a payload chunk normally
+    // takes one completion however the bytes trickle in.
+    io_uring_prep_recv(s, fd_, dst, chunk, MSG_WAITALL);
+  }
   ops_++;
   recv_posted_ = true;
 }
@@ -100,7 +129,16 @@ void Connection::post_recv() {
 Connection::RecvResult Connection::on_recv(int res, bool region_gone) {
   if (res == 0) return RecvResult::kEof;
   if (res < 0 && res != -EINTR && res != -EAGAIN) return RecvResult::kError;
-  if (res > 0) rx_done_ += static_cast<uint64_t>(res);
+  if (stage_recv_) {
+    if (res > 0) stage_tail_ += static_cast<uint32_t>(res);
+    uint64_t n = std::min<uint64_t>(stage_tail_ - stage_head_, rx_len_ - rx_done_);
+    std::memcpy(rx_dst_ + rx_done_, stage_.get() + stage_head_, n);
+    stage_head_ += static_cast<uint32_t>(n);
+    rx_done_ += n;
+    if (stage_head_ == stage_tail_) stage_head_ = stage_tail_ = 0;
+  } else if (res > 0) {
+    rx_done_ += static_cast<uint64_t>(res);
+  }
   if (rx_done_ >= rx_len_) return RecvResult::kDone;
   if (region_gone && rx_stage_ == RxStage::kRegionPayload) {
     // The region's memory may be given back once this recv has completed:
@@ -150,7 +188,9 @@ void Connection::post_send() {
     return;
   int n = 0;
   uint64_t skip = head_->sent;
+  bool control_only = true;  // no WRITE piece, whose sender waits for its completion
   for (SendItem* it = head_; it != nullptr && n + 2 <= kMaxIov; it = it->next) {
+    if (it->write_slot >= 0) control_only = false;
     if (skip < sizeof(FrameHeader)) {
       iov_[n].iov_base = reinterpret_cast<uint8_t*>(&it->header) + skip;
       iov_[n].iov_len = sizeof(FrameHeader) - skip;
@@ -169,6 +209,19 @@ void Connection::post_send() {
   msg_ = msghdr{};
   msg_.msg_iov = iov_;
   msg_.msg_iovlen = static_cast<size_t>(n);
+  if (control_only && queued_bytes_ <= kDirectSendMax) {
+    // Small frames nobody waits on (control, heartbeats, handshake) go out
+    // with a plain non-blocking sendmsg: the socket nearly always has room,
+    // and then there is no completion to wake the event loop for. What does
+    // not fit goes through the ring as usual.
+    ssize_t r = ::sendmsg(fd_, &msg_, MSG_DONTWAIT | MSG_NOSIGNAL);
+    if (r > 0) {
+      on_sent(static_cast<int>(r), [](SendItem*) {});
+      if (head_ == nullptr) return;
+      post_send();
+      return;
+    }
+  }
   io_uring_sqe* s = device_.sqe(tag(Op::kSend));
   // MSG_WAITALL makes io_uring retry a short send itself; MSG_NOSIGNAL
   // because a peer that reset the connection must not SIGPIPE the daemon.

@@ -5,6 +5,12 @@
 // gathered into one sendmsg, one in flight, short sends resumed). It moves
 // bytes and knows nothing of what they mean; Pair and TcpContext decide.
 //
+// Headers and small payloads are read ahead into a stage of kStageBytes, so
+// a small frame (a header and its payload, or several frames) takes one recv
+// completion instead of two. A WRITE payload is received straight into its
+// region; only the part that the read-ahead already holds (< kStageBytes) is
+// copied there from the stage.
+//
 // Lifetime: owned by TcpContext. close() shuts the socket down and cancels
 // its operations; the object is freed only once every one of them has
 // completed, because until then the kernel may still write into the header
@@ -15,7 +21,9 @@
 
 #include <chrono>
 #include <cstdint>
+#include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "daemon/transport/tcp/device.h"
@@ -50,6 +58,13 @@ struct SendItem {
 constexpr uint64_t kMaxRecvChunk = 4 << 20;
 // Frames gathered into one sendmsg (two iovecs each).
 constexpr int kMaxIov = 64;
+// Read-ahead for headers and small payloads: room for a header and an eager
+// 4 KiB op with slack, small enough that what it takes of a bulk WRITE's
+// payload (copied out of it) is a sliver of the piece.
+constexpr uint32_t kStageBytes = 16 << 10;
+// Queued frames with no WRITE among them and at most this many bytes are
+// sent with a direct sendmsg instead of through the ring.
+constexpr uint64_t kDirectSendMax = 64 << 10;
 
 class Connection {
  public:
@@ -78,7 +93,9 @@ class Connection {
   // Outbound: connect() with a linked timeout, in one submission.
   void post_connect(const Endpoint& to, uint32_t timeout_ms);
 
-  // The next thing to receive; each posts a recv.
+  // The next thing to receive. Each takes what the stage holds and posts a
+  // recv for the rest; when the stage holds all of it, nothing is posted and
+  // take_ready() says so (the caller then handles it as a completed recv).
   void expect_header();
   void expect_small(uint32_t len);  // into small_payload()
   void expect_region(uint8_t* dst, uint64_t len, uint32_t region);
@@ -88,6 +105,8 @@ class Connection {
   // region_gone: the region being received into was deregistered, so the
   // rest of this payload is discarded instead.
   RecvResult on_recv(int res, bool region_gone);
+  // The last expect_*() was met from the stage; clears the flag.
+  bool take_ready() { return std::exchange(ready_, false); }
 
   const FrameHeader& header() const { return rx_header_; }
   std::string_view small_payload() const {
@@ -136,6 +155,7 @@ class Connection {
   Clock::time_point deadline{};  // for an unidentified inbound connection
 
  private:
+  void take_staged_or_post();
   void post_recv();
   void recycle(SendItem* item);
 
@@ -155,6 +175,10 @@ class Connection {
   uint64_t rx_len_ = 0, rx_done_ = 0;
   uint32_t rx_region_ = 0;
   bool recv_posted_ = false;
+  bool stage_recv_ = false;  // the recv in flight reads ahead into the stage
+  bool ready_ = false;
+  std::unique_ptr<uint8_t[]> stage_;
+  uint32_t stage_head_ = 0, stage_tail_ = 0;  // unread staged bytes: [head, tail)
 
   SendItem* head_ = nullptr;
   SendItem* tail_ = nullptr;

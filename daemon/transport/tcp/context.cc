@@ -131,6 +131,7 @@ uint32_t TcpContext::handshake_timeout_ms() const {
 
 Status TcpContext::start(Handlers handlers) {
   if (started_) return {GSYNC_ERR_INVALID, "tcp transport: start() called twice"};
+  if (Status st = device_->enable(); !st) return st;
   handlers_ = std::move(handlers);
   // A missing handler means "not interested"; calling an empty
   // std::function would throw.
@@ -143,10 +144,11 @@ Status TcpContext::start(Handlers handlers) {
   const PeerInfo& me = options_.hosts[static_cast<size_t>(options_.self)];
   spdlog::info(
       "tcp transport: {} listening on {} (cluster '{}', {} hosts, {} stream{} per peer; "
-      "socket buffers: asked {} KiB, kernel granted send {} KiB, receive {} KiB)",
+      "socket buffers: asked {} KiB, kernel granted send {} KiB, receive {} KiB; io_uring {})",
       me.host_id, device_->listen_endpoint().text, options_.identity.cluster_name, size(),
       options_.streams, options_.streams == 1 ? "" : "s", kSocketBufferBytes >> 10,
-      device_->granted_sndbuf() >> 10, device_->granted_rcvbuf() >> 10);
+      device_->granted_sndbuf() >> 10, device_->granted_rcvbuf() >> 10,
+      device_->deferred() ? "with deferred task work" : "without deferred task work (kernel < 6.1)");
   post_accept();
   for (auto& p : pairs_)
     if (p) p->start();
@@ -223,8 +225,9 @@ PeerStats TcpContext::stats(int peer) const {
 void TcpContext::poll() {
   if (in_poll_) return;  // a handler called poll(); its caller is polling already
   in_poll_ = true;
-  // Drained before the completions are looked at: one posted from here on
-  // makes the fd readable again, so no wakeup is lost.
+  device_->quiet(true);
+  // Drained before the completions are looked at; quiet(false) at the end
+  // signals again for any posted after the last look.
   device_->drain_event_fd();
   flush_events();
   Completion c;
@@ -247,6 +250,7 @@ void TcpContext::poll() {
   if (started_) run_timers();
   reap();
   device_->submit();
+  device_->quiet(false);
   in_poll_ = false;
 }
 
@@ -300,10 +304,19 @@ void TcpContext::dispatch(const Completion& cq) {
           on_connection_error(c, strerror(-cq.res));
           return;
         case Connection::RecvResult::kDone:
-          if (c->pair != nullptr)
-            c->pair->on_received(c);
-          else
-            on_unidentified(c);
+          // Frames the read-ahead holds in full are handled here, one after
+          // another, with no recv between them; the events each one raised
+          // (a link coming up) are delivered before the next, as they would
+          // be between two completions.
+          for (;;) {
+            if (c->pair != nullptr)
+              c->pair->on_received(c);
+            else
+              on_unidentified(c);
+            if (c->closed() || !c->take_ready()) break;
+            flush_events();
+            if (c->closed()) break;
+          }
           return;
       }
       return;

@@ -5,9 +5,11 @@
 #include <netdb.h>
 #include <netinet/tcp.h>
 #include <sys/eventfd.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -97,9 +99,27 @@ Status Device::create(const std::string& listen_address, uint16_t port,
   std::unique_ptr<Device> d(new Device());
 
   io_uring_params p{};
-  p.flags = IORING_SETUP_CQSIZE | IORING_SETUP_SUBMIT_ALL;
+  // DEFER_TASKRUN: a recv that completes while the loop sleeps runs its
+  // completion when we next look (next() enters the kernel for it, told by
+  // IORING_SQ_TASKRUN), instead of interrupting epoll_wait with a signal
+  // and waking the loop twice (EINTR, then the eventfd). It needs one
+  // submitting thread, which this ring has: the event loop's. The ring
+  // starts disabled and enable() binds it to the thread that starts the
+  // context (which may not be the one that created it). Kernels before 6.1
+  // refuse the flags; the ring then works the old way.
+  const unsigned base = IORING_SETUP_CQSIZE | IORING_SETUP_SUBMIT_ALL;
+  const unsigned deferred = IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN |
+                            IORING_SETUP_TASKRUN_FLAG | IORING_SETUP_R_DISABLED;
+  p.flags = base | deferred;
   p.cq_entries = kCqEntries;
   int rc = io_uring_queue_init_params(kSqEntries, &d->ring_, &p);
+  d->disabled_ = d->deferred_ = rc == 0;
+  if (rc == -EINVAL) {
+    p = io_uring_params{};
+    p.flags = base;
+    p.cq_entries = kCqEntries;
+    rc = io_uring_queue_init_params(kSqEntries, &d->ring_, &p);
+  }
   if (rc < 0) {
     return {GSYNC_ERR_INTERNAL,
             fmt::format("io_uring_queue_init ({} entries): {}{}", kSqEntries, strerror(-rc),
@@ -222,6 +242,29 @@ void Device::wait_any(int timeout_ms) {
 void Device::drain_event_fd() {
   uint64_t v;
   [[maybe_unused]] ssize_t n = read(event_fd_, &v, sizeof v);
+}
+
+Status Device::enable() {
+  if (!disabled_) return Status::ok();
+  // The raw call: Debian's liburing 2.3 declares io_uring_enable_rings()
+  // but its library does not export it.
+  if (syscall(__NR_io_uring_register, ring_.ring_fd, IORING_REGISTER_ENABLE_RINGS, nullptr, 0) != 0)
+    return {GSYNC_ERR_INTERNAL,
+            fmt::format("io_uring_register(ENABLE_RINGS): {}", strerror(errno))};
+  disabled_ = false;
+  return Status::ok();
+}
+
+void Device::quiet(bool on) {
+  io_uring_cq_eventfd_toggle(&ring_, !on);
+  if (on) return;
+  // The kernel posts a completion, then reads the flag; we store the flag,
+  // then read the tail. A full fence keeps our store ahead of our load, so
+  // a completion is either seen here or signalled there.
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  // Deferred completions not yet run count too (IORING_SQ_TASKRUN).
+  bool deferred = IO_URING_READ_ONCE(*ring_.sq.kflags) & IORING_SQ_TASKRUN;
+  if (io_uring_cq_ready(&ring_) > 0 || deferred) notify();
 }
 
 void Device::notify() {

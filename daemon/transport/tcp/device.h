@@ -75,6 +75,12 @@ class Device {
   Device(const Device&) = delete;
   Device& operator=(const Device&) = delete;
 
+  // Lets the ring take submissions, from the calling thread only (see
+  // create()); before it nothing may be submitted.
+  Status enable();
+  // The kernel took IORING_SETUP_DEFER_TASKRUN (6.1+).
+  bool deferred() const { return deferred_; }
+
   // An SQE whose completion carries tag; never null (submits to make room).
   // Every SQE not tagged kIgnore counts in outstanding() until its
   // completion has been taken with next().
@@ -96,6 +102,11 @@ class Device {
   void drain_event_fd();
   // Makes event_fd readable: work is waiting that no completion announces.
   void notify();
+  // While the caller harvests completions itself the ring posts them without
+  // signalling event_fd (IORING_CQ_EVENTFD_DISABLED): a send or recv that a
+  // submit completes inline would otherwise wake the event loop once more,
+  // for nothing. quiet(false) signals if a completion arrived meanwhile.
+  void quiet(bool on);
 
   int listen_fd() const { return listen_fd_; }
   const Endpoint& listen_endpoint() const { return listen_; }
@@ -108,6 +119,8 @@ class Device {
 
   io_uring ring_{};
   bool ring_ok_ = false;
+  bool disabled_ = false;  // created with IORING_SETUP_R_DISABLED, not yet enabled
+  bool deferred_ = false;  // IORING_SETUP_DEFER_TASKRUN took
   int event_fd_ = -1;
   int listen_fd_ = -1;
   Endpoint listen_;
