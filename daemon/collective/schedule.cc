@@ -11,6 +11,7 @@ const char* algo_name(Algo a) {
     case Algo::kRing: return "ring";
     case Algo::kHier: return "hier";
     case Algo::kDirect: return "direct";
+    case Algo::kTree: return "tree";
   }
   return "unknown";
 }
@@ -19,6 +20,7 @@ bool parse_algo(const std::string& name, Algo* out) {
   if (name == "ring") *out = Algo::kRing;
   else if (name == "hier") *out = Algo::kHier;
   else if (name == "direct") *out = Algo::kDirect;
+  else if (name == "tree") *out = Algo::kTree;
   else return false;
   return true;
 }
@@ -58,8 +60,27 @@ bool ring_phases(const std::vector<int>& members, int q, int segment, uint8_t sl
 
 }  // namespace
 
+TreeLinks tree_links(int n, int root, int self) {
+  TreeLinks t;
+  int v = ((self - root) % n + n) % n;
+  auto participant = [&](int u) { return (u + root) % n; };
+  if (v > 0) {
+    t.parent = participant((v - 1) / kTreeFanout);
+    t.ordinal = (v - 1) % kTreeFanout;
+  }
+  for (int k = 1; k <= kTreeFanout; k++) {
+    int u = v * kTreeFanout + k;
+    if (u < n) t.children.push_back(participant(u));
+  }
+  return t;
+}
+
+int tree_root(int n, uint64_t key, uint64_t step) {
+  return n <= 0 ? 0 : static_cast<int>((key * 0x9e3779b97f4a7c15ull + step) % uint64_t(n));
+}
+
 Schedule build_schedule(Algo algo, const std::vector<Participant>& parts, int self,
-                        size_t chunks) {
+                        size_t chunks, int root) {
   Schedule s;
   s.algo = algo;
   s.self = self;
@@ -79,6 +100,38 @@ Schedule build_schedule(Algo algo, const std::vector<Participant>& parts, int se
       p.recvs.push_back({j, Xfer::kReduce, static_cast<uint8_t>(j)});
     }
     for (auto& c : s.chunks) c = {p};
+    return s;
+  }
+
+  if (algo == Algo::kTree) {
+    // Up the tree: gather the children's partial sums into scratch slots
+    // (slot = the child's ordinal), fold [self, children...], send the
+    // result to the parent; down the tree: the parent's final sum lands in
+    // the data and is passed on to the children. Only the root computes the
+    // final sum, so every host ends with its bits. 2(n-1) transfers of S,
+    // 2 x depth steps.
+    TreeLinks t = tree_links(n, root, self);
+    s.slots = static_cast<int>(t.children.size());
+    std::vector<Phase> phases;
+    if (!t.children.empty()) {
+      Phase up;
+      up.fold.push_back(self);
+      for (size_t i = 0; i < t.children.size(); i++) {
+        up.recvs.push_back({t.children[i], Xfer::kReduce, static_cast<uint8_t>(i)});
+        up.fold.push_back(t.children[i]);
+      }
+      phases.push_back(std::move(up));
+    }
+    if (t.parent >= 0)
+      phases.push_back(Phase{{{t.parent, Xfer::kReduce, static_cast<uint8_t>(t.ordinal)}},
+                             {{t.parent, Xfer::kCopy, 0}},
+                             {}});
+    if (!t.children.empty()) {
+      Phase down;
+      for (int c : t.children) down.sends.push_back({c, Xfer::kCopy, 0});
+      phases.push_back(std::move(down));
+    }
+    for (auto& c : s.chunks) c = phases;
     return s;
   }
 
@@ -140,7 +193,10 @@ Algo choose_algo(const std::vector<Participant>& parts, uint64_t bytes) {
   // Below this a tensor is latency-bound: one exchange step beats the 2(n-1)
   // steps of a ring (measured: docs/algorithms.md).
   constexpr uint64_t kDirectBytes = 64 << 10;
-  if (bytes <= kDirectBytes) return Algo::kDirect;
+  // From 4 hosts the tree's 2(n-1) messages cost less than direct's n(n-1)
+  // (each a syscall and a wakeup at both ends), though it takes two steps.
+  constexpr size_t kTreeHosts = 4;
+  if (bytes <= kDirectBytes) return parts.size() >= kTreeHosts ? Algo::kTree : Algo::kDirect;
   std::vector<std::string> racks;
   for (const auto& p : parts)
     if (std::find(racks.begin(), racks.end(), p.rack) == racks.end()) racks.push_back(p.rack);
@@ -148,7 +204,8 @@ Algo choose_algo(const std::vector<Participant>& parts, uint64_t bytes) {
 }
 
 uint64_t choose_chunk_bytes(Algo algo, size_t hosts, uint64_t bytes) {
-  if (algo == Algo::kDirect && bytes <= (1u << 20)) return std::max<uint64_t>(bytes, 4096);
+  if ((algo == Algo::kDirect || algo == Algo::kTree) && bytes <= (1u << 20))
+    return std::max<uint64_t>(bytes, 4096);
   // Enough chunks per segment to keep the pipeline full (8), none smaller
   // than 256 KiB (per-write overhead) or larger than 4 MiB (pipeline fill).
   uint64_t per = bytes / (hosts * 8);

@@ -17,9 +17,9 @@
 
 namespace gsync::collective {
 
-enum class Algo : uint8_t { kRing = 1, kHier = 2, kDirect = 3 };
+enum class Algo : uint8_t { kRing = 1, kHier = 2, kDirect = 3, kTree = 4 };
 const char* algo_name(Algo a);
-bool parse_algo(const std::string& name, Algo* out);  // "ring" "hier" "direct"
+bool parse_algo(const std::string& name, Algo* out);  // "ring" "hier" "direct" "tree"
 
 // kReduce lands in one of the receiver's scratch slots and is folded there;
 // kCopy lands in the receiver's data (a final value).
@@ -53,11 +53,26 @@ struct Schedule {
   std::vector<std::vector<Phase>> chunks;  // phases per chunk
 };
 
-// Builds this host's schedule. participants are in cluster order.
-Schedule build_schedule(Algo algo, const std::vector<Participant>& participants, int self,
-                        size_t chunks);
+// The tree of kTree: participants renumbered from the root (v = (p - root)
+// mod n) form a heap with up to kTreeFanout children per node, so up to
+// kTreeFanout + 1 hosts it is a star around the root.
+constexpr int kTreeFanout = 8;
+struct TreeLinks {
+  int parent = -1;            // participant index; -1 at the root
+  std::vector<int> children;  // participant indices, in fold order
+  int ordinal = -1;           // this node's place among its parent's children
+};
+TreeLinks tree_links(int n, int root, int self);
+// The root of an op's tree: rotated by op so no one daemon does every fold.
+int tree_root(int n, uint64_t key, uint64_t step);
 
-// The algorithm auto picks: direct for small tensors, hier across several
+// Builds this host's schedule. participants are in cluster order; root
+// matters only to kTree.
+Schedule build_schedule(Algo algo, const std::vector<Participant>& participants, int self,
+                        size_t chunks, int root = 0);
+
+// The algorithm auto picks: for small tensors direct up to 3 hosts and tree
+// from 4 (fewer messages: 2(n-1) instead of n(n-1)); hier across several
 // racks, ring otherwise.
 Algo choose_algo(const std::vector<Participant>& participants, uint64_t bytes);
 // Chunk size in bytes for a tensor (a multiple of 4 KiB, or the whole).

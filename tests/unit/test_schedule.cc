@@ -29,10 +29,10 @@ struct Delivery {
 std::vector<std::vector<float>> simulate(Algo algo, const std::vector<Participant>& parts,
                                          size_t chunks, size_t per_chunk,
                                          const std::vector<std::vector<float>>& input,
-                                         unsigned seed) {
+                                         unsigned seed, int root = 0) {
   int n = static_cast<int>(parts.size());
   std::vector<Schedule> s;
-  for (int h = 0; h < n; h++) s.push_back(build_schedule(algo, parts, h, chunks));
+  for (int h = 0; h < n; h++) s.push_back(build_schedule(algo, parts, h, chunks, root));
   auto data = input;
   // scratch[h][slot][chunk]
   std::vector<std::map<int, std::map<size_t, std::vector<float>>>> scratch(static_cast<size_t>(n));
@@ -135,9 +135,11 @@ struct Case {
 
 class ScheduleTest : public ::testing::TestWithParam<std::tuple<Algo, Case>> {};
 
-TEST_P(ScheduleTest, EveryHostEndsWithTheSameFullSum) {
-  auto [algo, k] = GetParam();
-  auto parts = racks(k.racks);
+// Runs algo over parts from random inputs (4 seeds) and checks every host
+// ends with the same bits, equal to the sum up to rounding.
+void expect_full_sum_everywhere(Algo algo, const std::vector<Participant>& parts, size_t chunks,
+                                int root = 0) {
+  Case k{{}, chunks};
   int n = static_cast<int>(parts.size());
   const size_t per_chunk = 5;
   for (unsigned seed = 1; seed <= 4; seed++) {
@@ -152,19 +154,54 @@ TEST_P(ScheduleTest, EveryHostEndsWithTheSameFullSum) {
         in[size_t(h)][i] = dist(rng);
         exact[i] += in[size_t(h)][i];
       }
-    auto out = simulate(algo, parts, k.chunks, per_chunk, in, seed);
+    auto out = simulate(algo, parts, k.chunks, per_chunk, in, seed, root);
     for (int h = 0; h < n; h++) {
       ASSERT_EQ(std::memcmp(out[size_t(h)].data(), out[0].data(), out[0].size() * sizeof(float)), 0)
-          << algo_name(algo) << ": host " << h << " differs from host 0 (seed " << seed << ")";
+          << algo_name(algo) << ": host " << h << " differs from host 0 (seed " << seed
+          << ", root " << root << ")";
       for (size_t i = 0; i < exact.size(); i++)
-        ASSERT_NEAR(out[size_t(h)][i], exact[i], 1e-4) << algo_name(algo) << " host " << h << " i " << i;
+        ASSERT_NEAR(out[size_t(h)][i], exact[i], 1e-4)
+            << algo_name(algo) << " host " << h << " i " << i << " root " << root;
     }
   }
 }
 
+TEST_P(ScheduleTest, EveryHostEndsWithTheSameFullSum) {
+  auto [algo, k] = GetParam();
+  expect_full_sum_everywhere(algo, racks(k.racks), k.chunks);
+}
+
+// Trees deeper than a star (more than kTreeFanout + 1 hosts) and every kind
+// of root: first, last, middle.
+TEST(Schedule, TreeWithAnyRootAndDepth) {
+  for (int n : {2, 3, 9, 10, 17, 30, 81}) {
+    for (int root : {0, n - 1, n / 2}) {
+      SCOPED_TRACE(testing::Message() << n << " hosts, root " << root);
+      expect_full_sum_everywhere(Algo::kTree, racks({n}), 2, root);
+    }
+  }
+}
+
+TEST(Schedule, TreeSendsTwoTransfersPerHostButTheRoot) {
+  for (int n : {4, 9, 30}) {
+    auto parts = racks({n});
+    size_t transfers = 0, root_sends = 0;
+    for (int h = 0; h < n; h++) {
+      Schedule s = build_schedule(Algo::kTree, parts, h, 1, 1);
+      for (const auto& p : s.chunks[0]) transfers += p.sends.size();
+      if (h == 1)
+        for (const auto& p : s.chunks[0]) root_sends += p.sends.size();
+    }
+    EXPECT_EQ(transfers, size_t(2 * (n - 1))) << n << " hosts: n-1 up, n-1 down";
+    EXPECT_EQ(root_sends, size_t(std::min(n - 1, kTreeFanout))) << "the root only sends down";
+  }
+  for (uint64_t step = 0; step < 8; step++) EXPECT_LT(tree_root(4, 7, step), 4);
+  EXPECT_NE(tree_root(4, 7, 0), tree_root(4, 7, 1)) << "the root moves from op to op";
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Algorithms, ScheduleTest,
-    ::testing::Combine(::testing::Values(Algo::kRing, Algo::kHier, Algo::kDirect),
+    ::testing::Combine(::testing::Values(Algo::kRing, Algo::kHier, Algo::kDirect, Algo::kTree),
                        ::testing::Values(Case{{2}, 1}, Case{{3}, 7}, Case{{4}, 2}, Case{{2, 2}, 16},
                                          Case{{3, 1}, 9}, Case{{1, 1}, 3}, Case{{2, 3}, 1},
                                          Case{{1, 2, 3}, 11}, Case{{4, 4}, 32}, Case{{5}, 13})));
@@ -188,7 +225,9 @@ TEST(Schedule, HierarchicalCrossesTheUplinkOncePerElementEachWay) {
 }
 
 TEST(Schedule, AutoChoice) {
-  EXPECT_EQ(choose_algo(racks({4}), 4096), Algo::kDirect);
+  EXPECT_EQ(choose_algo(racks({3}), 4096), Algo::kDirect);
+  EXPECT_EQ(choose_algo(racks({4}), 4096), Algo::kTree);
+  EXPECT_EQ(choose_algo(racks({2, 2}), 64 << 10), Algo::kTree);
   EXPECT_EQ(choose_algo(racks({4}), 64 << 20), Algo::kRing);
   EXPECT_EQ(choose_algo(racks({2, 2}), 64 << 20), Algo::kHier);
   EXPECT_EQ(choose_chunk_bytes(Algo::kRing, 4, 256 << 20) % 4096, 0u);
