@@ -15,7 +15,13 @@
 
 namespace gsync::cluster {
 
-enum MsgType : uint8_t { kJobAnnounce = 1, kJobLeave = 2, kOpReady = 3, kOpAbort = 4 };
+enum MsgType : uint8_t {
+  kJobAnnounce = 1,
+  kJobLeave = 2,
+  kOpReady = 3,
+  kOpAbort = 4,
+  kOpResult = 5,  // an OpReady header, type changed, then the final sum (eager tree)
+};
 
 constexpr size_t kJobMax = 64;
 constexpr size_t kMaxRanksPerHost = 4096;

@@ -32,6 +32,7 @@ constexpr uint16_t arrival_code(int peer, Xfer kind, uint8_t slot) {
 }
 constexpr size_t kMaxChunks = 1 << 24;
 constexpr auto kEarlyLife = std::chrono::seconds(120);
+constexpr auto kTreeTimeoutGrace = std::chrono::milliseconds(250);
 }  // namespace
 
 struct CrossHost::XOp {
@@ -58,6 +59,12 @@ struct CrossHost::XOp {
   // message each way instead of a rendezvous and then the writes.
   bool eager = false;
   std::vector<uint8_t> eager_scratch;  // slot j at j * slot_bytes
+  // An eager tree op: partial sums go up in OpReady messages to the parent
+  // only, the final sum comes down in an OpResult.
+  bool tree = false;
+  collective::TreeLinks links;
+  size_t children_in = 0;  // children whose partial sums arrived
+  bool sent_up = false;
   std::vector<Chunk> chunks;
   size_t chunks_done = 0;
   Done done;
@@ -257,13 +264,18 @@ void CrossHost::begin(const Job& job, Op& op, double weight_sum, Done done) {
       c = {p};
     }
   } else {
-    x->sched = collective::build_schedule(algo, parts, x->self, x->nchunks);
+    int root = collective::tree_root(static_cast<int>(parts.size()), op.id.key, op.id.step);
+    x->sched = collective::build_schedule(algo, parts, x->self, x->nchunks, root);
+    if (algo == Algo::kTree)
+      x->links = collective::tree_links(static_cast<int>(parts.size()), root, x->self);
   }
   last_algo_ = collective::algo_name(x->sched.algo);
   x->data = static_cast<uint8_t*>(op.host_data);
   x->chunks.resize(x->nchunks);
-  x->eager = x->sched.algo == Algo::kDirect && op.opcode == proto::kOpAllreduce && x->nchunks == 1 &&
+  x->eager = (x->sched.algo == Algo::kDirect || x->sched.algo == Algo::kTree) &&
+             op.opcode == proto::kOpAllreduce && x->nchunks == 1 &&
              x->bytes + sizeof(cluster::OpReady) <= transport::kMaxControl;
+  x->tree = x->eager && x->sched.algo == Algo::kTree;
   if (x->eager) {
     x->slot_bytes = x->bytes;
     x->eager_scratch.resize(x->slot_bytes * static_cast<size_t>(x->sched.slots));
@@ -319,14 +331,64 @@ void CrossHost::send_ready(XOp& x) {
   m.slot_bytes = x.slot_bytes;
   std::string msg(cluster::as_bytes(m));
   if (x.eager) msg.append(reinterpret_cast<const char*>(x.data), x.bytes);
+  if (x.tree) {
+    net_->send_control(x.hosts[size_t(x.links.parent)], msg);
+    return;
+  }
   for (int h : x.hosts)
     if (h != cluster_.self) net_->send_control(h, msg);
+}
+
+// An eager tree op, whenever something arrived: once the local data and
+// every child's partial sum are here, fold them and send the result up (or,
+// at the root, down as the final sum).
+void CrossHost::tree_step(XOp& x) {
+  if (x.finished || x.sent_up || !x.local_ready || x.children_in < x.links.children.size()) return;
+  x.sent_up = true;
+  auto keep = hold(x);
+  x.weight_total = x.weight_local;
+  for (int c : x.links.children) x.weight_total += x.ready[size_t(c)].msg.weight_sum;
+  if (!x.links.children.empty()) fold(x, 0, x.sched.chunks[0][0]);
+  if (x.links.parent >= 0) {
+    // weight_total is the subtree's here; the root's OpResult brings the whole.
+    double mine = x.weight_local;
+    x.weight_local = x.weight_total;
+    send_ready(x);
+    x.weight_local = mine;
+    return;
+  }
+  send_result(x);
+  complete(x, Status::ok());
+}
+
+// The final sum to the children of an eager tree op.
+void CrossHost::send_result(XOp& x) {
+  if (x.links.children.empty()) return;
+  cluster::OpReady m;
+  m.type = cluster::kOpResult;
+  m.algo = static_cast<uint8_t>(x.sched.algo);
+  m.opcode = x.opcode;
+  m.dtype = x.dtype;
+  m.redop = x.redop;
+  cluster::set_field(m.job, sizeof m.job, x.job);
+  m.key = x.id.key;
+  m.step = x.id.step;
+  m.count = x.count;
+  m.chunk_bytes = x.chunk_bytes;
+  m.weight_sum = x.weight_total;
+  std::string msg(cluster::as_bytes(m));
+  msg.append(reinterpret_cast<const char*>(x.data), x.bytes);
+  for (int c : x.links.children) net_->send_control(x.hosts[size_t(c)], msg);
 }
 
 void CrossHost::local_ready(const std::string& job, const OpId& id) {
   XOp* x = find(job, id);
   if (!x) return;
   x->local_ready = true;
+  if (x->tree) {
+    tree_step(*x);
+    return;
+  }
   if (x->eager) send_ready(*x);  // carries the folded contribution
   maybe_run(*x);
 }
@@ -504,12 +566,31 @@ std::string CrossHost::waiting_for(const std::string& job, const OpId& id) const
   XOp* x = find(job, id);
   if (!x) return "";
   std::string hosts;
+  if (x->tree) {
+    for (int c : x->links.children)
+      if (!x->ready[size_t(c)].seen)
+        hosts += (hosts.empty() ? "" : ", ") + cluster_.hosts[size_t(x->hosts[size_t(c)])].id;
+    if (!hosts.empty()) return "hosts whose partial sums have not arrived (tree): " + hosts;
+    if (x->sent_up)
+      return fmt::format("the final sum from host {} (this host's parent in the op's tree)",
+                         cluster_.hosts[size_t(x->hosts[size_t(x->links.parent)])].id);
+    return "the local ranks";
+  }
   for (size_t j = 0; j < x->hosts.size(); j++)
     if (static_cast<int>(j) != x->self && !x->ready[j].seen)
       hosts += (hosts.empty() ? "" : ", ") + cluster_.hosts[size_t(x->hosts[j])].id;
   if (!hosts.empty()) return "hosts whose ranks have not all arrived: " + hosts;
   return fmt::format("{} of {} chunks done ({})", x->chunks_done, x->nchunks,
                      collective::algo_name(x->sched.algo));
+}
+
+std::chrono::milliseconds CrossHost::timeout_grace(const std::string& job, const OpId& id) const {
+  // In a tree only the host waiting for a child's partial sum knows who is
+  // missing; a host that sent its part up and waits for the final sum gives
+  // that one time to time out first and tell everyone (OpAbort) whom.
+  XOp* x = find(job, id);
+  if (x && x->tree && x->sent_up && x->links.parent >= 0) return kTreeTimeoutGrace;
+  return std::chrono::milliseconds(0);
 }
 
 // ---------------------------------------------------------------- control
@@ -585,6 +666,25 @@ void CrossHost::on_control(int peer, std::string_view msg) {
              true);
         return;
       }
+      if (x->tree) {
+        auto& kids = x->links.children;
+        auto k = std::find(kids.begin(), kids.end(), j);
+        if (k == kids.end()) {
+          fail(*x, Status(GSYNC_ERR_PROTOCOL,
+                          fmt::format("{}: host {} sent its partial sum here, but it is not a "
+                                      "child of this host in the op's tree",
+                                      x->describe(), from)),
+               true);
+          return;
+        }
+        x->ready[size_t(j)] = PeerReady{true, m};
+        x->ready_count++;
+        std::memcpy(x->scratch.base + size_t(k - kids.begin()) * x->slot_bytes,
+                    msg.data() + sizeof m, payload);
+        x->children_in++;
+        tree_step(*x);
+        return;
+      }
       x->ready[size_t(j)] = PeerReady{true, m};
       x->ready_count++;
       if (x->eager) {
@@ -592,6 +692,30 @@ void CrossHost::on_control(int peer, std::string_view msg) {
         x->chunks[0].arrived.push_back(arrival_code(j, Xfer::kReduce, static_cast<uint8_t>(j)));
       }
       maybe_run(*x);
+      return;
+    }
+    case cluster::kOpResult: {
+      cluster::OpReady m;
+      if (!cluster::decode(msg, &m)) break;
+      std::string job = cluster::field(m.job, sizeof m.job);
+      XOp* x = find(job, OpId{m.key, m.step});
+      // The final sum comes after this host sent its part up; an op that is
+      // gone here already failed (and told its peers).
+      if (!x) return;
+      size_t payload = msg.size() - sizeof m;
+      if (!x->tree || !x->sent_up || x->participant_of(peer) != x->links.parent ||
+          payload != x->bytes || m.count != x->count || m.dtype != x->dtype) {
+        fail(*x, Status(GSYNC_ERR_PROTOCOL,
+                        fmt::format("{}: unexpected final sum from host {} ({} bytes)",
+                                    x->describe(), from, payload)),
+             true);
+        return;
+      }
+      auto keep = hold(*x);
+      std::memcpy(x->data, msg.data() + sizeof m, payload);
+      x->weight_total = m.weight_sum;
+      send_result(*x);
+      complete(*x, Status::ok());
       return;
     }
     case cluster::kOpAbort: {

@@ -73,6 +73,9 @@ class CrossHost {
   void abort(const std::string& job, const OpId& id, const Status& why);
   // What the op waits for ("hosts not ready: h21, h22").
   std::string waiting_for(const std::string& job, const OpId& id) const;
+  // Extra time past the op's deadline before this host times the op out
+  // (so that the host that knows who is missing speaks first).
+  std::chrono::milliseconds timeout_grace(const std::string& job, const OpId& id) const;
   // The algorithm an op ran with (for logs and gsync-perf).
   std::string last_algo() const { return last_algo_; }
 
@@ -104,6 +107,8 @@ class CrossHost {
 
   void maybe_run(XOp& op);
   void send_ready(XOp& op);
+  void tree_step(XOp& op);
+  void send_result(XOp& op);
   void progress(XOp& op, size_t c);
   void issue_sends(XOp& op, size_t c);
   void fold(XOp& op, size_t c, const collective::Phase& p);

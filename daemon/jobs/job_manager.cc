@@ -432,6 +432,9 @@ void JobManager::check_timeouts(Clock::time_point now) {
     std::vector<std::pair<OpId, Status>> cross_expired;
     for (const auto& [id, op] : job->ops) {
       if (now < op->deadline) continue;
+      if (op->running && op->stage == Op::Stage::kCross &&
+          now < op->deadline + cross_->timeout_grace(job->id, id))
+        continue;
       if (op->running) {
         // Only the cross-host stage can wait on others; fold and store end
         // on their own.

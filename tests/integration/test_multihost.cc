@@ -147,7 +147,8 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(Layout{{2}, {1, 2}, "ring"}, Layout{{2}, {2, 2}, "direct"},
                       Layout{{3}, {1, 3, 2}, "ring"}, Layout{{2, 1}, {2, 1, 1}, "hier"},
                       Layout{{2, 2}, {1, 1, 1, 1}, "hier"}, Layout{{1, 1}, {4, 1}, "hier"},
-                      Layout{{2, 2}, {2, 1, 2, 1}, "ring"}, Layout{{2, 2}, {1, 2, 1, 1}, "auto"}),
+                      Layout{{2, 2}, {2, 1, 2, 1}, "ring"}, Layout{{2, 2}, {1, 2, 1, 1}, "auto"},
+                      Layout{{2, 2}, {1, 2, 1, 2}, "tree"}, Layout{{3}, {1, 1, 2}, "tree"}),
     [](const auto& info) {
       std::string name = info.param.algo;
       for (int r : info.param.racks) name += "_" + std::to_string(r);
@@ -261,6 +262,43 @@ TEST(MultiHost, CrossHostTimeoutNamesTheHostThatDidNotArrive) {
     EXPECT_NE(res[size_t(r)].output.find(bed->host_id(2)), std::string::npos) << res[size_t(r)].output;
     EXPECT_NE(res[size_t(r)].output.find("key 3 step 9"), std::string::npos) << res[size_t(r)].output;
   }
+}
+
+// A small tensor across 4 hosts goes up a tree: the hosts below the root
+// wait for the root's final sum, the one waiting for the missing host's
+// part names it (and aborts the op for everyone).
+TEST(MultiHost, TreeTimeoutNamesTheHostThatDidNotArrive) {
+  auto bed = make_bed({{4}, {}, "auto"});
+  ASSERT_TRUE(bed);
+  auto p = places({1, 1, 1, 1});
+  auto res = run_ranks(4, [&](int r) {
+    gsync_comm_t* comm;
+    RANK_CHECK(connect_place(*bed, "late", p, r, &comm, 0, 800) == 0, "{}", gsync_last_error());
+    if (r == 3) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(2500));
+      gsync_close(comm);
+      return 0;
+    }
+    float* buf;
+    RANK_CHECK(gsync_alloc(comm, 4096, reinterpret_cast<void**>(&buf)) == 0, "alloc");
+    gsync_request_t* req;
+    RANK_CHECK(gsync_allreduce(comm, 3, 9, buf, 256, GSYNC_FLOAT32, GSYNC_SUM, 0, &req) == 0,
+               "submit");
+    int rc = gsync_wait(req, 10000);
+    report(fmt::format("{}\n", gsync_request_error(req)));
+    RANK_CHECK(rc == GSYNC_ERR_TIMEOUT, "got {} ({})", rc, gsync_request_error(req));
+    gsync_request_free(req);
+    gsync_close(comm);
+    return 0;
+  }, 60);
+  int named = 0;
+  for (int r = 0; r < 3; r++) {
+    EXPECT_EQ(res[size_t(r)].code, 0) << res[size_t(r)].output;
+    EXPECT_NE(res[size_t(r)].output.find("key 3 step 9"), std::string::npos) << res[size_t(r)].output;
+    named += res[size_t(r)].output.find(bed->host_id(3)) != std::string::npos;
+  }
+  EXPECT_GE(named, 1) << "no error names the host that never arrived:\n"
+                      << res[0].output << res[1].output << res[2].output;
 }
 
 TEST(MultiHost, ClusterNameMismatchIsRefusedNamingBoth) {
