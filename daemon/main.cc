@@ -26,7 +26,7 @@ int main(int argc, char** argv) {
   app.add_option("--op-timeout-ms", op_timeout_ms, "default op timeout");
   app.add_option("--cluster", cluster_file, "cluster file (overrides [cluster] file)");
   app.add_option("--host-id", host_id, "this daemon's id in the cluster file");
-  app.add_option("--algo", algorithm, "cross-host algorithm: auto ring hier direct");
+  app.add_option("--algo", algorithm, "cross-host algorithm: auto ring hier direct tree");
   app.add_option("--tcp-streams", tcp_streams, "TCP connections per peer");
   app.add_option("--transport", transport, "daemon-to-daemon transport: auto tcp verbs");
   app.add_option("--chunk-bytes", chunk_bytes, "cross-host pipelining unit (K/M suffixes)");

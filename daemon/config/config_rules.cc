@@ -25,7 +25,7 @@ constexpr size_t kSunPathSize = 108;
 // More reduce threads than this is a typo, not a machine.
 constexpr uint32_t kMaxReduceThreads = 1024;
 constexpr uint32_t kMaxSocketMode = 07777;
-constexpr std::array<std::string_view, 4> kAlgorithms = {"auto", "ring", "hier", "direct"};
+constexpr std::array<std::string_view, 5> kAlgorithms = {"auto", "ring", "hier", "direct", "tree"};
 constexpr std::array<std::string_view, 3> kTransports = {"auto", "tcp", "verbs"};
 constexpr std::array<std::string_view, 7> kLogLevels = {"trace", "debug",    "info", "warn",
                                                         "error", "critical", "off"};

@@ -166,7 +166,7 @@ const BadCase kBadCases[] = {
      "3: limit: ", "unknown table (did you mean [limits]?)"},
     {"UnknownTableFar", "[network]\nhosts = 1\n", "1: network: ", "unknown table"},
     {"UnknownAlgorithm", "[cluster]\nalgorithm = \"butterfly\"\n", "2: cluster.algorithm: ",
-     "is not one of auto, ring, hier, direct"},
+     "is not one of auto, ring, hier, direct, tree"},
     {"TooManyStreams", "[cluster]\ntcp_streams = 64\n", "2: cluster.tcp_streams: ", "1 to 16"},
     {"KeyOutsideSection", "ring_entries = 64\n", "1: ring_entries: ", "belongs under [limits]"},
     {"SectionNotTable", "\nlimits = 5\n", "2: limits: ", "expected a table"},
