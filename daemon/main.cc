@@ -17,6 +17,7 @@ int main(int argc, char** argv) {
   uint32_t reduce_threads = 0, op_timeout_ms = 0;
   std::string cluster_file, host_id, algorithm, chunk_bytes, transport;
   uint32_t tcp_streams = 0;
+  int64_t tcp_buffer_kib = -1;
   bool print_config = false;
   auto* config_opt = app.add_option("-c,--config", config_path, "TOML config file");
   app.add_option("--socket", socket, "client socket (overrides [daemon] socket)");
@@ -28,6 +29,8 @@ int main(int argc, char** argv) {
   app.add_option("--host-id", host_id, "this daemon's id in the cluster file");
   app.add_option("--algo", algorithm, "cross-host algorithm: auto ring hier direct tree");
   app.add_option("--tcp-streams", tcp_streams, "TCP connections per peer");
+  app.add_option("--tcp-buffer-kib", tcp_buffer_kib,
+                 "socket buffers per TCP connection, KiB (0: kernel autotuning)");
   app.add_option("--transport", transport, "daemon-to-daemon transport: auto tcp verbs");
   app.add_option("--chunk-bytes", chunk_bytes, "cross-host pipelining unit (K/M suffixes)");
   app.add_flag("--print-config", print_config, "print the config in force as TOML and exit");
@@ -51,6 +54,7 @@ int main(int argc, char** argv) {
   if (!host_id.empty()) cfg.host_id = host_id;
   if (!algorithm.empty()) cfg.algorithm = algorithm;
   if (tcp_streams) cfg.tcp_streams = tcp_streams;
+  if (tcp_buffer_kib >= 0) cfg.tcp_buffer_kib = static_cast<uint32_t>(tcp_buffer_kib);
   if (!transport.empty()) cfg.transport = transport;
   if (!chunk_bytes.empty() && !gsync::parse_byte_size(chunk_bytes, &cfg.chunk_bytes)) {
     spdlog::critical("--chunk-bytes '{}' is not a byte size", chunk_bytes);

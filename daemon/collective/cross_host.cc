@@ -100,6 +100,7 @@ Status CrossHost::start() {
   for (const auto& h : cluster_.hosts) o.hosts.push_back({h.id, h.address, h.port, h.rack});
   o.self = cluster_.self;
   o.streams = static_cast<int>(cfg_.tcp_streams);
+  o.socket_buffer_bytes = static_cast<int>(cfg_.tcp_buffer_kib << 10);
   o.peer_timeout_ms = cfg_.peer_timeout_ms;
   o.heartbeat_ms = std::max<uint32_t>(cfg_.peer_timeout_ms / 10, 20);
   Status err;

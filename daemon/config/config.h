@@ -37,6 +37,7 @@ struct DaemonConfig {
   std::string cluster_file;
   std::string host_id;              // this daemon in the file; "": found by local address
   uint32_t tcp_streams = 2;         // TCP connections per peer
+  uint32_t tcp_buffer_kib = 256;    // socket buffers per connection; 0 = kernel autotuning
   std::string transport = "auto";   // auto (verbs if an RDMA device works, else tcp) tcp verbs
   uint32_t peer_timeout_ms = 3000;  // a silent peer is declared lost after this
   std::string algorithm = "auto";   // auto ring hier direct tree

@@ -47,6 +47,7 @@ const ConfigField kFields[] = {
     {"cluster", "file", ConfigKind::kString, &DaemonConfig::cluster_file},
     {"cluster", "host_id", ConfigKind::kString, &DaemonConfig::host_id},
     {"cluster", "tcp_streams", ConfigKind::kCount, &DaemonConfig::tcp_streams},
+    {"cluster", "tcp_buffer_kib", ConfigKind::kCount, &DaemonConfig::tcp_buffer_kib},
     {"cluster", "transport", ConfigKind::kString, &DaemonConfig::transport},
     {"cluster", "peer_timeout_ms", ConfigKind::kCount, &DaemonConfig::peer_timeout_ms},
     {"cluster", "algorithm", ConfigKind::kString, &DaemonConfig::algorithm},
@@ -168,6 +169,10 @@ std::optional<ConfigProblem> find_config_problem(const DaemonConfig& cfg) {
   if (cfg.op_timeout_ms == 0) return problem("limits.op_timeout_ms", "must be > 0");
   if (cfg.tcp_streams < 1 || cfg.tcp_streams > 16)
     return problem("cluster.tcp_streams", fmt::format("must be 1 to 16, got {}", cfg.tcp_streams));
+  if (cfg.tcp_buffer_kib != 0 && (cfg.tcp_buffer_kib < 16 || cfg.tcp_buffer_kib > 65536))
+    return problem("cluster.tcp_buffer_kib",
+                   fmt::format("must be 0 (kernel autotuning) or 16 to 65536, got {}",
+                               cfg.tcp_buffer_kib));
   if (cfg.peer_timeout_ms < 100)
     return problem("cluster.peer_timeout_ms",
                    fmt::format("must be at least 100, got {}", cfg.peer_timeout_ms));

@@ -46,6 +46,10 @@ struct ContextOptions {
   int self = -1;                // index of this daemon in hosts
   std::string listen_address;   // default: hosts[self].address
   int streams = 2;              // TCP connections per peer
+  // SO_SNDBUF and SO_RCVBUF of each TCP connection (the kernel doubles it);
+  // 0 leaves them to the kernel's autotuning. Small buffers keep the bytes
+  // in flight in cache (docs/transport.md, "Socket buffers").
+  int socket_buffer_bytes = 256 << 10;
   uint32_t heartbeat_ms = 200;  // control keepalive period
   uint32_t peer_timeout_ms = 2000;  // silence after which a peer is declared down
   uint32_t reconnect_min_ms = 50, reconnect_max_ms = 2000;  // backoff

@@ -87,7 +87,7 @@ Status TcpContext::create(const ContextOptions& o, std::unique_ptr<TcpContext>* 
   std::unique_ptr<TcpContext> ctx(new TcpContext(o));
   const PeerInfo& me = o.hosts[static_cast<size_t>(o.self)];
   Status st = Device::create(o.listen_address.empty() ? me.address : o.listen_address, me.port,
-                             &ctx->device_);
+                             o.socket_buffer_bytes, &ctx->device_);
   if (!st) return {st.code(), fmt::format("tcp transport for {}: {}", me.host_id, st.message())};
   ctx->pairs_.resize(static_cast<size_t>(n));
   for (int i = 0; i < n; i++)
@@ -144,9 +144,12 @@ Status TcpContext::start(Handlers handlers) {
   const PeerInfo& me = options_.hosts[static_cast<size_t>(options_.self)];
   spdlog::info(
       "tcp transport: {} listening on {} (cluster '{}', {} hosts, {} stream{} per peer; "
-      "socket buffers: asked {} KiB, kernel granted send {} KiB, receive {} KiB; io_uring {})",
+      "socket buffers: {}, kernel granted send {} KiB, receive {} KiB; io_uring {})",
       me.host_id, device_->listen_endpoint().text, options_.identity.cluster_name, size(),
-      options_.streams, options_.streams == 1 ? "" : "s", kSocketBufferBytes >> 10,
+      options_.streams, options_.streams == 1 ? "" : "s",
+      options_.socket_buffer_bytes == 0
+          ? std::string("kernel autotuning")
+          : fmt::format("asked {} KiB", options_.socket_buffer_bytes >> 10),
       device_->granted_sndbuf() >> 10, device_->granted_rcvbuf() >> 10,
       device_->deferred() ? "with deferred task work" : "without deferred task work (kernel < 6.1)");
   post_accept();
@@ -369,7 +372,7 @@ void TcpContext::on_accept(int res) {
   }
   std::string remote = endpoint_text(reinterpret_cast<sockaddr*>(&accept_addr_), accept_len_);
   post_accept();
-  Status st = tune_socket(res);
+  Status st = tune_socket(res, options_.socket_buffer_bytes);
   if (!st) spdlog::warn("tcp transport: connection from {}: {}", remote, st.message());
   Connection* c = new_connection(res, false, remote);
   c->deadline = Clock::now() + std::chrono::milliseconds(handshake_timeout_ms());

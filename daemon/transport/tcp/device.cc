@@ -70,8 +70,8 @@ std::string endpoint_text(const sockaddr* sa, socklen_t len) {
   return fmt::format("(address family {})", sa->sa_family);
 }
 
-Status tune_socket(int fd) {
-  int one = 1, bytes = kSocketBufferBytes;
+Status tune_socket(int fd, int buffer_bytes) {
+  int one = 1, bytes = buffer_bytes;
   struct Opt {
     int level, name;
     int value;
@@ -88,13 +88,15 @@ Status tune_socket(int fd) {
       {SOL_SOCKET, SO_RCVBUF, bytes, "SO_RCVBUF"},
   };
   for (const Opt& o : opts) {
+    if (bytes == 0 && o.level == SOL_SOCKET && (o.name == SO_SNDBUF || o.name == SO_RCVBUF))
+      continue;  // autotuning, which setting either would turn off
     if (setsockopt(fd, o.level, o.name, &o.value, sizeof o.value) != 0)
       return {GSYNC_ERR_INTERNAL, fmt::format("setsockopt({}): {}", o.what, strerror(errno))};
   }
   return Status::ok();
 }
 
-Status Device::create(const std::string& listen_address, uint16_t port,
+Status Device::create(const std::string& listen_address, uint16_t port, int buffer_bytes,
                       std::unique_ptr<Device>* out) {
   std::unique_ptr<Device> d(new Device());
 
@@ -149,7 +151,7 @@ Status Device::create(const std::string& listen_address, uint16_t port,
   setsockopt(d->listen_fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
   // Accepted sockets inherit the listener's buffer sizes, and the window
   // scale they announce is fixed before accept() returns.
-  st = tune_socket(d->listen_fd_);
+  st = tune_socket(d->listen_fd_, buffer_bytes);
   if (!st) return st;
   // A daemon restarted at once (systemd Restart=, a test) can find its port
   // still held for a few ms by the old process's io_uring teardown, which

@@ -58,18 +58,16 @@ struct Endpoint {
 Status resolve(const std::string& address, uint16_t port, Endpoint* out);
 std::string endpoint_text(const sockaddr* sa, socklen_t len);
 
-// Socket buffers asked for on every connection. The kernel doubles the value
-// and caps it at net.core.{w,r}mem_max; Device reports what it granted.
-constexpr int kSocketBufferBytes = 4 << 20;
-
 // TCP_NODELAY (frames are whole messages; Nagle would hold back the last
-// piece of every write), SO_KEEPALIVE as a backstop to heartbeats, large
-// buffers so one stream can keep a fast link full.
-Status tune_socket(int fd);
+// piece of every write), SO_KEEPALIVE as a backstop to heartbeats, and
+// buffer_bytes of socket buffers each way (0: the kernel's autotuning). The
+// kernel doubles the value and caps it at net.core.{w,r}mem_max; Device
+// reports what it granted.
+Status tune_socket(int fd, int buffer_bytes);
 
 class Device {
  public:
-  static Status create(const std::string& listen_address, uint16_t port,
+  static Status create(const std::string& listen_address, uint16_t port, int buffer_bytes,
                        std::unique_ptr<Device>* out);
   ~Device();
   Device(const Device&) = delete;

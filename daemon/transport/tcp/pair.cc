@@ -84,7 +84,7 @@ void Pair::connect_attempt(Clock::time_point now) {
                      GSYNC_ERR_INTERNAL);
       return;
     }
-    Status st = tune_socket(fd);
+    Status st = tune_socket(fd, ctx_.options().socket_buffer_bytes);
     if (!st) {
       ::close(fd);
       attempt_failed(fmt::format("socket for {}: {}", describe_, st.message()), st.code());
