@@ -97,6 +97,11 @@ struct Job {
   uint64_t ops_completed = 0, ops_failed = 0, bytes_reduced = 0;
   RateMeter meter;
   std::string last_error;
+  // A rank on another host left and has not rejoined: the first such
+  // departure (later ones, often ranks that exited because of it, do not
+  // replace it). Ops fail with it until the host announces the job again.
+  int remote_broken_code = 0;
+  std::string remote_broken;
 
   int live_ranks() const;
   const RankSlot* first_dead() const;

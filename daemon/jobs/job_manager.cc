@@ -90,8 +90,13 @@ void JobManager::set_cross_host(CrossHost* cross) {
   cross_->on_job_broken = [this](const std::string& job_id, const Status& why) {
     auto it = jobs_.find(job_id);
     if (it == jobs_.end()) return;
-    it->second->last_error = why.message();
-    fail_pending(*it->second, why);
+    Job& job = *it->second;
+    if (job.remote_broken_code == 0) {
+      job.remote_broken_code = why.code();
+      job.remote_broken = why.message();
+    }
+    job.last_error = job.remote_broken;
+    fail_pending(job, Status(job.remote_broken_code, job.remote_broken));
   };
 }
 
@@ -100,6 +105,8 @@ void JobManager::job_ready(const std::string& job_id) {
   if (it == jobs_.end()) return;
   Job& job = *it->second;
   if (!cross_->job_ready(job)) return;
+  job.remote_broken_code = 0;
+  job.remote_broken.clear();
   std::vector<OpId> waiting;
   for (const auto& [id, op] : job.ops)
     if (!op->running && op->arrived == job.local_size) waiting.push_back(id);
@@ -284,8 +291,17 @@ void JobManager::submit(const std::shared_ptr<Session>& s, const proto::SubmitEn
 
 void JobManager::start(Job& job, Op& op) {
   if (job.world_size > job.local_size) {
-    // Waits until every host of the job has announced its ranks.
-    if (cross_->job_ready(job)) start_multi(job, op);
+    // Waits until every host of the job has announced its ranks; fails at
+    // once while a remote rank that left has not rejoined.
+    if (cross_->job_ready(job)) {
+      job.remote_broken_code = 0;
+      job.remote_broken.clear();
+      start_multi(job, op);
+    } else if (job.remote_broken_code != 0) {
+      OpId id = op.id;
+      finish(job, id, Status(job.remote_broken_code,
+                             fmt::format("{}: {}", op.describe(job.id), job.remote_broken)));
+    }
     return;
   }
   op.stage = Op::Stage::kLocal;

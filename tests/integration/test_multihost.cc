@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <csignal>
 #include <fstream>
 #include <sstream>
 #include <thread>
@@ -226,6 +227,48 @@ TEST(MultiHost, LostPeerFailsTheOpThenRejoins) {
   run_job(*bed, "lost-again", {1, 1, 1}, {{GSYNC_FLOAT32, GSYNC_SUM, 100000}});
   std::string peers = admin_query(bed->admin_socket(0), "peers");
   EXPECT_NE(peers.find("\"state\":\"up\""), std::string::npos) << peers;
+}
+
+// Rank 3 is killed; rank 2 (same host) then exits too, as a training
+// process does when its step fails. Host 1's ranks submit only after both
+// departures reached their daemon: their op fails at once, naming rank 3
+// (the cause), not rank 2 (a consequence).
+TEST(MultiHost, FirstRemoteDepartureIsTheCauseNamed) {
+  auto bed = make_bed({{2}, {}, "auto"});
+  ASSERT_TRUE(bed);
+  auto p = places({2, 2});
+  auto res = run_ranks(4, [&](int r) {
+    gsync_comm_t* comm;
+    RANK_CHECK(connect_place(*bed, "cause", p, r, &comm) == 0, "{}", gsync_last_error());
+    float* buf;
+    RANK_CHECK(gsync_alloc(comm, 4096, reinterpret_cast<void**>(&buf)) == 0, "alloc");
+    gsync_request_t* req;
+    RANK_CHECK(gsync_allreduce(comm, 1, 0, buf, 256, GSYNC_FLOAT32, GSYNC_SUM, 0, &req) == 0, "submit");
+    RANK_CHECK(gsync_wait(req, 20000) == 0, "first op: {}", gsync_request_error(req));
+    gsync_request_free(req);
+    if (r == 3) raise(SIGKILL);
+    if (r == 2) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));
+      gsync_close(comm);
+      return 0;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(1000));
+    RANK_CHECK(gsync_allreduce(comm, 1, 1, buf, 256, GSYNC_FLOAT32, GSYNC_SUM, 0, &req) == 0, "submit");
+    auto t0 = Clock::now();
+    int rc = gsync_wait(req, 20000);
+    double secs = std::chrono::duration<double>(Clock::now() - t0).count();
+    report(fmt::format("{}\n", gsync_request_error(req)));
+    RANK_CHECK(rc == GSYNC_ERR_RANK_DEAD, "got {} ({})", rc, gsync_request_error(req));
+    RANK_CHECK(secs < 2, "failed after {} s, not at once", secs);
+    gsync_request_free(req);
+    gsync_close(comm);
+    return 0;
+  }, 60);
+  for (int r = 0; r < 2; r++) {
+    EXPECT_EQ(res[size_t(r)].code, 0) << res[size_t(r)].output;
+    EXPECT_NE(res[size_t(r)].output.find("rank 3 ("), std::string::npos) << res[size_t(r)].output;
+    EXPECT_EQ(res[size_t(r)].output.find("rank 2 ("), std::string::npos) << res[size_t(r)].output;
+  }
 }
 
 // A rank on another host never submits: the op times out in the cross-host
