@@ -299,7 +299,7 @@ void CrossHost::begin(const Job& job, Op& op, double weight_sum, Done done) {
   }
   by_token_[x->token] = x.get();
   ops_[{x->job, x->id}] = x;
-  if (!x->eager) send_ready(*x);
+  if (!x->eager) send_ready(*x, x->weight_local);
 
   // What came before this host was ready.
   auto early = early_.find({x->job, x->id});
@@ -314,8 +314,10 @@ void CrossHost::begin(const Job& job, Op& op, double weight_sum, Done done) {
   }
 }
 
-void CrossHost::send_ready(XOp& x) {
+// The op's shape and name, as OpReady and OpResult carry them.
+cluster::OpReady CrossHost::op_message(const XOp& x, uint8_t type, double weight) const {
   cluster::OpReady m;
+  m.type = type;
   m.algo = static_cast<uint8_t>(x.sched.algo);
   m.opcode = x.opcode;
   m.dtype = x.dtype;
@@ -325,7 +327,12 @@ void CrossHost::send_ready(XOp& x) {
   m.step = x.id.step;
   m.count = x.count;
   m.chunk_bytes = x.chunk_bytes;
-  m.weight_sum = x.weight_local;
+  m.weight_sum = weight;
+  return m;
+}
+
+void CrossHost::send_ready(XOp& x, double weight) {
+  cluster::OpReady m = op_message(x, cluster::kOpReady, weight);
   m.token = x.token;
   m.data_region = x.data_region;
   m.scratch_region = x.scratch_region;
@@ -352,10 +359,7 @@ void CrossHost::tree_step(XOp& x) {
   if (!x.links.children.empty()) fold(x, 0, x.sched.chunks[0][0]);
   if (x.links.parent >= 0) {
     // weight_total is the subtree's here; the root's OpResult brings the whole.
-    double mine = x.weight_local;
-    x.weight_local = x.weight_total;
-    send_ready(x);
-    x.weight_local = mine;
+    send_ready(x, x.weight_total);
     return;
   }
   send_result(x);
@@ -365,19 +369,7 @@ void CrossHost::tree_step(XOp& x) {
 // The final sum to the children of an eager tree op.
 void CrossHost::send_result(XOp& x) {
   if (x.links.children.empty()) return;
-  cluster::OpReady m;
-  m.type = cluster::kOpResult;
-  m.algo = static_cast<uint8_t>(x.sched.algo);
-  m.opcode = x.opcode;
-  m.dtype = x.dtype;
-  m.redop = x.redop;
-  cluster::set_field(m.job, sizeof m.job, x.job);
-  m.key = x.id.key;
-  m.step = x.id.step;
-  m.count = x.count;
-  m.chunk_bytes = x.chunk_bytes;
-  m.weight_sum = x.weight_total;
-  std::string msg(cluster::as_bytes(m));
+  std::string msg(cluster::as_bytes(op_message(x, cluster::kOpResult, x.weight_total)));
   msg.append(reinterpret_cast<const char*>(x.data), x.bytes);
   for (int c : x.links.children) net_->send_control(x.hosts[size_t(c)], msg);
 }
@@ -390,7 +382,7 @@ void CrossHost::local_ready(const std::string& job, const OpId& id) {
     tree_step(*x);
     return;
   }
-  if (x->eager) send_ready(*x);  // carries the folded contribution
+  if (x->eager) send_ready(*x, x->weight_local);  // carries the folded contribution
   maybe_run(*x);
 }
 

@@ -106,7 +106,9 @@ class CrossHost {
   void on_peer_down(int peer, const Status& why);
 
   void maybe_run(XOp& op);
-  void send_ready(XOp& op);
+  cluster::OpReady op_message(const XOp& op, uint8_t type, double weight) const;
+  // weight: this host's share, or at a tree node its subtree's.
+  void send_ready(XOp& op, double weight);
   void tree_step(XOp& op);
   void send_result(XOp& op);
   void progress(XOp& op, size_t c);

@@ -271,35 +271,44 @@ TEST(MultiHost, FirstRemoteDepartureIsTheCauseNamed) {
   }
 }
 
-// A rank on another host never submits: the op times out in the cross-host
-// step on the hosts that were ready, naming the host that was not.
-TEST(MultiHost, CrossHostTimeoutNamesTheHostThatDidNotArrive) {
-  auto bed = make_bed({{2, 1}, {}, "auto"});
-  ASSERT_TRUE(bed);
-  auto p = places({1, 1, 1});
-  auto res = run_ranks(3, [&](int r) {
+// Every rank but `absent` submits one op of `count` floats (key 3, step 9,
+// op timeout 800 ms) and reports the error it ends with, which must be a
+// timeout; `absent` connects and never submits.
+std::vector<ChildResult> run_with_absent_rank(const testbed::Testbed& bed,
+                                              const std::vector<int>& per_host, int absent,
+                                              int count, double max_secs) {
+  auto p = places(per_host);
+  return run_ranks(static_cast<int>(p.size()), [&](int r) {
     gsync_comm_t* comm;
-    RANK_CHECK(connect_place(*bed, "late", p, r, &comm, 0, 800) == 0, "{}", gsync_last_error());
-    if (r == 2) {
+    RANK_CHECK(connect_place(bed, "late", p, r, &comm, 0, 800) == 0, "{}", gsync_last_error());
+    if (r == absent) {
       std::this_thread::sleep_for(std::chrono::milliseconds(2500));
       gsync_close(comm);
       return 0;
     }
     float* buf;
-    RANK_CHECK(gsync_alloc(comm, 1 << 20, reinterpret_cast<void**>(&buf)) == 0, "alloc");
+    RANK_CHECK(gsync_alloc(comm, size_t(count) * 4, reinterpret_cast<void**>(&buf)) == 0, "alloc");
     gsync_request_t* req;
-    RANK_CHECK(gsync_allreduce(comm, 3, 9, buf, 1 << 18, GSYNC_FLOAT32, GSYNC_SUM, 0, &req) == 0,
+    RANK_CHECK(gsync_allreduce(comm, 3, 9, buf, size_t(count), GSYNC_FLOAT32, GSYNC_SUM, 0, &req) == 0,
                "submit");
     auto t0 = Clock::now();
     int rc = gsync_wait(req, 10000);
     double secs = std::chrono::duration<double>(Clock::now() - t0).count();
     report(fmt::format("{}\n", gsync_request_error(req)));
     RANK_CHECK(rc == GSYNC_ERR_TIMEOUT, "got {} ({})", rc, gsync_request_error(req));
-    RANK_CHECK(secs > 0.5 && secs < 2.4, "timed out after {} s", secs);
+    RANK_CHECK(secs > 0.5 && secs < max_secs, "timed out after {} s", secs);
     gsync_request_free(req);
     gsync_close(comm);
     return 0;
   }, 60);
+}
+
+// A rank on another host never submits: the op times out in the cross-host
+// step on the hosts that were ready, naming the host that was not.
+TEST(MultiHost, CrossHostTimeoutNamesTheHostThatDidNotArrive) {
+  auto bed = make_bed({{2, 1}, {}, "auto"});
+  ASSERT_TRUE(bed);
+  auto res = run_with_absent_rank(*bed, {1, 1, 1}, 2, 1 << 18, 2.4);
   for (int r = 0; r < 2; r++) {
     EXPECT_EQ(res[size_t(r)].code, 0) << res[size_t(r)].output;
     EXPECT_NE(res[size_t(r)].output.find(bed->host_id(2)), std::string::npos) << res[size_t(r)].output;
@@ -313,27 +322,7 @@ TEST(MultiHost, CrossHostTimeoutNamesTheHostThatDidNotArrive) {
 TEST(MultiHost, TreeTimeoutNamesTheHostThatDidNotArrive) {
   auto bed = make_bed({{4}, {}, "auto"});
   ASSERT_TRUE(bed);
-  auto p = places({1, 1, 1, 1});
-  auto res = run_ranks(4, [&](int r) {
-    gsync_comm_t* comm;
-    RANK_CHECK(connect_place(*bed, "late", p, r, &comm, 0, 800) == 0, "{}", gsync_last_error());
-    if (r == 3) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(2500));
-      gsync_close(comm);
-      return 0;
-    }
-    float* buf;
-    RANK_CHECK(gsync_alloc(comm, 4096, reinterpret_cast<void**>(&buf)) == 0, "alloc");
-    gsync_request_t* req;
-    RANK_CHECK(gsync_allreduce(comm, 3, 9, buf, 256, GSYNC_FLOAT32, GSYNC_SUM, 0, &req) == 0,
-               "submit");
-    int rc = gsync_wait(req, 10000);
-    report(fmt::format("{}\n", gsync_request_error(req)));
-    RANK_CHECK(rc == GSYNC_ERR_TIMEOUT, "got {} ({})", rc, gsync_request_error(req));
-    gsync_request_free(req);
-    gsync_close(comm);
-    return 0;
-  }, 60);
+  auto res = run_with_absent_rank(*bed, {1, 1, 1, 1}, 3, 256, 2.4);
   int named = 0;
   for (int r = 0; r < 3; r++) {
     EXPECT_EQ(res[size_t(r)].code, 0) << res[size_t(r)].output;
