@@ -142,7 +142,10 @@ class Context {
   virtual int size() const = 0;  // hosts in the cluster, self included
 };
 
-constexpr size_t kMaxControl = 64 << 10;
+// The largest control message: a 64 KiB tensor and the op header that goes
+// with it (the small-message algorithms send tensors up to 64 KiB inside
+// their control messages, docs/algorithms.md).
+constexpr size_t kMaxControl = (64 << 10) + 1024;
 
 // The TCP provider on io_uring.
 std::unique_ptr<Context> make_tcp_context(const ContextOptions& options, Status* err);

@@ -137,7 +137,7 @@ TEST_P(Topology, EveryDtypeAndOpAndSize) {
   auto bed = make_bed(l);
   ASSERT_TRUE(bed);
   std::vector<OpCase> cases = every_dtype_and_op(30011);  // no chunk size divides it
-  for (size_t count : {size_t{0}, size_t{1}, size_t{7}, size_t{4097}, size_t{1000003}})
+  for (size_t count : {size_t{0}, size_t{1}, size_t{7}, size_t{4097}, size_t{16384}, size_t{1000003}})
     cases.push_back({GSYNC_FLOAT32, GSYNC_SUM, count});
   run_job(*bed, "matrix", l.ranks_per_host, cases);
   for (int h = 0; h < bed->hosts(); h++) EXPECT_TRUE(bed->daemon_alive(h)) << bed->daemon_log(h);
