@@ -83,7 +83,7 @@ void Connection::expect_discard(uint64_t len) {
   take_staged_or_post();
 }
 
-void Connection::take_staged_or_post() {
+void Connection::take_staged() {
   uint64_t n = std::min<uint64_t>(stage_tail_ - stage_head_, rx_len_ - rx_done_);
   if (n > 0) {
     // A discarded payload's staged part is simply skipped.
@@ -93,6 +93,10 @@ void Connection::take_staged_or_post() {
     rx_done_ += n;
   }
   if (stage_head_ == stage_tail_) stage_head_ = stage_tail_ = 0;
+}
+
+void Connection::take_staged_or_post() {
+  take_staged();
   if (rx_done_ >= rx_len_) {
     ready_ = true;
     return;
@@ -131,11 +135,7 @@ Connection::RecvResult Connection::on_recv(int res, bool region_gone) {
   if (res < 0 && res != -EINTR && res != -EAGAIN) return RecvResult::kError;
   if (stage_recv_) {
     if (res > 0) stage_tail_ += static_cast<uint32_t>(res);
-    uint64_t n = std::min<uint64_t>(stage_tail_ - stage_head_, rx_len_ - rx_done_);
-    std::memcpy(rx_dst_ + rx_done_, stage_.get() + stage_head_, n);
-    stage_head_ += static_cast<uint32_t>(n);
-    rx_done_ += n;
-    if (stage_head_ == stage_tail_) stage_head_ = stage_tail_ = 0;
+    take_staged();
   } else if (res > 0) {
     rx_done_ += static_cast<uint64_t>(res);
   }

@@ -155,6 +155,8 @@ class Connection {
   Clock::time_point deadline{};  // for an unidentified inbound connection
 
  private:
+  // Moves what the stage holds (up to what is still expected) into place.
+  void take_staged();
   void take_staged_or_post();
   void post_recv();
   void recycle(SendItem* item);
