@@ -210,6 +210,14 @@ int main(int argc, char** argv) {
   double seconds = argc > 1 ? std::atof(argv[1]) : 2.0;
   uint64_t size = (argc > 2 ? std::strtoull(argv[2], nullptr, 10) : 64) << 20;
   int window = argc > 3 ? std::atoi(argv[3]) : 2;
+  if (argc > 4 || seconds <= 0 || size == 0 || window <= 0) {
+    fmt::print(stderr,
+               "usage: {} [seconds per row = 2] [write MiB = 64] [writes in flight = 2]\n"
+               "  (positive numbers; a row moves writes for that long over 1, 2 and 4 "
+               "streams)\n",
+               argv[0]);
+    return 2;
+  }
   spdlog::set_level(spdlog::level::warn);
 
   fmt::print("# bench_tcp: {} MiB writes, {} in flight, {:.1f} s per row, loopback, {} cores\n",
