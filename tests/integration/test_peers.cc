@@ -44,7 +44,7 @@ TEST(Peers, MpiTcpTwoRanks) {
   if (mpirun_path().empty()) GTEST_SKIP() << "SKIPPED: mpirun not installed (openmpi-bin)";
   if (mpi_driver_path().empty())
     GTEST_SKIP() << "SKIPPED: mpi-allreduce not built (libopenmpi-dev)";
-  expect_rows(run_mpi_tcp(2, kMin, kMax, kIters, 20), "mpi");
+  expect_rows(run_mpi_tcp({HostSlot{}, HostSlot{}}, kMin, kMax, kIters, 20), "mpi");
 }
 
 TEST(Peers, TcpStreamLoopback) {

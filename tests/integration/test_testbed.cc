@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "tools/common/procs.h"
+#include "tools/peers/launch.h"
 #include "tools/testbed/testbed.h"
 
 namespace gsync::testbed {
@@ -288,6 +289,40 @@ TEST(TestbedNetwork, TeardownLeavesNoNamespaceLinkOrDirectory) {
   EXPECT_EQ(shell("ip netns list").find(name), std::string::npos);
   EXPECT_EQ(root_link_count(), links_before);
   EXPECT_FALSE(std::filesystem::exists(dir));
+}
+
+// gsync-perf --compare runs the peers over the same hosts as gsync: Gloo's
+// ranks each enter their host's namespace, Open MPI's mpirun runs in the
+// first and starts the others through netns-rsh.sh. Small sizes: that they
+// run across the racks and get the right sum, not how fast.
+TEST(TestbedNetwork, PeersRunAcrossNamespaces) {
+  if (!root()) GTEST_SKIP() << "SKIPPED: needs root";
+  std::unique_ptr<Testbed> bed;
+  Status st = Testbed::create(network_only(2, 2), &bed);
+  ASSERT_TRUE(st) << st.message();
+  REQUIRE_NAMESPACES(bed);
+  std::vector<peers::HostSlot> slots;
+  for (int h = 0; h < 2; h++)
+    for (int k = 0; k < 2; k++) slots.push_back({bed->netns(h), bed->address(h)});
+  auto check = [](const peers::Result& r, const char* what) {
+    ASSERT_TRUE(r.ok()) << what << ": " << r.error << "\ncommand: " << r.command;
+    ASSERT_EQ(r.rows.size(), 2u) << what;
+    for (const auto& [bytes, row] : r.rows) {
+      EXPECT_EQ(row.wrong, 0) << what << ", " << bytes << " bytes";
+      EXPECT_GT(row.busbw_gbps, 0) << what << ", " << bytes << " bytes";
+    }
+  };
+  if (peers::gloo_driver_path().empty())
+    std::printf("SKIPPED (gloo part): gloo-allreduce not built (libgloo-dev)\n");
+  else
+    check(peers::run_gloo(slots, 4096, 16384, 3, 60), "gloo");
+  if (peers::mpirun_path().empty() || peers::mpi_driver_path().empty()) {
+    std::printf("SKIPPED (mpi part): mpirun or mpi-allreduce missing (openmpi-bin, libopenmpi-dev)\n");
+  } else {
+    peers::Result r = peers::run_mpi_tcp(slots, 4096, 16384, 3, 60);
+    check(r, "mpi");
+    EXPECT_NE(r.command.find(bed->netns(1)), std::string::npos) << r.command;
+  }
 }
 
 // A daemon that exits at once: create() fails naming the host, the command

@@ -374,6 +374,7 @@ void remove_store(const std::string& dir) {
 std::string gloo_driver_path() { return find_driver("GSYNC_GLOO_DRIVER", "gloo-allreduce"); }
 std::string mpi_driver_path() { return find_driver("GSYNC_MPI_DRIVER", "mpi-allreduce"); }
 std::string tcp_stream_path() { return find_driver("GSYNC_TCP_STREAM", "tcp-stream"); }
+std::string netns_rsh_path() { return find_driver("GSYNC_NETNS_RSH", "netns-rsh.sh"); }
 
 std::string mpirun_path() {
   const char* path = std::getenv("PATH");
@@ -448,9 +449,16 @@ Result run_gloo(const std::vector<HostSlot>& slots, uint64_t min_bytes, uint64_t
   return r;
 }
 
-Result run_mpi_tcp(int ranks, uint64_t min_bytes, uint64_t max_bytes, int iters, int timeout_s) {
+Result run_mpi_tcp(const std::vector<HostSlot>& slots, uint64_t min_bytes, uint64_t max_bytes,
+                   int iters, int timeout_s) {
   Result r;
   if (!valid_sizes(min_bytes, max_bytes, iters, &r)) return r;
+  if (slots.empty()) {
+    r.error = "mpi: no host slots";
+    return r;
+  }
+  const int ranks = static_cast<int>(slots.size());
+  const bool netns = !slots[0].netns.empty();
   const std::string mpirun = mpirun_path(), driver = mpi_driver_path();
   if (mpirun.empty() || driver.empty()) {
     r.error = mpirun.empty() ? "mpi: mpirun not on PATH (openmpi-bin)"
@@ -459,18 +467,47 @@ Result run_mpi_tcp(int ranks, uint64_t min_bytes, uint64_t max_bytes, int iters,
     return r;
   }
   // ob1 + tcp btl: Debian's Open MPI also has the UCX pml, which would
-  // ignore the btl list (peers/README.md). Loopback only.
-  // clang-format off
-  std::vector<std::string> argv = {
-      mpirun, "--allow-run-as-root", "--oversubscribe", "-np", std::to_string(ranks),
-      "--mca", "pml", "ob1", "--mca", "btl", "self,tcp",
-      "--mca", "btl_tcp_if_include", "lo", "--mca", "oob_tcp_if_include", "lo",
-      driver, std::to_string(min_bytes), std::to_string(max_bytes), std::to_string(iters)};
-  // clang-format on
+  // ignore the btl list (peers/README.md).
+  std::vector<std::string> argv = {mpirun, "--allow-run-as-root", "--oversubscribe",
+                                   "-np",  std::to_string(ranks),  "--mca",
+                                   "pml",  "ob1",                  "--mca",
+                                   "btl",  "self,tcp"};
+  std::string net = "lo";
+  if (netns) {
+    const std::string rsh = netns_rsh_path();
+    if (rsh.empty()) {
+      r.error = "mpi: netns-rsh.sh not found (built into tools/peers/; or set GSYNC_NETNS_RSH)";
+      return r;
+    }
+    // One host name per namespace, in rank order; slots of one namespace
+    // are contiguous (rank i = slots[i]), as mpirun fills hosts in order.
+    std::vector<std::pair<std::string, int>> hosts;
+    for (const auto& s : slots) {
+      if (hosts.empty() || hosts.back().first != s.netns) hosts.push_back({s.netns, 0});
+      hosts.back().second++;
+    }
+    std::string map, list;
+    for (size_t i = 0; i < hosts.size(); i++) {
+      std::string name = "h" + std::to_string(i);
+      map += (i ? "," : "") + name + "=" + hosts[i].first;
+      list += (i ? "," : "") + name + ":" + std::to_string(hosts[i].second);
+    }
+    // The bed's addresses are 10.R.x.y: the /16 of the first slot covers them.
+    const std::string a = slot_address(slots[0]);
+    size_t dot = a.find('.', a.find('.') + 1);
+    net = a.substr(0, dot) + ".0.0/16";
+    argv.insert(argv.end(), {"--host", list, "--mca", "plm_rsh_agent", "/bin/sh " + rsh + " " + map,
+                             "--mca", "plm_rsh_no_tree_spawn", "1", "--mca",
+                             "mpi_yield_when_idle", "1"});
+  }
+  argv.insert(argv.end(), {"--mca", "btl_tcp_if_include", net, "--mca", "oob_tcp_if_include", net,
+                           driver, std::to_string(min_bytes), std::to_string(max_bytes),
+                           std::to_string(iters)});
   r.command = join(argv);
   Child mpi("mpirun -np " + std::to_string(ranks), std::move(argv));
   std::string e;
-  if (!mpi.start(-1, &e)) {
+  NetnsFd ns;
+  if (!ns.open(slots[0].netns, &e) || !mpi.start(ns.fd(), &e)) {
     r.error = "mpi: " + e;
     return r;
   }

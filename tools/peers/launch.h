@@ -50,6 +50,7 @@ struct Result {
 std::string gloo_driver_path();  // $GSYNC_GLOO_DRIVER, gloo-allreduce
 std::string mpi_driver_path();   // $GSYNC_MPI_DRIVER, mpi-allreduce
 std::string tcp_stream_path();   // $GSYNC_TCP_STREAM, tcp-stream
+std::string netns_rsh_path();    // $GSYNC_NETNS_RSH, netns-rsh.sh
 // mpirun on PATH, or "".
 std::string mpirun_path();
 
@@ -60,9 +61,14 @@ std::string mpirun_path();
 Result run_gloo(const std::vector<HostSlot>& slots, uint64_t min_bytes, uint64_t max_bytes,
                 int iters, int timeout_s, const std::string& algo = "");
 
-// Open MPI's MPI_Allreduce over its TCP btl on loopback (mpirun cannot place
-// ranks in namespaces), `ranks` processes on this host.
-Result run_mpi_tcp(int ranks, uint64_t min_bytes, uint64_t max_bytes, int iters, int timeout_s);
+// Open MPI's MPI_Allreduce over its TCP btl, one rank per slot. On loopback
+// (slots without a namespace) mpirun starts them here. In the test bed's
+// namespaces mpirun runs in the first slot's namespace and starts its
+// daemons in the others through netns-rsh.sh (instead of ssh), each
+// namespace one "node"; it is told to yield when idle, which it would only
+// do on its own if it knew the nodes share cores.
+Result run_mpi_tcp(const std::vector<HostSlot>& slots, uint64_t min_bytes, uint64_t max_bytes,
+                   int iters, int timeout_s);
 
 // One plain TCP stream from slot `from` to slot `to` (server in `to`'s
 // namespace, bound to its address) for `seconds`: GB/s, or < 0 on failure.

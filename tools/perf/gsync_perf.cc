@@ -545,18 +545,14 @@ int main(int argc, char** argv) {
   Peers peer;
   if (o.workload.empty()) {
     int timeout = 600;
-    if (o.compare.find("gloo") != std::string::npos) {
-      std::vector<peers::HostSlot> gslots;
-      for (const auto& p : o.places)
-        gslots.push_back(slots.empty() ? peers::HostSlot{} : slots[size_t(p.host)]);
-      peer.gloo = peers::run_gloo(gslots, o.min_bytes, o.max_bytes, o.iters, timeout);
-    }
-    if (o.compare.find("mpi") != std::string::npos) {
-      if (bed && bed->namespaces())
-        peer.mpi.error = "Open MPI runs on loopback only (mpirun cannot place ranks in namespaces)";
-      else
-        peer.mpi = peers::run_mpi_tcp(o.world(), o.min_bytes, o.max_bytes, o.iters, timeout);
-    }
+    // The peers' ranks where gsync's are: rank i on the host of place i.
+    std::vector<peers::HostSlot> rank_slots;
+    for (const auto& p : o.places)
+      rank_slots.push_back(slots.empty() ? peers::HostSlot{} : slots[size_t(p.host)]);
+    if (o.compare.find("gloo") != std::string::npos)
+      peer.gloo = peers::run_gloo(rank_slots, o.min_bytes, o.max_bytes, o.iters, timeout);
+    if (o.compare.find("mpi") != std::string::npos)
+      peer.mpi = peers::run_mpi_tcp(rank_slots, o.min_bytes, o.max_bytes, o.iters, timeout);
     if (slots.size() >= 2) peer.tcp_gbps = peers::tcp_stream_gbps(slots[0], slots[1], 2.0);
   }
   int rc = o.workload.empty() ? run_sweep(o, ref, isa, peer) : run_workload(o);
