@@ -286,8 +286,7 @@ void TcpContext::dispatch(const Completion& cq) {
     c->releasing = false;
     auto it = releasing_.find(c->rx_region());
     if (it != releasing_.end() && --it->second.receives == 0) {
-      events_.push_back(
-          Event{Event::Kind::kReleased, -1, 0, Status::ok(), std::move(it->second.released)});
+      events_.released(std::move(it->second.released));
       releasing_.erase(it);
     }
   }
@@ -572,42 +571,20 @@ void TcpContext::arm_timer(Clock::time_point deadline) {
 }
 
 void TcpContext::post_write_done(int peer, uint64_t cookie, Status st) {
-  events_.push_back(Event{Event::Kind::kWriteDone, peer, cookie, std::move(st), {}});
+  events_.write_done(peer, cookie, std::move(st));
 }
 
 void TcpContext::post_peer_up(int peer) {
-  events_.push_back(Event{Event::Kind::kPeerUp, peer, 0, Status::ok(), {}});
+  events_.peer_up(peer);
 }
 
 void TcpContext::post_peer_down(int peer, Status why) {
-  events_.push_back(Event{Event::Kind::kPeerDown, peer, 0, std::move(why), {}});
+  events_.peer_down(peer, std::move(why));
 }
 
 void TcpContext::flush_events() {
   // Before start() there are no handlers; the events wait for them.
-  if (flushing_events_ || !started_) return;  // a handler's own events join the loop below
-  flushing_events_ = true;
-  while (!events_.empty()) {
-    std::swap(events_, flushing_);
-    for (const Event& e : flushing_) {
-      switch (e.kind) {
-        case Event::Kind::kWriteDone:
-          handlers_.on_write_done(e.peer, e.cookie, e.status);
-          break;
-        case Event::Kind::kPeerUp:
-          handlers_.on_peer_up(e.peer);
-          break;
-        case Event::Kind::kPeerDown:
-          handlers_.on_peer_down(e.peer, e.status);
-          break;
-        case Event::Kind::kReleased:
-          if (e.released) e.released();
-          break;
-      }
-    }
-    flushing_.clear();
-  }
-  flushing_events_ = false;
+  if (started_) events_.flush(handlers_);
 }
 
 }  // namespace gsync::transport::tcp

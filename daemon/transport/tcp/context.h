@@ -17,6 +17,7 @@
 #include "daemon/transport/tcp/connection.h"
 #include "daemon/transport/tcp/device.h"
 #include "daemon/transport/tcp/pair.h"
+#include "daemon/transport/handler_queue.h"
 #include "daemon/transport/transport.h"
 
 namespace gsync::transport::tcp {
@@ -60,13 +61,6 @@ class TcpContext final : public Context {
   void kick();
 
  private:
-  struct Event {
-    enum class Kind : uint8_t { kWriteDone, kPeerUp, kPeerDown, kReleased } kind;
-    int peer;
-    uint64_t cookie;
-    Status status;
-    std::function<void()> released;
-  };
   // A deregistered region whose memory is still being received into.
   struct Release {
     int receives;  // recvs in flight into it
@@ -113,8 +107,7 @@ class TcpContext final : public Context {
 
   std::unordered_map<uint32_t, Release> releasing_;
   std::vector<uint8_t> discard_;
-  std::vector<Event> events_, flushing_;
-  bool flushing_events_ = false;
+  HandlerQueue events_;
   std::unordered_set<std::string> logged_refusals_;
 };
 

@@ -334,7 +334,7 @@ void VerbsContext::region_acked(uint32_t id, int peer) {
   it->second.waiting[size_t(peer)] = false;
   if (--it->second.left > 0) return;
   if (it->second.mr) mrs_->release(it->second.mr);
-  events_.push_back({Event::Kind::kReleased, -1, 0, Status::ok(), std::move(it->second.released)});
+  events_.released(std::move(it->second.released));
   retiring_.erase(it);
   notify();
 }
@@ -429,45 +429,21 @@ void VerbsContext::poll() {
 }
 
 void VerbsContext::post_write_done(int peer, uint64_t cookie, Status st) {
-  events_.push_back({Event::Kind::kWriteDone, peer, cookie, std::move(st), {}});
+  events_.write_done(peer, cookie, std::move(st));
   notify();
 }
 
 void VerbsContext::post_peer_up(int peer) {
-  events_.push_back({Event::Kind::kPeerUp, peer, 0, Status::ok(), {}});
+  events_.peer_up(peer);
   notify();
 }
 
 void VerbsContext::post_peer_down(int peer, Status why) {
-  events_.push_back({Event::Kind::kPeerDown, peer, 0, std::move(why), {}});
+  events_.peer_down(peer, std::move(why));
   notify();
 }
 
-void VerbsContext::flush_events() {
-  if (flushing_events_) return;
-  flushing_events_ = true;
-  while (!events_.empty()) {
-    flushing_.swap(events_);
-    for (Event& e : flushing_) {
-      switch (e.kind) {
-        case Event::Kind::kWriteDone:
-          if (handlers_.on_write_done) handlers_.on_write_done(e.peer, e.cookie, e.status);
-          break;
-        case Event::Kind::kPeerUp:
-          if (handlers_.on_peer_up) handlers_.on_peer_up(e.peer);
-          break;
-        case Event::Kind::kPeerDown:
-          if (handlers_.on_peer_down) handlers_.on_peer_down(e.peer, e.status);
-          break;
-        case Event::Kind::kReleased:
-          if (e.released) e.released();
-          break;
-      }
-    }
-    flushing_.clear();
-  }
-  flushing_events_ = false;
-}
+void VerbsContext::flush_events() { events_.flush(handlers_); }
 
 bool VerbsContext::peer_up(int peer) const {
   if (!valid_peer(peer)) return false;

@@ -26,6 +26,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "daemon/transport/handler_queue.h"
 #include "daemon/transport/transport.h"
 #include "daemon/transport/verbs/buffer.h"
 #include "daemon/transport/verbs/device.h"
@@ -82,13 +83,6 @@ class VerbsContext final : public Context {
   const MrCache& mr_cache() const { return *mrs_; }  // has_device() only
 
  private:
-  struct Event {
-    enum class Kind : uint8_t { kWriteDone, kPeerUp, kPeerDown, kReleased } kind;
-    int peer;
-    uint64_t cookie;
-    Status status;
-    std::function<void()> released;
-  };
   // A deregistered region peers may still be writing into.
   struct Retiring {
     std::vector<bool> waiting;  // by host: a RETIRE_ACK is due
@@ -126,8 +120,7 @@ class VerbsContext final : public Context {
   // was not CAPS: it runs the plain TCP context), "" when it speaks ours.
   std::vector<std::string> mismatch_;
   Caps offer_{true, ""};                      // what we tell peers
-  std::vector<Event> events_, flushing_;
-  bool flushing_events_ = false;
+  HandlerQueue events_;
   bool in_poll_ = false;
   bool wake_pending_ = false;  // wake_fd_ was written and not yet read
   bool started_ = false;
