@@ -100,8 +100,7 @@ struct Job {
   // A rank on another host left and has not rejoined: the first such
   // departure (later ones, often ranks that exited because of it, do not
   // replace it). Ops fail with it until the host announces the job again.
-  int remote_broken_code = 0;
-  std::string remote_broken;
+  Status remote_broken;
 
   int live_ranks() const;
   const RankSlot* first_dead() const;

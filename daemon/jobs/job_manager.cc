@@ -91,22 +91,25 @@ void JobManager::set_cross_host(CrossHost* cross) {
     auto it = jobs_.find(job_id);
     if (it == jobs_.end()) return;
     Job& job = *it->second;
-    if (job.remote_broken_code == 0) {
-      job.remote_broken_code = why.code();
-      job.remote_broken = why.message();
-    }
-    job.last_error = job.remote_broken;
-    fail_pending(job, Status(job.remote_broken_code, job.remote_broken));
+    if (job.remote_broken) job.remote_broken = why;
+    job.last_error = job.remote_broken.message();
+    fail_pending(job, job.remote_broken);
   };
+}
+
+bool JobManager::cross_ready(Job& job) {
+  if (!cross_->job_ready(job)) return false;
+  // Every host has announced the job (again): a departure recorded before
+  // is over.
+  job.remote_broken = Status::ok();
+  return true;
 }
 
 void JobManager::job_ready(const std::string& job_id) {
   auto it = jobs_.find(job_id);
   if (it == jobs_.end()) return;
   Job& job = *it->second;
-  if (!cross_->job_ready(job)) return;
-  job.remote_broken_code = 0;
-  job.remote_broken.clear();
+  if (!cross_ready(job)) return;
   std::vector<OpId> waiting;
   for (const auto& [id, op] : job.ops)
     if (!op->running && op->arrived == job.local_size) waiting.push_back(id);
@@ -293,14 +296,12 @@ void JobManager::start(Job& job, Op& op) {
   if (job.world_size > job.local_size) {
     // Waits until every host of the job has announced its ranks; fails at
     // once while a remote rank that left has not rejoined.
-    if (cross_->job_ready(job)) {
-      job.remote_broken_code = 0;
-      job.remote_broken.clear();
+    if (cross_ready(job)) {
       start_multi(job, op);
-    } else if (job.remote_broken_code != 0) {
+    } else if (!job.remote_broken) {
       OpId id = op.id;
-      finish(job, id, Status(job.remote_broken_code,
-                             fmt::format("{}: {}", op.describe(job.id), job.remote_broken)));
+      finish(job, id, Status(job.remote_broken.code(),
+                             fmt::format("{}: {}", op.describe(job.id), job.remote_broken.message())));
     }
     return;
   }

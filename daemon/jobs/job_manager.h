@@ -62,6 +62,9 @@ class JobManager {
   void start_multi(Job& job, Op& op);
   void run_stage(Job& job, Op& op);
   void stage_done(Job& job, Op& op);
+  // Every host of the multi-host job has announced its ranks; clears a
+  // remote departure recorded before.
+  bool cross_ready(Job& job);
   void job_ready(const std::string& job_id);
   void finish(Job& job, const OpId& id, const Status& st);
   void fail_pending(Job& job, const Status& st);
