@@ -88,6 +88,11 @@ class Cluster : public testing::Nodes {
     n.start();
     return n;
   }
+  // Starts every node and waits until all links are up.
+  bool start_all() {
+    for (int i = 0; i < size(); i++) start(i);
+    return pump([&] { return all_up(); });
+  }
   int refuse_verbs = -1;  // this node offers no verbs link
   int no_device = -1;     // this node finds no RDMA device
   int plain_tcp = -1;     // this node runs the plain TCP context (transport = "tcp")
@@ -105,8 +110,7 @@ class Cluster : public testing::Nodes {
 TEST(VerbsRxe, BringUpAndStatsNameTheDeviceAndQp) {
   NEED_DEVICE();
   Cluster c(3);
-  for (int i = 0; i < 3; i++) c.start(i);
-  ASSERT_TRUE(c.pump([&] { return c.all_up(); }));
+  ASSERT_TRUE(c.start_all());
   PeerStats s = c[0].ctx->stats(1);
   EXPECT_EQ(s.transport, "verbs");
   EXPECT_EQ(s.state, PeerState::kUp);
@@ -123,9 +127,7 @@ TEST(VerbsRxe, BringUpAndStatsNameTheDeviceAndQp) {
 TEST(VerbsRxe, ControlMessagesInOrderUpToTheLimit) {
   NEED_DEVICE();
   Cluster c(2);
-  c.start(0);
-  c.start(1);
-  ASSERT_TRUE(c.pump([&] { return c.all_up(); }));
+  ASSERT_TRUE(c.start_all());
   std::string big(kMaxControl, 'z');
   for (int i = 0; i < 50; i++) c[0].ctx->send_control(1, fmt::format("m{}", i));
   c[0].ctx->send_control(1, big);
@@ -137,9 +139,7 @@ TEST(VerbsRxe, ControlMessagesInOrderUpToTheLimit) {
 TEST(VerbsRxe, WritesFromOneByteTo64MiBLandWithRangeAndImmediate) {
   NEED_DEVICE();
   Cluster c(2);
-  c.start(0);
-  c.start(1);
-  ASSERT_TRUE(c.pump([&] { return c.all_up(); }));
+  ASSERT_TRUE(c.start_all());
   const uint64_t kMax = 64ull << 20;
   Mem src(kMax), dst(kMax + 4096);
   std::mt19937 rng(1);
@@ -174,9 +174,7 @@ TEST(VerbsRxe, WritesFromOneByteTo64MiBLandWithRangeAndImmediate) {
 TEST(VerbsRxe, CreditExhaustionQueuesAndRecovers) {
   NEED_DEVICE();
   Cluster c(2);
-  c.start(0);
-  c.start(1);
-  ASSERT_TRUE(c.pump([&] { return c.all_up(); }));
+  ASSERT_TRUE(c.start_all());
   Mem src(1 << 20), dst(1 << 20);
   Region r = c[1].ctx->register_region(dst.p, dst.bytes);
   c.pump([] { return false; }, 50);
@@ -208,9 +206,7 @@ TEST(VerbsRxe, CreditExhaustionQueuesAndRecovers) {
 TEST(VerbsRxe, WrongRkeyFailsTheWriteNamingHostsQpnAndStatusThenRecovers) {
   NEED_DEVICE();
   Cluster c(2);
-  c.start(0);
-  c.start(1);
-  ASSERT_TRUE(c.pump([&] { return c.all_up(); }));
+  ASSERT_TRUE(c.start_all());
   Mem src(1 << 16), dst(1 << 16);
   Region r = c[1].ctx->register_region(dst.p, dst.bytes);
   c.pump([] { return false; }, 50);
@@ -241,9 +237,7 @@ TEST(VerbsRxe, WrongRkeyFailsTheWriteNamingHostsQpnAndStatusThenRecovers) {
 TEST(VerbsRxe, LengthPastTheRegionFailsWithoutSending) {
   NEED_DEVICE();
   Cluster c(2);
-  c.start(0);
-  c.start(1);
-  ASSERT_TRUE(c.pump([&] { return c.all_up(); }));
+  ASSERT_TRUE(c.start_all());
   Mem src(1 << 16), dst(1 << 16);
   Region r = c[1].ctx->register_region(dst.p, 4096);
   c.pump([] { return false; }, 50);
@@ -257,9 +251,7 @@ TEST(VerbsRxe, LengthPastTheRegionFailsWithoutSending) {
 TEST(VerbsRxe, PeerDestroyedMidTransferThenReplaced) {
   NEED_DEVICE();
   Cluster c(2);
-  c.start(0);
-  c.start(1);
-  ASSERT_TRUE(c.pump([&] { return c.all_up(); }));
+  ASSERT_TRUE(c.start_all());
   Mem src(8 << 20), dst(8 << 20);
   Region r = c[1].ctx->register_region(dst.p, dst.bytes);
   c.pump([] { return false; }, 50);
@@ -286,9 +278,7 @@ TEST(VerbsRxe, PeerDestroyedMidTransferThenReplaced) {
 TEST(VerbsRxe, DeregisterWaitsForInFlightWritesAndLateWritesAreDropped) {
   NEED_DEVICE();
   Cluster c(2);
-  c.start(0);
-  c.start(1);
-  ASSERT_TRUE(c.pump([&] { return c.all_up(); }));
+  ASSERT_TRUE(c.start_all());
   Mem src(16 << 20), dst(16 << 20);
   Region r = c[1].ctx->register_region(dst.p, dst.bytes);
   c.pump([] { return false; }, 50);
@@ -385,8 +375,7 @@ void write_all_ways(Cluster& c, int n) {
 TEST(VerbsRxe, VerbsWithinARackTcpAcrossRacks) {
   NEED_DEVICE();
   Cluster c(3, {"r1", "r1", "r2"});
-  for (int i = 0; i < 3; i++) c.start(i);
-  ASSERT_TRUE(c.pump([&] { return c.all_up(); }));
+  ASSERT_TRUE(c.start_all());
   for (int i = 0; i < 3; i++)
     for (int j = 0; j < 3; j++) {
       if (i == j) continue;
@@ -414,9 +403,7 @@ TEST(VerbsRxe, PeerWithoutVerbsGetsATcpLinkInItsRack) {
   NEED_DEVICE();
   Cluster c(2, {"r1", "r1"});
   c.refuse_verbs = 1;
-  c.start(0);
-  c.start(1);
-  ASSERT_TRUE(c.pump([&] { return c.all_up(); }));
+  ASSERT_TRUE(c.start_all());
   EXPECT_EQ(c[0].ctx->stats(1).transport, "tcp");
   EXPECT_EQ(c[1].ctx->stats(0).transport, "tcp");
   EXPECT_EQ(c[0].ctx->stats(1).verbs_qpn, 0u);

@@ -106,6 +106,7 @@ class Nodes {
     return *nodes_[size_t(i)];
   }
   void stop(int i) { nodes_[size_t(i)].reset(); }
+  int size() const { return int(nodes_.size()); }
   Node& operator[](int i) { return *nodes_[size_t(i)]; }
 
   // Polls every live context until pred() holds or the timeout passes.
