@@ -7,6 +7,8 @@
 // daemon".
 #pragma once
 
+#include <algorithm>
+#include <compare>
 #include <cstdint>
 #include <cstring>
 #include <string>
@@ -34,14 +36,29 @@ struct JobAnnounce {
   char job[kJobMax] = {};
 };
 
+// Followed by nopen OpKey: the ops of the job this host has begun and not
+// finished when the rank left. Those it still finishes (it holds the data);
+// any other op of the job can never get its part. Peers need the list
+// because in a tree they do not all hear from this host directly: one
+// whose op waits only for its parent cannot otherwise tell "this host's
+// part is in" from "never will be".
 struct JobLeave {
   uint8_t type = kJobLeave;
   uint8_t pad[3] = {};
   int32_t rank = -1;
   int32_t pid = 0;
+  uint32_t nopen = 0;
   char job[kJobMax] = {};
   char reason[160] = {};
 };
+
+struct OpKey {
+  uint64_t key = 0, step = 0;
+  auto operator<=>(const OpKey&) const = default;
+};
+// More open ops than this are not listed; peers then treat the unlisted
+// ones as never joined and fail them (never a partial sum).
+constexpr size_t kMaxLeaveOps = 2048;
 
 // "My local contribution to (job, key, step) is being prepared; write into
 // these regions of mine." Also carries the op's shape so hosts that disagree
@@ -104,6 +121,23 @@ inline bool decode_announce(std::string_view msg, JobAnnounce* a, std::vector<in
     return false;
   ranks->resize(static_cast<size_t>(a->nranks));
   std::memcpy(ranks->data(), msg.data() + sizeof(JobAnnounce), ranks->size() * sizeof(int32_t));
+  return true;
+}
+
+inline std::string encode_leave(const JobLeave& head, const std::vector<OpKey>& open) {
+  JobLeave m = head;
+  m.nopen = static_cast<uint32_t>(std::min(open.size(), kMaxLeaveOps));
+  std::string out(as_bytes(m));
+  out.append(reinterpret_cast<const char*>(open.data()), m.nopen * sizeof(OpKey));
+  return out;
+}
+
+inline bool decode_leave(std::string_view msg, JobLeave* m, std::vector<OpKey>* open) {
+  if (!decode(msg, m) || m->nopen > kMaxLeaveOps ||
+      msg.size() != sizeof(JobLeave) + sizeof(OpKey) * m->nopen)
+    return false;
+  open->resize(m->nopen);
+  std::memcpy(open->data(), msg.data() + sizeof(JobLeave), open->size() * sizeof(OpKey));
   return true;
 }
 

@@ -156,7 +156,10 @@ void CrossHost::local_rank_left(const Job& job, int rank, pid_t pid, const std::
   m.pid = pid;
   cluster::set_field(m.job, sizeof m.job, job.id);
   cluster::set_field(m.reason, sizeof m.reason, reason);
-  send_all(cluster::as_bytes(m));
+  std::vector<cluster::OpKey> open;
+  for (const auto& [key, x] : ops_)
+    if (key.first == job.id && !x->finished) open.push_back({key.second.key, key.second.step});
+  send_all(cluster::encode_leave(m, open));
 }
 
 bool CrossHost::job_ready(const Job& job) const { return members_.ready(job.id, job.world_size); }
@@ -604,20 +607,17 @@ void CrossHost::on_control(int peer, std::string_view msg) {
     }
     case cluster::kJobLeave: {
       cluster::JobLeave m;
-      if (!cluster::decode(msg, &m)) break;
+      std::vector<cluster::OpKey> open;
+      if (!cluster::decode_leave(msg, &m, &open)) break;
       std::string job = cluster::field(m.job, sizeof m.job);
       members_.clear_remote(job, peer);
       Status st(GSYNC_ERR_RANK_DEAD, fmt::format("job {}: rank {} (pid {}) on host {} {}", job,
                                                  m.rank, m.pid, from,
                                                  cluster::field(m.reason, sizeof m.reason)));
-      // Ops that host has joined go on: its daemon still holds the rank's
-      // data, and aborts explicitly if it cannot finish. Ops it has not
-      // joined can never complete.
-      for (auto& [key, x] : std::map(ops_)) {
-        int j = x->participant_of(peer);
-        if (key.first == job && j >= 0 && !x->ready[size_t(j)].seen)
-          fail(*x, Status(st.code(), fmt::format("{}: {}", x->describe(), st.message())), false);
-      }
+      std::sort(open.begin(), open.end());
+      for (auto& [key, x] : std::map(ops_))
+        if (key.first == job && !joined(*x, peer, open))
+          fail(*x, Status(st.code(), fmt::format("{}: {}", x->describe(), st.message())), x->tree);
       if (on_job_broken) on_job_broken(job, st);
       return;
     }
@@ -732,6 +732,22 @@ void CrossHost::on_control(int peer, std::string_view msg) {
   }
   spdlog::error("host {}: malformed control message (type {}, {} bytes); ignored", from,
                 static_cast<int>(static_cast<uint8_t>(msg[0])), msg.size());
+}
+
+// After a rank of `peer` left: can this op still get that host's part?
+// Ops the host has joined go on (its daemon still holds the rank's data and
+// aborts explicitly if it cannot finish): those whose OpReady came, and
+// those on its open list. In a tree only the host's parent and children
+// decide; they abort the op for everyone (and a host that finished the op
+// has already sent its part or its result to them, on the same connection
+// as the JobLeave).
+bool CrossHost::joined(const XOp& x, int peer, const std::vector<cluster::OpKey>& open) const {
+  int j = x.participant_of(peer);
+  if (j < 0 || x.ready[size_t(j)].seen) return true;
+  if (x.tree && j != x.links.parent &&
+      std::find(x.links.children.begin(), x.links.children.end(), j) == x.links.children.end())
+    return true;
+  return std::binary_search(open.begin(), open.end(), cluster::OpKey{x.id.key, x.id.step});
 }
 
 void CrossHost::on_peer_up(int peer) {

@@ -105,6 +105,7 @@ class CrossHost {
   void on_peer_up(int peer);
   void on_peer_down(int peer, const Status& why);
 
+  bool joined(const XOp& op, int peer, const std::vector<cluster::OpKey>& open) const;
   void maybe_run(XOp& op);
   cluster::OpReady op_message(const XOp& op, uint8_t type, double weight) const;
   // weight: this host's share, or at a tree node its subtree's.

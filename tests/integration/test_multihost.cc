@@ -271,6 +271,81 @@ TEST(MultiHost, FirstRemoteDepartureIsTheCauseNamed) {
   }
 }
 
+// The end of a training run: every rank leaves right after its last op. A
+// small op across 4 hosts goes up a tree, so a host whose rank is done may
+// announce the departure before the root's final sum reached some other
+// host; that host must still complete the op, not fail it (the departed
+// rank's part is in). Many short jobs, each root in turn.
+TEST(MultiHost, RanksLeavingRightAfterTheLastTreeOpFailNobody) {
+  auto bed = make_bed({{4}, {}, "auto"});
+  ASSERT_TRUE(bed);
+  auto p = places({1, 1, 1, 1});
+  for (int j = 0; j < 12; j++) {
+    std::string job = fmt::format("last-{}", j);
+    auto res = run_ranks(4, [&](int r) {
+      gsync_comm_t* comm;
+      RANK_CHECK(connect_place(*bed, job, p, r, &comm) == 0, "{}", gsync_last_error());
+      float* buf;
+      RANK_CHECK(gsync_alloc(comm, 4096, reinterpret_cast<void**>(&buf)) == 0, "alloc");
+      for (uint64_t step = 0; step < 4; step++) {
+        for (int i = 0; i < 256; i++) buf[i] = float(r + i);
+        gsync_request_t* req;
+        RANK_CHECK(gsync_allreduce(comm, 1, step, buf, 256, GSYNC_FLOAT32, GSYNC_SUM, 0, &req) == 0,
+                   "submit: {}", gsync_last_error());
+        RANK_CHECK(gsync_wait(req, 20000) == 0, "step {}: {}", step, gsync_request_error(req));
+        gsync_request_free(req);
+        for (int i = 0; i < 256; i++)
+          RANK_CHECK(buf[i] == float(6 + 4 * i), "step {} element {}: {}", step, i, buf[i]);
+      }
+      gsync_close(comm);
+      return 0;
+    }, 60);
+    for (int r = 0; r < 4; r++)
+      EXPECT_EQ(res[size_t(r)].code, 0) << job << " rank " << r << ": " << res[size_t(r)].output;
+  }
+}
+
+// The other side of the rule above: a rank that leaves without submitting
+// fails the op on every other host at once (not at its timeout), naming
+// it. The key sets the tree's root (key + step mod 4 here), so the leaving
+// host is the root in one job and a leaf in the others.
+TEST(MultiHost, TreeRankLeavingBeforeItsPartFailsEveryHostAtOnce) {
+  auto bed = make_bed({{4}, {}, "auto"});
+  ASSERT_TRUE(bed);
+  auto p = places({1, 1, 1, 1});
+  for (uint64_t key = 0; key < 4; key++) {
+    std::string job = fmt::format("gone-{}", key);
+    auto res = run_ranks(4, [&](int r) {
+      gsync_comm_t* comm;
+      RANK_CHECK(connect_place(*bed, job, p, r, &comm) == 0, "{}", gsync_last_error());
+      float* buf;
+      RANK_CHECK(gsync_alloc(comm, 4096, reinterpret_cast<void**>(&buf)) == 0, "alloc");
+      RANK_CHECK(gsync_barrier(comm, 0, 20000) == 0, "barrier: {}", gsync_last_error());
+      if (r == 3) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(300));
+        gsync_close(comm);
+        return 0;
+      }
+      gsync_request_t* req;
+      RANK_CHECK(gsync_allreduce(comm, key, 0, buf, 256, GSYNC_FLOAT32, GSYNC_SUM, 0, &req) == 0,
+                 "submit");
+      auto t0 = Clock::now();
+      int rc = gsync_wait(req, 20000);
+      double secs = std::chrono::duration<double>(Clock::now() - t0).count();
+      report(fmt::format("{}\n", gsync_request_error(req)));
+      RANK_CHECK(rc == GSYNC_ERR_RANK_DEAD, "got {} ({})", rc, gsync_request_error(req));
+      RANK_CHECK(secs < 3, "failed after {} s, not at once", secs);
+      gsync_request_free(req);
+      gsync_close(comm);
+      return 0;
+    }, 60);
+    for (int r = 0; r < 3; r++) {
+      EXPECT_EQ(res[size_t(r)].code, 0) << job << " rank " << r << ": " << res[size_t(r)].output;
+      EXPECT_NE(res[size_t(r)].output.find("rank 3 ("), std::string::npos) << res[size_t(r)].output;
+    }
+  }
+}
+
 // Every rank but `absent` submits one op of `count` floats (key 3, step 9,
 // op timeout 800 ms) and reports the error it ends with, which must be a
 // timeout; `absent` connects and never submits.
