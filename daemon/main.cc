@@ -17,7 +17,7 @@ int main(int argc, char** argv) {
   uint32_t reduce_threads = 0, op_timeout_ms = 0;
   std::string cluster_file, host_id, algorithm, chunk_bytes, transport;
   uint32_t tcp_streams = 0;
-  int64_t tcp_buffer_kib = -1;
+  int64_t tcp_buffer_kib = -1, poll_us = -1;
   bool print_config = false;
   auto* config_opt = app.add_option("-c,--config", config_path, "TOML config file");
   app.add_option("--socket", socket, "client socket (overrides [daemon] socket)");
@@ -25,6 +25,7 @@ int main(int argc, char** argv) {
   app.add_option("--log-level", log_level, "trace debug info warn error critical off");
   app.add_option("--reduce-threads", reduce_threads, "reduce worker threads (0: one per CPU)");
   app.add_option("--op-timeout-ms", op_timeout_ms, "default op timeout");
+  app.add_option("--poll-us", poll_us, "keep polling this long after an event (0: always sleep)");
   app.add_option("--cluster", cluster_file, "cluster file (overrides [cluster] file)");
   app.add_option("--host-id", host_id, "this daemon's id in the cluster file");
   app.add_option("--algo", algorithm, "cross-host algorithm: auto ring hier direct tree");
@@ -54,6 +55,7 @@ int main(int argc, char** argv) {
   if (!host_id.empty()) cfg.host_id = host_id;
   if (!algorithm.empty()) cfg.algorithm = algorithm;
   if (tcp_streams) cfg.tcp_streams = tcp_streams;
+  if (poll_us >= 0) cfg.poll_us = static_cast<uint32_t>(poll_us);
   if (tcp_buffer_kib >= 0) cfg.tcp_buffer_kib = static_cast<uint32_t>(tcp_buffer_kib);
   if (!transport.empty()) cfg.transport = transport;
   if (!chunk_bytes.empty() && !gsync::parse_byte_size(chunk_bytes, &cfg.chunk_bytes)) {

@@ -24,6 +24,8 @@ constexpr uint32_t kMaxRingEntries = 65536;
 constexpr size_t kSunPathSize = 108;
 // More reduce threads than this is a typo, not a machine.
 constexpr uint32_t kMaxReduceThreads = 1024;
+// Polling longer than this between events is a spinning daemon, not a window.
+constexpr uint32_t kMaxPollUs = 100000;
 constexpr uint32_t kMaxSocketMode = 07777;
 constexpr std::array<std::string_view, 5> kAlgorithms = {"auto", "ring", "hier", "direct", "tree"};
 constexpr std::array<std::string_view, 3> kTransports = {"auto", "tcp", "verbs"};
@@ -36,6 +38,7 @@ const ConfigField kFields[] = {
     {"daemon", "socket_mode", ConfigKind::kMode, &DaemonConfig::socket_mode},
     {"daemon", "log_level", ConfigKind::kString, &DaemonConfig::log_level},
     {"daemon", "reduce_threads", ConfigKind::kCount, &DaemonConfig::reduce_threads},
+    {"daemon", "poll_us", ConfigKind::kCount, &DaemonConfig::poll_us},
     {"auth", "allowed_uids", ConfigKind::kIdList, &DaemonConfig::allowed_uids},
     {"auth", "allowed_gids", ConfigKind::kIdList, &DaemonConfig::allowed_gids},
     {"limits", "default_arena", ConfigKind::kSize, &DaemonConfig::default_arena_bytes},
@@ -159,6 +162,9 @@ std::optional<ConfigProblem> find_config_problem(const DaemonConfig& cfg) {
                     format_byte_size(cfg.default_arena_bytes),
                     format_byte_size(cfg.max_arena_bytes))};
   }
+  if (cfg.poll_us > kMaxPollUs)
+    return problem("daemon.poll_us",
+                   fmt::format("must be 0 (always sleep) to {}, got {}", kMaxPollUs, cfg.poll_us));
   if (cfg.max_clients == 0) return problem("limits.max_clients", "must be > 0");
   uint32_t ring = cfg.ring_entries;
   if (ring < kMinRingEntries || ring > kMaxRingEntries || (ring & (ring - 1)) != 0) {

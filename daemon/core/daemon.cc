@@ -97,6 +97,7 @@ Status Daemon::start() {
   loop_.add(pool_.done_fd(), EPOLLIN, [this](uint32_t) {
     for (uint64_t id : pool_.take_finished()) jobs_.executor_done(id);
   });
+  loop_.set_poll(std::chrono::microseconds(cfg_.poll_us));
   loop_.every(kTick, [this] { tick(); });
   watchdog_period_ = watchdog_period();
   return Status::ok();

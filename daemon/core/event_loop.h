@@ -36,6 +36,10 @@ class EventLoop {
   // Run fn once at the start of the next iteration (deferred work).
   void defer(std::function<void()> fn);
 
+  // After an event, keep looking for the next one without sleeping for this
+  // long, yielding the core between looks (0: always sleep in epoll_wait).
+  void set_poll(std::chrono::microseconds window) { poll_ = window; }
+
   void run();   // until stop()
   void stop();  // safe from the loop thread (signals arrive by signalfd)
 
@@ -55,6 +59,8 @@ class EventLoop {
   std::unordered_map<int, Entry> handlers_;
   std::vector<Timer> timers_;
   std::vector<std::function<void()>> deferred_;
+  std::chrono::microseconds poll_{0};
+  Clock::time_point last_event_;
 };
 
 }  // namespace gsync

@@ -170,6 +170,8 @@ const BadCase kBadCases[] = {
     {"TooManyStreams", "[cluster]\ntcp_streams = 64\n", "2: cluster.tcp_streams: ", "1 to 16"},
     {"TcpBufferTooSmall", "[cluster]\ntcp_buffer_kib = 8\n", "2: cluster.tcp_buffer_kib: ",
      "must be 0 (kernel autotuning) or 16 to 65536, got 8"},
+    {"PollTooLong", "[daemon]\npoll_us = 100001\n", "2: daemon.poll_us: ",
+     "must be 0 (always sleep) to 100000, got 100001"},
     {"KeyOutsideSection", "ring_entries = 64\n", "1: ring_entries: ", "belongs under [limits]"},
     {"SectionNotTable", "\nlimits = 5\n", "2: limits: ", "expected a table"},
     {"Negative", "[limits]\nop_timeout_ms = -1\n",
@@ -408,7 +410,7 @@ TEST(ConfigJson, MirrorsTomlLayout) {
   EXPECT_EQ(j["cluster"]["algorithm"], "auto");
   EXPECT_EQ(j["cluster"]["tcp_streams"], 2);
   EXPECT_EQ(j.size(), 4u);
-  EXPECT_EQ(j["daemon"].size() + j["auth"].size() + j["limits"].size() + j["cluster"].size(), 21u);
+  EXPECT_EQ(j["daemon"].size() + j["auth"].size() + j["limits"].size() + j["cluster"].size(), 22u);
 }
 
 #ifdef GSYNC_EXAMPLE_CONFIG

@@ -22,8 +22,8 @@ constexpr std::array<std::string_view, 3> kSizeKeys = {"default_arena", "max_are
 // Sections and keys in the order of the TOML file (daemon/config/config_rules.cc),
 // which groups related keys; names not listed here follow alphabetically.
 constexpr std::array<std::string_view, 3> kSectionOrder = {"daemon", "auth", "limits"};
-constexpr std::array<std::string_view, 13> kKeyOrder = {
-    "socket",       "admin_socket",  "socket_mode",        "log_level", "reduce_threads",
+constexpr std::array<std::string_view, 14> kKeyOrder = {
+    "socket",       "admin_socket",  "socket_mode",        "log_level", "reduce_threads", "poll_us",
     "allowed_uids", "allowed_gids",  "default_arena",      "max_arena", "max_clients",
     "ring_entries", "op_timeout_ms", "inline_reduce_bytes"};
 
