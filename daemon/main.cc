@@ -28,7 +28,7 @@ int main(int argc, char** argv) {
   app.add_option("--poll-us", poll_us, "keep polling this long after an event (0: always sleep)");
   app.add_option("--cluster", cluster_file, "cluster file (overrides [cluster] file)");
   app.add_option("--host-id", host_id, "this daemon's id in the cluster file");
-  app.add_option("--algo", algorithm, "cross-host algorithm: auto ring hier direct tree");
+  app.add_option("--algo", algorithm, "cross-host algorithm: auto ring hier direct tree doubling");
   app.add_option("--tcp-streams", tcp_streams, "TCP connections per peer");
   app.add_option("--tcp-buffer-kib", tcp_buffer_kib,
                  "socket buffers per TCP connection, KiB (0: kernel autotuning)");

@@ -12,6 +12,7 @@ const char* algo_name(Algo a) {
     case Algo::kHier: return "hier";
     case Algo::kDirect: return "direct";
     case Algo::kTree: return "tree";
+    case Algo::kDoubling: return "doubling";
   }
   return "unknown";
 }
@@ -21,6 +22,7 @@ bool parse_algo(const std::string& name, Algo* out) {
   else if (name == "hier") *out = Algo::kHier;
   else if (name == "direct") *out = Algo::kDirect;
   else if (name == "tree") *out = Algo::kTree;
+  else if (name == "doubling") *out = Algo::kDoubling;
   else return false;
   return true;
 }
@@ -75,6 +77,18 @@ TreeLinks tree_links(int n, int root, int self) {
   return t;
 }
 
+namespace {
+// Height of node v (root-relative) in the kTree heap of n nodes: 0 at a leaf.
+int heap_height(int v, int n) {
+  int h = 0;
+  for (int k = 1; k <= kTreeFanout; k++) {
+    int u = v * kTreeFanout + k;
+    if (u < n) h = std::max(h, 1 + heap_height(u, n));
+  }
+  return h;
+}
+}  // namespace
+
 int tree_root(int n, uint64_t key, uint64_t step) {
   return n <= 0 ? 0 : static_cast<int>((key * 0x9e3779b97f4a7c15ull + step) % uint64_t(n));
 }
@@ -112,9 +126,15 @@ Schedule build_schedule(Algo algo, const std::vector<Participant>& parts, int se
     // 2 x depth steps.
     TreeLinks t = tree_links(n, root, self);
     s.slots = static_cast<int>(t.children.size());
+    // Steps: a node waits for its children at height - 1, then (after the
+    // deepest up-sweep, at tree height H) for its parent's sum at H + depth.
+    int v = ((self - root) % n + n) % n;
+    int height = heap_height(v, n), top = heap_height(0, n), depth = 0;
+    for (int u = v; u > 0; u = (u - 1) / kTreeFanout) depth++;
     std::vector<Phase> phases;
     if (!t.children.empty()) {
       Phase up;
+      up.step = height - 1;
       up.fold.push_back(self);
       for (size_t i = 0; i < t.children.size(); i++) {
         up.recvs.push_back({t.children[i], Xfer::kReduce, static_cast<uint8_t>(i)});
@@ -125,11 +145,45 @@ Schedule build_schedule(Algo algo, const std::vector<Participant>& parts, int se
     if (t.parent >= 0)
       phases.push_back(Phase{{{t.parent, Xfer::kReduce, static_cast<uint8_t>(t.ordinal)}},
                              {{t.parent, Xfer::kCopy, 0}},
-                             {}});
+                             {},
+                             top + depth});
     if (!t.children.empty()) {
       Phase down;
+      down.step = top + depth + 1;
       for (int c : t.children) down.sends.push_back({c, Xfer::kCopy, 0});
       phases.push_back(std::move(down));
+    }
+    for (auto& c : s.chunks) c = phases;
+    return s;
+  }
+
+  if (algo == Algo::kDoubling) {
+    // Recursive doubling among the first p = 2^k hosts: in round r each
+    // exchanges its partial sum with host self ^ 2^r (scratch slot 1 + r)
+    // and both fold [lower, higher], so the pair holds the same bits. The
+    // n - p hosts beyond p first hand their part to host self - p (slot 0)
+    // and get the final sum back from it. k rounds (+2 beyond a power of
+    // two); every host sends k x S, no host does more than its share.
+    int p = 1, k = 0;
+    while (p * 2 <= n) p *= 2, k++;
+    s.slots = 1 + k;
+    int first_round = n > p ? 1 : 0;  // step 0 is the hand-in when there are extra hosts
+    std::vector<Phase> phases;
+    if (self >= p) {
+      phases.push_back(Phase{{{self - p, Xfer::kReduce, 0}}, {}, {}, 0});
+      phases.push_back(Phase{{}, {{self - p, Xfer::kCopy, 0}}, {}, first_round + k});
+    } else {
+      if (self + p < n)
+        phases.push_back(Phase{{}, {{self + p, Xfer::kReduce, 0}}, {self, self + p}, 0});
+      for (int r = 0; r < k; r++) {
+        int partner = self ^ (1 << r);
+        auto slot = static_cast<uint8_t>(1 + r);
+        phases.push_back(Phase{{{partner, Xfer::kReduce, slot}},
+                               {{partner, Xfer::kReduce, slot}},
+                               {std::min(self, partner), std::max(self, partner)},
+                               first_round + r});
+      }
+      if (self + p < n) phases.push_back(Phase{{{self + p, Xfer::kCopy, 0}}, {}, {}, first_round + k});
     }
     for (auto& c : s.chunks) c = phases;
     return s;

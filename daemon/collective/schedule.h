@@ -17,9 +17,9 @@
 
 namespace gsync::collective {
 
-enum class Algo : uint8_t { kRing = 1, kHier = 2, kDirect = 3, kTree = 4 };
+enum class Algo : uint8_t { kRing = 1, kHier = 2, kDirect = 3, kTree = 4, kDoubling = 5 };
 const char* algo_name(Algo a);
-bool parse_algo(const std::string& name, Algo* out);  // "ring" "hier" "direct" "tree"
+bool parse_algo(const std::string& name, Algo* out);  // "ring" "hier" "direct" "tree" "doubling"
 
 // kReduce lands in one of the receiver's scratch slots and is folded there;
 // kCopy lands in the receiver's data (a final value).
@@ -39,6 +39,12 @@ struct Phase {
   // their transfer named. The same order on every host that computes the same
   // sum, so all of them get the same bits.
   std::vector<int> fold;
+  // When this phase waits, on a clock shared by all hosts of the op: every
+  // host it receives from waited only in earlier steps before sending (a
+  // doubling: one step per round; a tree: up by height, then down by
+  // depth). A host waiting in step s times out s grace periods late, so
+  // the one that waits for a missing host directly speaks first.
+  int step = 0;
 };
 
 struct Participant {

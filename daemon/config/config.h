@@ -41,7 +41,7 @@ struct DaemonConfig {
   uint32_t tcp_buffer_kib = 256;    // socket buffers per connection; 0 = kernel autotuning
   std::string transport = "auto";   // auto (verbs if an RDMA device works, else tcp) tcp verbs
   uint32_t peer_timeout_ms = 3000;  // a silent peer is declared lost after this
-  std::string algorithm = "auto";   // auto ring hier direct tree
+  std::string algorithm = "auto";   // auto ring hier direct tree doubling
   uint64_t chunk_bytes = 0;         // pipelining unit; 0: chosen per op
 
   std::string source = "defaults";  // where the values came from, for gsyncctl

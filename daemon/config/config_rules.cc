@@ -27,7 +27,8 @@ constexpr uint32_t kMaxReduceThreads = 1024;
 // Polling longer than this between events is a spinning daemon, not a window.
 constexpr uint32_t kMaxPollUs = 100000;
 constexpr uint32_t kMaxSocketMode = 07777;
-constexpr std::array<std::string_view, 5> kAlgorithms = {"auto", "ring", "hier", "direct", "tree"};
+constexpr std::array<std::string_view, 6> kAlgorithms = {"auto", "ring", "hier", "direct", "tree",
+                                                          "doubling"};
 constexpr std::array<std::string_view, 3> kTransports = {"auto", "tcp", "verbs"};
 constexpr std::array<std::string_view, 7> kLogLevels = {"trace", "debug",    "info", "warn",
                                                         "error", "critical", "off"};

@@ -166,7 +166,7 @@ const BadCase kBadCases[] = {
      "3: limit: ", "unknown table (did you mean [limits]?)"},
     {"UnknownTableFar", "[network]\nhosts = 1\n", "1: network: ", "unknown table"},
     {"UnknownAlgorithm", "[cluster]\nalgorithm = \"butterfly\"\n", "2: cluster.algorithm: ",
-     "is not one of auto, ring, hier, direct, tree"},
+     "is not one of auto, ring, hier, direct, tree, doubling"},
     {"TooManyStreams", "[cluster]\ntcp_streams = 64\n", "2: cluster.tcp_streams: ", "1 to 16"},
     {"TcpBufferTooSmall", "[cluster]\ntcp_buffer_kib = 8\n", "2: cluster.tcp_buffer_kib: ",
      "must be 0 (kernel autotuning) or 16 to 65536, got 8"},

@@ -201,10 +201,58 @@ TEST(Schedule, TreeSendsTwoTransfersPerHostButTheRoot) {
 
 INSTANTIATE_TEST_SUITE_P(
     Algorithms, ScheduleTest,
-    ::testing::Combine(::testing::Values(Algo::kRing, Algo::kHier, Algo::kDirect, Algo::kTree),
+    ::testing::Combine(::testing::Values(Algo::kRing, Algo::kHier, Algo::kDirect, Algo::kTree,
+                                         Algo::kDoubling),
                        ::testing::Values(Case{{2}, 1}, Case{{3}, 7}, Case{{4}, 2}, Case{{2, 2}, 16},
                                          Case{{3, 1}, 9}, Case{{1, 1}, 3}, Case{{2, 3}, 1},
                                          Case{{1, 2, 3}, 11}, Case{{4, 4}, 32}, Case{{5}, 13})));
+
+// Recursive doubling at and between powers of two (the hosts beyond the
+// power hand their part in and get the sum back), and its message count.
+TEST(Schedule, DoublingAtAndBetweenPowersOfTwo) {
+  for (int n : {2, 3, 5, 6, 7, 8, 9, 12, 16, 17}) expect_full_sum_everywhere(Algo::kDoubling, racks({n}), 2);
+  for (int n : {4, 6, 8}) {
+    auto parts = racks({n});
+    int p = n >= 8 ? 8 : 4, k = n >= 8 ? 3 : 2;
+    size_t sends = 0;
+    for (int h = 0; h < n; h++) {
+      Schedule s = build_schedule(Algo::kDoubling, parts, h, 1);
+      for (const auto& ph : s.chunks[0]) sends += ph.sends.size();
+    }
+    EXPECT_EQ(sends, size_t(p * k + 2 * (n - p))) << n << " hosts";
+  }
+}
+
+// The timeout grace relies on Phase::step: whoever a host waits on in step
+// s waited only in earlier steps before it sent that transfer, and a host's
+// steps never go down.
+TEST(Schedule, SmallOpSendersWaitedOnlyInEarlierSteps) {
+  for (Algo a : {Algo::kTree, Algo::kDoubling, Algo::kDirect})
+    for (int n : {2, 3, 4, 5, 7, 8, 9, 11, 30, 81, 100}) {
+      auto parts = racks({n});
+      std::vector<Schedule> s;
+      for (int h = 0; h < n; h++) s.push_back(build_schedule(a, parts, h, 1, n / 2));
+      for (int h = 0; h < n; h++) {
+        const auto& mine = s[size_t(h)].chunks[0];
+        int last = 0;
+        for (size_t i = 0; i < mine.size(); i++) {
+          EXPECT_GE(mine[i].step, last) << algo_name(a) << " n " << n << " host " << h;
+          last = mine[i].step;
+          for (const auto& t : mine[i].sends) {
+            int recv_step = -1;
+            for (const auto& q : s[size_t(t.peer)].chunks[0])
+              for (const auto& r : q.recvs)
+                if (r.peer == h && r.kind == t.kind && r.slot == t.slot) recv_step = q.step;
+            ASSERT_GE(recv_step, 0) << algo_name(a) << " n " << n << ": " << h << " -> " << t.peer;
+            for (size_t e = 0; e < i; e++)
+              if (!mine[e].recvs.empty())
+                EXPECT_LT(mine[e].step, recv_step)
+                    << algo_name(a) << " n " << n << ": " << h << " -> " << t.peer;
+          }
+        }
+      }
+    }
+}
 
 TEST(Schedule, HierarchicalCrossesTheUplinkOncePerElementEachWay) {
   // 2 racks x 2 hosts: count the bytes that go from rack 0 to rack 1.
