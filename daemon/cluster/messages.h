@@ -22,7 +22,7 @@ enum MsgType : uint8_t {
   kJobLeave = 2,
   kOpReady = 3,
   kOpAbort = 4,
-  kOpResult = 5,  // an OpReady header, type changed, then the final sum (eager tree)
+  kOpData = 5,  // an OpReady header naming one transfer of a small op, then its data
 };
 
 constexpr size_t kJobMax = 64;
@@ -62,11 +62,14 @@ constexpr size_t kMaxLeaveOps = 2048;
 
 // "My local contribution to (job, key, step) is being prepared; write into
 // these regions of mine." Also carries the op's shape so hosts that disagree
-// find out before any data moves.
+// find out before any data moves. The same header starts an OpData, one
+// transfer of a small op's schedule with its data (no rendezvous; weight_sum
+// is then the weight of what the data holds).
 struct OpReady {
   uint8_t type = kOpReady;
   uint8_t algo = 0, opcode = 0, dtype = 0, redop = 0;
-  uint8_t pad[3] = {};
+  uint8_t xfer = 0, slot = 0;  // OpData: the transfer's kind (collective::Xfer) and slot
+  uint8_t pad = 0;
   char job[kJobMax] = {};
   uint64_t key = 0, step = 0, count = 0, chunk_bytes = 0;
   double weight_sum = 0;  // the host's share of the weights (weighted average)

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "daemon/collective/cross_host.h"
+#include "daemon/collective/cross_host_op.h"
 
 #include <sys/mman.h>
 
@@ -16,68 +17,13 @@
 
 namespace gsync {
 
-using collective::Algo;
-using collective::Phase;
-using collective::Xfer;
+using xop::arrival_code;
+using xop::imm_of;
+using xop::kEarlyLife;
 
-// Immediate of a write: the receiver's op token, the chunk, and what the
-// write is (kind bit and scratch slot).
 namespace {
-constexpr uint64_t imm_of(uint32_t token, size_t chunk, Xfer kind, uint8_t slot) {
-  return (uint64_t{token} << 32) | (uint64_t{chunk & 0xffffff} << 8) |
-         (uint64_t{kind == Xfer::kCopy} << 7) | (slot & 0x7f);
-}
-constexpr uint16_t arrival_code(int peer, Xfer kind, uint8_t slot) {
-  return static_cast<uint16_t>((peer << 8) | ((kind == Xfer::kCopy) << 7) | (slot & 0x7f));
-}
 constexpr size_t kMaxChunks = 1 << 24;
-constexpr auto kEarlyLife = std::chrono::seconds(120);
-constexpr auto kTreeTimeoutGrace = std::chrono::milliseconds(250);
 }  // namespace
-
-struct CrossHost::XOp {
-  std::string job;
-  OpId id;
-  uint32_t token = 0;
-  std::vector<int> hosts;  // participants' cluster indices, in cluster order
-  int self = -1;
-  uint8_t opcode = 0, dtype = 0, redop = 0;
-  int32_t root = -1;
-  uint64_t count = 0, bytes = 0, chunk_bytes = 0, chunk_elems = 0;
-  size_t elem = 0, nchunks = 0;
-  uint8_t* data = nullptr;
-  uint32_t data_region = 0;
-  Scratch scratch;
-  uint32_t scratch_region = 0;
-  uint64_t slot_bytes = 0;
-  collective::Schedule sched;
-  double weight_local = 0, weight_total = 0;
-  std::vector<PeerReady> ready;
-  int ready_count = 0;
-  bool local_ready = false, running = false, finished = false;
-  // Small direct ops go eagerly: the data rides in the OpReady itself, one
-  // message each way instead of a rendezvous and then the writes.
-  bool eager = false;
-  std::vector<uint8_t> eager_scratch;  // slot j at j * slot_bytes
-  // An eager tree op: partial sums go up in OpReady messages to the parent
-  // only, the final sum comes down in an OpResult.
-  bool tree = false;
-  collective::TreeLinks links;
-  size_t children_in = 0;  // children whose partial sums arrived
-  bool sent_up = false;
-  std::vector<Chunk> chunks;
-  size_t chunks_done = 0;
-  Done done;
-  Clock::time_point started;
-
-  std::string describe() const {
-    return fmt::format("job {} {} key {} step {}", job, opcode_name(opcode), id.key, id.step);
-  }
-  int participant_of(int host) const {
-    auto it = std::find(hosts.begin(), hosts.end(), host);
-    return it == hosts.end() ? -1 : static_cast<int>(it - hosts.begin());
-  }
-};
 
 CrossHost::CrossHost(const DaemonConfig& cfg, ClusterFile cluster, EventLoop& loop)
     : cfg_(cfg), cluster_(std::move(cluster)), loop_(loop), members_(cluster_.self) {
@@ -270,20 +216,20 @@ void CrossHost::begin(const Job& job, Op& op, double weight_sum, Done done) {
   } else {
     int root = collective::tree_root(static_cast<int>(parts.size()), op.id.key, op.id.step);
     x->sched = collective::build_schedule(algo, parts, x->self, x->nchunks, root);
-    if (algo == Algo::kTree)
-      x->links = collective::tree_links(static_cast<int>(parts.size()), root, x->self);
   }
   last_algo_ = collective::algo_name(x->sched.algo);
   x->data = static_cast<uint8_t*>(op.host_data);
   x->chunks.resize(x->nchunks);
-  x->eager = (x->sched.algo == Algo::kDirect || x->sched.algo == Algo::kTree) &&
+  x->eager = (x->sched.algo == Algo::kDirect || x->sched.algo == Algo::kTree ||
+              x->sched.algo == Algo::kDoubling) &&
              op.opcode == proto::kOpAllreduce && x->nchunks == 1 &&
              x->bytes + sizeof(cluster::OpReady) <= transport::kMaxControl;
-  x->tree = x->eager && x->sched.algo == Algo::kTree;
   if (x->eager) {
     x->slot_bytes = x->bytes;
     x->eager_scratch.resize(x->slot_bytes * static_cast<size_t>(x->sched.slots));
     x->scratch.base = x->eager_scratch.data();
+    x->slot_weight.assign(static_cast<size_t>(x->sched.slots), 0.0);
+    x->weight_acc = x->weight_local;
   } else if (x->bytes) {
     x->data_region = net_->register_region(x->data, x->bytes).id;
     if (x->sched.slots > 0) {
@@ -334,69 +280,35 @@ cluster::OpReady CrossHost::op_message(const XOp& x, uint8_t type, double weight
   return m;
 }
 
+// The rendezvous of an op that does not go eagerly: where peers may write.
 void CrossHost::send_ready(XOp& x, double weight) {
   cluster::OpReady m = op_message(x, cluster::kOpReady, weight);
   m.token = x.token;
   m.data_region = x.data_region;
   m.scratch_region = x.scratch_region;
   m.slot_bytes = x.slot_bytes;
-  std::string msg(cluster::as_bytes(m));
-  if (x.eager) msg.append(reinterpret_cast<const char*>(x.data), x.bytes);
-  if (x.tree) {
-    net_->send_control(x.hosts[size_t(x.links.parent)], msg);
-    return;
-  }
   for (int h : x.hosts)
-    if (h != cluster_.self) net_->send_control(h, msg);
-}
-
-// An eager tree op, whenever something arrived: once the local data and
-// every child's partial sum are here, fold them and send the result up (or,
-// at the root, down as the final sum).
-void CrossHost::tree_step(XOp& x) {
-  if (x.finished || x.sent_up || !x.local_ready || x.children_in < x.links.children.size()) return;
-  x.sent_up = true;
-  auto keep = hold(x);
-  x.weight_total = x.weight_local;
-  for (int c : x.links.children) x.weight_total += x.ready[size_t(c)].msg.weight_sum;
-  if (!x.links.children.empty()) fold(x, 0, x.sched.chunks[0][0]);
-  if (x.links.parent >= 0) {
-    // weight_total is the subtree's here; the root's OpResult brings the whole.
-    send_ready(x, x.weight_total);
-    return;
-  }
-  send_result(x);
-  complete(x, Status::ok());
-}
-
-// The final sum to the children of an eager tree op.
-void CrossHost::send_result(XOp& x) {
-  if (x.links.children.empty()) return;
-  std::string msg(cluster::as_bytes(op_message(x, cluster::kOpResult, x.weight_total)));
-  msg.append(reinterpret_cast<const char*>(x.data), x.bytes);
-  for (int c : x.links.children) net_->send_control(x.hosts[size_t(c)], msg);
+    if (h != cluster_.self) net_->send_control(h, cluster::as_bytes(m));
 }
 
 void CrossHost::local_ready(const std::string& job, const OpId& id) {
   XOp* x = find(job, id);
   if (!x) return;
   x->local_ready = true;
-  if (x->tree) {
-    tree_step(*x);
-    return;
-  }
-  if (x->eager) send_ready(*x, x->weight_local);  // carries the folded contribution
   maybe_run(*x);
 }
 
+// Runs the op's schedule once the local fold is in and, unless the op goes
+// eagerly, every peer's rendezvous came.
 void CrossHost::maybe_run(XOp& x) {
-  if (x.running || x.finished || !x.local_ready ||
-      x.ready_count + 1 < static_cast<int>(x.hosts.size()))
-    return;
+  if (x.running || x.finished || !x.local_ready) return;
+  if (!x.eager && x.ready_count + 1 < static_cast<int>(x.hosts.size())) return;
   x.running = true;
-  x.weight_total = x.weight_local;
-  for (const auto& r : x.ready)
-    if (r.seen) x.weight_total += r.msg.weight_sum;
+  if (!x.eager) {
+    x.weight_total = x.weight_local;
+    for (const auto& r : x.ready)
+      if (r.seen) x.weight_total += r.msg.weight_sum;
+  }
   if (x.nchunks == 0) {
     complete(x, Status::ok());
     return;
@@ -452,7 +364,11 @@ void CrossHost::progress(XOp& x, size_t c) {
     const Phase& p = phases[ch.phase];
     if (!ch.sent) {
       ch.sent = true;
-      if (!x.eager) issue_sends(x, c);  // eager data went with the OpReady
+      if (x.eager) {
+        send_eager(x, p);
+      } else {
+        issue_sends(x, c);
+      }
     }
     if (ch.pending_sends > 0) return;
     for (const auto& r : p.recvs)
@@ -466,9 +382,13 @@ void CrossHost::progress(XOp& x, size_t c) {
       reduces |= r.kind == Xfer::kReduce;
     }
     if (reduces) fold(x, c, p);
+    if (x.eager)
+      for (const auto& r : p.recvs)
+        if (r.kind == Xfer::kReduce) x.weight_acc += x.slot_weight[r.slot];
     ch.phase++;
     ch.sent = false;
   }
+  if (x.eager) x.weight_total = x.weight_acc;
   if (++x.chunks_done == x.nchunks) complete(x, Status::ok());
 }
 
@@ -561,17 +481,8 @@ void CrossHost::abort(const std::string& job, const OpId& id, const Status& why)
 std::string CrossHost::waiting_for(const std::string& job, const OpId& id) const {
   XOp* x = find(job, id);
   if (!x) return "";
+  if (x->eager) return eager_waiting_for(*x);
   std::string hosts;
-  if (x->tree) {
-    for (int c : x->links.children)
-      if (!x->ready[size_t(c)].seen)
-        hosts += (hosts.empty() ? "" : ", ") + cluster_.hosts[size_t(x->hosts[size_t(c)])].id;
-    if (!hosts.empty()) return "hosts whose partial sums have not arrived (tree): " + hosts;
-    if (x->sent_up)
-      return fmt::format("the final sum from host {} (this host's parent in the op's tree)",
-                         cluster_.hosts[size_t(x->hosts[size_t(x->links.parent)])].id);
-    return "the local ranks";
-  }
   for (size_t j = 0; j < x->hosts.size(); j++)
     if (static_cast<int>(j) != x->self && !x->ready[j].seen)
       hosts += (hosts.empty() ? "" : ", ") + cluster_.hosts[size_t(x->hosts[j])].id;
@@ -581,15 +492,27 @@ std::string CrossHost::waiting_for(const std::string& job, const OpId& id) const
 }
 
 std::chrono::milliseconds CrossHost::timeout_grace(const std::string& job, const OpId& id) const {
-  // In a tree only the host waiting for a child's partial sum knows who is
-  // missing; a host that sent its part up and waits for the final sum gives
-  // that one time to time out first and tell everyone (OpAbort) whom.
   XOp* x = find(job, id);
-  if (x && x->tree && x->sent_up && x->links.parent >= 0) return kTreeTimeoutGrace;
-  return std::chrono::milliseconds(0);
+  return x && x->eager ? eager_timeout_grace(*x) : std::chrono::milliseconds(0);
 }
 
 // ---------------------------------------------------------------- control
+
+// Hosts must agree on an op's shape before any data moves.
+Status CrossHost::shape_mismatch(const XOp& x, const cluster::OpReady& m,
+                                 const std::string& from) const {
+  if (m.opcode == x.opcode && m.count == x.count && m.dtype == x.dtype && m.redop == x.redop &&
+      m.algo == static_cast<uint8_t>(x.sched.algo) && m.chunk_bytes == x.chunk_bytes)
+    return Status::ok();
+  return Status(GSYNC_ERR_MISMATCH,
+                fmt::format("{}: hosts disagree: host {} has {} of {} {} (op {}, {} in {}-byte "
+                            "chunks), host {} has {} of {} {} (op {}, {} in {}-byte chunks)",
+                            x.describe(), from, opcode_name(m.opcode), m.count, dtype_name(m.dtype),
+                            redop_name(m.redop), collective::algo_name(static_cast<Algo>(m.algo)),
+                            m.chunk_bytes, self_id(), opcode_name(x.opcode), x.count,
+                            dtype_name(x.dtype), redop_name(x.redop),
+                            collective::algo_name(x.sched.algo), x.chunk_bytes));
+}
 
 void CrossHost::on_control(int peer, std::string_view msg) {
   if (msg.empty()) return;
@@ -617,11 +540,12 @@ void CrossHost::on_control(int peer, std::string_view msg) {
       std::sort(open.begin(), open.end());
       for (auto& [key, x] : std::map(ops_))
         if (key.first == job && !joined(*x, peer, open))
-          fail(*x, Status(st.code(), fmt::format("{}: {}", x->describe(), st.message())), x->tree);
+          fail(*x, Status(st.code(), fmt::format("{}: {}", x->describe(), st.message())), x->eager);
       if (on_job_broken) on_job_broken(job, st);
       return;
     }
-    case cluster::kOpReady: {
+    case cluster::kOpReady:
+    case cluster::kOpData: {
       cluster::OpReady m;
       if (!cluster::decode(msg, &m)) break;
       std::string job = cluster::field(m.job, sizeof m.job);
@@ -633,82 +557,27 @@ void CrossHost::on_control(int peer, std::string_view msg) {
         e.expires = Clock::now() + kEarlyLife;
         return;
       }
+      if (m.type == cluster::kOpData) {
+        on_eager_data(*x, peer, m, msg.substr(sizeof m));
+        return;
+      }
       int j = x->participant_of(peer);
       if (j < 0 || x->ready[size_t(j)].seen) return;
-      if (m.opcode != x->opcode || m.count != x->count || m.dtype != x->dtype ||
-          m.redop != x->redop || m.algo != static_cast<uint8_t>(x->sched.algo) ||
-          m.chunk_bytes != x->chunk_bytes) {
-        fail(*x,
-             Status(GSYNC_ERR_MISMATCH,
-                    fmt::format("{}: hosts disagree: host {} has {} of {} {} (op {}, {} in {}-byte "
-                                "chunks), host {} has {} of {} {} (op {}, {} in {}-byte chunks)",
-                                x->describe(), from, opcode_name(m.opcode), m.count,
-                                dtype_name(m.dtype), redop_name(m.redop),
-                                collective::algo_name(static_cast<Algo>(m.algo)), m.chunk_bytes,
-                                self_id(), opcode_name(x->opcode), x->count, dtype_name(x->dtype),
-                                redop_name(x->redop), collective::algo_name(x->sched.algo),
-                                x->chunk_bytes)),
-             true);
+      if (Status st = shape_mismatch(*x, m, from); !st) {
+        fail(*x, st, true);
         return;
       }
-      size_t payload = msg.size() - sizeof m;
-      if (payload != (x->eager ? x->bytes : 0)) {
-        fail(*x, Status(GSYNC_ERR_PROTOCOL, fmt::format("{}: host {} sent {} bytes of eager data, "
-                                                        "expected {}", x->describe(), from, payload,
-                                                        x->eager ? x->bytes : 0)),
+      if (x->eager || msg.size() != sizeof m) {
+        fail(*x, Status(GSYNC_ERR_PROTOCOL,
+                        fmt::format("{}: host {} sent a {}-byte rendezvous; this op goes {}",
+                                    x->describe(), from, msg.size(),
+                                    x->eager ? "eagerly (no rendezvous)" : "by rendezvous")),
              true);
-        return;
-      }
-      if (x->tree) {
-        auto& kids = x->links.children;
-        auto k = std::find(kids.begin(), kids.end(), j);
-        if (k == kids.end()) {
-          fail(*x, Status(GSYNC_ERR_PROTOCOL,
-                          fmt::format("{}: host {} sent its partial sum here, but it is not a "
-                                      "child of this host in the op's tree",
-                                      x->describe(), from)),
-               true);
-          return;
-        }
-        x->ready[size_t(j)] = PeerReady{true, m};
-        x->ready_count++;
-        std::memcpy(x->scratch.base + size_t(k - kids.begin()) * x->slot_bytes,
-                    msg.data() + sizeof m, payload);
-        x->children_in++;
-        tree_step(*x);
         return;
       }
       x->ready[size_t(j)] = PeerReady{true, m};
       x->ready_count++;
-      if (x->eager) {
-        std::memcpy(x->scratch.base + size_t(j) * x->slot_bytes, msg.data() + sizeof m, payload);
-        x->chunks[0].arrived.push_back(arrival_code(j, Xfer::kReduce, static_cast<uint8_t>(j)));
-      }
       maybe_run(*x);
-      return;
-    }
-    case cluster::kOpResult: {
-      cluster::OpReady m;
-      if (!cluster::decode(msg, &m)) break;
-      std::string job = cluster::field(m.job, sizeof m.job);
-      XOp* x = find(job, OpId{m.key, m.step});
-      // The final sum comes after this host sent its part up; an op that is
-      // gone here already failed (and told its peers).
-      if (!x) return;
-      size_t payload = msg.size() - sizeof m;
-      if (!x->tree || !x->sent_up || x->participant_of(peer) != x->links.parent ||
-          payload != x->bytes || m.count != x->count || m.dtype != x->dtype) {
-        fail(*x, Status(GSYNC_ERR_PROTOCOL,
-                        fmt::format("{}: unexpected final sum from host {} ({} bytes)",
-                                    x->describe(), from, payload)),
-             true);
-        return;
-      }
-      auto keep = hold(*x);
-      std::memcpy(x->data, msg.data() + sizeof m, payload);
-      x->weight_total = m.weight_sum;
-      send_result(*x);
-      complete(*x, Status::ok());
       return;
     }
     case cluster::kOpAbort: {
@@ -737,16 +606,15 @@ void CrossHost::on_control(int peer, std::string_view msg) {
 // After a rank of `peer` left: can this op still get that host's part?
 // Ops the host has joined go on (its daemon still holds the rank's data and
 // aborts explicitly if it cannot finish): those whose OpReady came, and
-// those on its open list. In a tree only the host's parent and children
-// decide; they abort the op for everyone (and a host that finished the op
-// has already sent its part or its result to them, on the same connection
-// as the JobLeave).
+// those on its open list. In an eager op only the hosts that wait for a
+// transfer from that host decide, and they abort the op for everyone: in a
+// tree or a doubling not every host hears from every other (and a host that
+// finished the op has already sent its transfers, on the same connection as
+// the JobLeave).
 bool CrossHost::joined(const XOp& x, int peer, const std::vector<cluster::OpKey>& open) const {
   int j = x.participant_of(peer);
   if (j < 0 || x.ready[size_t(j)].seen) return true;
-  if (x.tree && j != x.links.parent &&
-      std::find(x.links.children.begin(), x.links.children.end(), j) == x.links.children.end())
-    return true;
+  if (x.eager && !eager_waits_on(x, j)) return true;
   return std::binary_search(open.begin(), open.end(), cluster::OpKey{x.id.key, x.id.step});
 }
 

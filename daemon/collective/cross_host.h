@@ -108,10 +108,14 @@ class CrossHost {
   bool joined(const XOp& op, int peer, const std::vector<cluster::OpKey>& open) const;
   void maybe_run(XOp& op);
   cluster::OpReady op_message(const XOp& op, uint8_t type, double weight) const;
-  // weight: this host's share, or at a tree node its subtree's.
   void send_ready(XOp& op, double weight);
-  void tree_step(XOp& op);
-  void send_result(XOp& op);
+  Status shape_mismatch(const XOp& op, const cluster::OpReady& m, const std::string& from) const;
+  // Eager ops (cross_host_eager.cc).
+  void send_eager(XOp& op, const collective::Phase& p);
+  void on_eager_data(XOp& op, int peer, const cluster::OpReady& m, std::string_view data);
+  bool eager_waits_on(const XOp& op, int participant) const;
+  std::string eager_waiting_for(const XOp& op) const;
+  std::chrono::milliseconds eager_timeout_grace(const XOp& op) const;
   void progress(XOp& op, size_t c);
   void issue_sends(XOp& op, size_t c);
   void fold(XOp& op, size_t c, const collective::Phase& p);

@@ -149,7 +149,8 @@ INSTANTIATE_TEST_SUITE_P(
                       Layout{{3}, {1, 3, 2}, "ring"}, Layout{{2, 1}, {2, 1, 1}, "hier"},
                       Layout{{2, 2}, {1, 1, 1, 1}, "hier"}, Layout{{1, 1}, {4, 1}, "hier"},
                       Layout{{2, 2}, {2, 1, 2, 1}, "ring"}, Layout{{2, 2}, {1, 2, 1, 1}, "auto"},
-                      Layout{{2, 2}, {1, 2, 1, 2}, "tree"}, Layout{{3}, {1, 1, 2}, "tree"}),
+                      Layout{{2, 2}, {1, 2, 1, 2}, "tree"}, Layout{{3}, {1, 1, 2}, "tree"},
+                      Layout{{2, 2}, {2, 1, 1, 1}, "doubling"}, Layout{{3, 2}, {1, 1, 2, 1, 1}, "doubling"}),
     [](const auto& info) {
       std::string name = info.param.algo;
       for (int r : info.param.racks) name += "_" + std::to_string(r);
@@ -272,12 +273,14 @@ TEST(MultiHost, FirstRemoteDepartureIsTheCauseNamed) {
 }
 
 // The end of a training run: every rank leaves right after its last op. A
-// small op across 4 hosts goes up a tree, so a host whose rank is done may
-// announce the departure before the root's final sum reached some other
-// host; that host must still complete the op, not fail it (the departed
-// rank's part is in). Many short jobs, each root in turn.
-TEST(MultiHost, RanksLeavingRightAfterTheLastTreeOpFailNobody) {
-  auto bed = make_bed({{4}, {}, "auto"});
+// small op across 4 hosts goes up a tree (or pairwise, doubling), so a host
+// whose rank is done may announce the departure before the last transfer
+// reached some other host; that host must still complete the op, not fail
+// it (the departed rank's part is in). Many short jobs, each root in turn.
+class SmallOps : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(SmallOps, RanksLeavingRightAfterTheLastOpFailNobody) {
+  auto bed = make_bed({{4}, {}, GetParam()});
   ASSERT_TRUE(bed);
   auto p = places({1, 1, 1, 1});
   for (int j = 0; j < 12; j++) {
@@ -307,10 +310,11 @@ TEST(MultiHost, RanksLeavingRightAfterTheLastTreeOpFailNobody) {
 
 // The other side of the rule above: a rank that leaves without submitting
 // fails the op on every other host at once (not at its timeout), naming
-// it. The key sets the tree's root (key + step mod 4 here), so the leaving
-// host is the root in one job and a leaf in the others.
-TEST(MultiHost, TreeRankLeavingBeforeItsPartFailsEveryHostAtOnce) {
-  auto bed = make_bed({{4}, {}, "auto"});
+// it, though in a tree or a doubling not every host hears from it directly.
+// The key sets the tree's root (key + step mod 4 here), so the leaving host
+// is the root in one job and a leaf in the others.
+TEST_P(SmallOps, RankLeavingBeforeItsPartFailsEveryHostAtOnce) {
+  auto bed = make_bed({{4}, {}, GetParam()});
   ASSERT_TRUE(bed);
   auto p = places({1, 1, 1, 1});
   for (uint64_t key = 0; key < 4; key++) {
@@ -346,16 +350,19 @@ TEST(MultiHost, TreeRankLeavingBeforeItsPartFailsEveryHostAtOnce) {
   }
 }
 
+INSTANTIATE_TEST_SUITE_P(MultiHost, SmallOps, ::testing::Values("tree", "doubling"));
+
 // Every rank but `absent` submits one op of `count` floats (key 3, step 9,
 // op timeout 800 ms) and reports the error it ends with, which must be a
 // timeout; `absent` connects and never submits.
 std::vector<ChildResult> run_with_absent_rank(const testbed::Testbed& bed,
                                               const std::vector<int>& per_host, int absent,
-                                              int count, double max_secs) {
+                                              int count, double max_secs,
+                                              const std::string& job = "late") {
   auto p = places(per_host);
   return run_ranks(static_cast<int>(p.size()), [&](int r) {
     gsync_comm_t* comm;
-    RANK_CHECK(connect_place(bed, "late", p, r, &comm, 0, 800) == 0, "{}", gsync_last_error());
+    RANK_CHECK(connect_place(bed, job, p, r, &comm, 0, 800) == 0, "{}", gsync_last_error());
     if (r == absent) {
       std::this_thread::sleep_for(std::chrono::milliseconds(2500));
       gsync_close(comm);
@@ -406,6 +413,25 @@ TEST(MultiHost, TreeTimeoutNamesTheHostThatDidNotArrive) {
   }
   EXPECT_GE(named, 1) << "no error names the host that never arrived:\n"
                       << res[0].output << res[1].output << res[2].output;
+}
+
+// Recursive doubling across 5 hosts: 4 exchange pairwise, the fifth hands
+// its part to host 1 and gets the sum back. Whether the absent host is that
+// fifth one or one of the pairs, the host waiting for it directly times out
+// first (the others wait a grace per step) and its abort names it to all.
+TEST(MultiHost, DoublingTimeoutNamesTheHostThatDidNotArrive) {
+  auto bed = make_bed({{5}, {}, "doubling"});
+  ASSERT_TRUE(bed);
+  for (int absent : {4, 1}) {
+    auto res = run_with_absent_rank(*bed, {1, 1, 1, 1, 1}, absent, 256, 2.4,
+                                    fmt::format("late-{}", absent));
+    for (int r = 0; r < 5; r++) {
+      if (r == absent) continue;
+      EXPECT_EQ(res[size_t(r)].code, 0) << res[size_t(r)].output;
+      EXPECT_NE(res[size_t(r)].output.find(bed->host_id(absent)), std::string::npos)
+          << "absent " << absent << ", rank " << r << ": " << res[size_t(r)].output;
+    }
+  }
 }
 
 TEST(MultiHost, ClusterNameMismatchIsRefusedNamingBoth) {
