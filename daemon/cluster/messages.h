@@ -17,6 +17,12 @@
 
 namespace gsync::cluster {
 
+// The daemon-to-daemon protocol's version, checked in the transport's
+// handshake (a mismatch is refused naming both). Separate from the client
+// protocol (protocol/wire.h): these messages change without the clients.
+// 2: JobLeave lists the open ops; OpData (type 5) replaced OpResult.
+constexpr uint32_t kProtocolVersion = 2;
+
 enum MsgType : uint8_t {
   kJobAnnounce = 1,
   kJobLeave = 2,

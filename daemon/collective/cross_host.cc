@@ -41,7 +41,7 @@ CrossHost::~CrossHost() {
 Status CrossHost::start() {
   transport::ContextOptions o;
   o.identity.cluster_name = cluster_.name;
-  o.identity.protocol_version = proto::kVersion;
+  o.identity.protocol_version = cluster::kProtocolVersion;
   o.identity.build_id = GSYNC_VERSION_STRING;
   for (const auto& h : cluster_.hosts) o.hosts.push_back({h.id, h.address, h.port, h.rack});
   o.self = cluster_.self;
