@@ -9,6 +9,7 @@
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <sys/epoll.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -16,9 +17,13 @@
 #include <chrono>
 #include <csignal>
 #include <fstream>
+#include <set>
 #include <sstream>
 #include <thread>
 
+#include "daemon/cluster/messages.h"
+#include "daemon/transport/transport.h"
+#include "gsync_build_config.h"
 #include "tests/integration/client_util.h"
 #include "tools/testbed/testbed.h"
 
@@ -500,6 +505,113 @@ TEST(MultiHost, MalformedFrameDropsTheConnectionNotTheDaemon) {
   EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0);
   run_job(*bed, "after-junk", {1, 1}, {{GSYNC_FLOAT32, GSYNC_SUM, 4097}});
   EXPECT_TRUE(bed->daemon_alive(0));
+}
+
+// Stands in for host `self` of the bed (its daemon killed): links with the
+// others over the real transport, announces rank `self` of each job in
+// `jobs`, and answers every op's data with `corrupt` applied to a copy of
+// it. Returns 0 once an OpAbort whose text contains `expect` came back for
+// every job, 2 on timeout.
+int fake_peer(const testbed::Testbed& bed, int self, const std::vector<std::string>& jobs,
+              std::function<void(cluster::OpReady*, std::string* data)> corrupt,
+              const std::string& expect) {
+  transport::ContextOptions o;
+  o.identity = {bed.name(), cluster::kProtocolVersion, GSYNC_VERSION_STRING};
+  for (int h = 0; h < bed.hosts(); h++) o.hosts.push_back({bed.host_id(h), bed.address(h), bed.port(h), ""});
+  o.self = self;
+  Status err;
+  auto net = transport::make_tcp_context(o, &err);
+  if (!net) return 3;
+  std::set<std::string> aborted;
+  bool announced = false;
+  transport::Handlers h;
+  h.on_peer_up = [&](int peer) {
+    for (const auto& job : jobs) net->send_control(peer, cluster::encode_announce(job, 2, {self}));
+    announced = true;
+  };
+  h.on_control = [&](int peer, std::string_view msg) {
+    cluster::OpReady m;
+    if (msg.empty()) return;
+    if (msg[0] == cluster::kOpData && cluster::decode(msg, &m)) {
+      std::string data(msg.substr(sizeof m));
+      m.slot = static_cast<uint8_t>(self);  // what a direct schedule expects from us
+      corrupt(&m, &data);
+      std::string reply(cluster::as_bytes(m));
+      net->send_control(peer, reply + data);
+    }
+    cluster::OpAbort a;
+    if (msg[0] == cluster::kOpAbort && cluster::decode(msg, &a)) {
+      std::string text = cluster::field(a.message, sizeof a.message);
+      report(fmt::format("abort: {}\n", text));
+      if (text.find(expect) != std::string::npos) aborted.insert(cluster::field(a.job, sizeof a.job));
+    }
+  };
+  if (!net->start(std::move(h))) return 3;
+  int ep = epoll_create1(0);
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  epoll_ctl(ep, EPOLL_CTL_ADD, net->event_fd(), &ev);
+  auto until = Clock::now() + std::chrono::seconds(20);
+  while (Clock::now() < until && aborted.size() < jobs.size()) {
+    epoll_wait(ep, &ev, 1, 20);
+    net->poll();
+  }
+  close(ep);
+  return announced && aborted.size() == jobs.size() ? 0 : 2;
+}
+
+// A peer that passes the links' handshake but sends an op's data that does
+// not fit the op: the daemon fails the op for its ranks with
+// GSYNC_ERR_PROTOCOL naming the peer and what was wrong, tells the peer
+// (OpAbort), and keeps serving: with the real daemon back, a job completes.
+TEST(MultiHost, BadOpDataFromAPeerFailsTheOpNamingItNotTheDaemon) {
+  struct Case {
+    std::string job, expect;
+    std::function<void(cluster::OpReady*, std::string*)> corrupt;
+  };
+  std::vector<Case> cases = {
+      {"bad-slot", "does not expect", [](cluster::OpReady* m, std::string*) { m->slot = 9; }},
+      {"bad-length", "bytes of data, expected",
+       [](cluster::OpReady*, std::string* d) { d->resize(d->size() / 2); }},
+      {"bad-kind", "unknown kind", [](cluster::OpReady* m, std::string*) { m->xfer = 7; }},
+      {"bad-shape", "hosts disagree", [](cluster::OpReady* m, std::string*) { m->dtype = 9; }},
+  };
+  // Plain tcp links: the fake speaks the tcp provider, not the verbs one's
+  // capability exchange that "auto" starts with.
+  auto bed = make_bed({{2}, {}, "direct"}, {"--transport", "tcp"});
+  ASSERT_TRUE(bed);
+  bed->kill_daemon(1, SIGKILL);
+  auto p = places({1, 1});
+  for (const auto& c : cases) {
+    pid_t fake = bed->spawn_in_host(1, [&] { return fake_peer(*bed, 1, {c.job}, c.corrupt, c.expect); });
+    ASSERT_GT(fake, 0);
+    auto res = run_ranks(1, [&](int) {
+      gsync_comm_t* comm;
+      RANK_CHECK(connect_place(*bed, c.job, p, 0, &comm) == 0, "{}", gsync_last_error());
+      float* buf;
+      RANK_CHECK(gsync_alloc(comm, 4096, reinterpret_cast<void**>(&buf)) == 0, "alloc");
+      gsync_request_t* req;
+      RANK_CHECK(gsync_allreduce(comm, 1, 0, buf, 256, GSYNC_FLOAT32, GSYNC_SUM, 0, &req) == 0, "submit");
+      int rc = gsync_wait(req, 20000);
+      report(fmt::format("{}\n", gsync_request_error(req)));
+      RANK_CHECK(rc == GSYNC_ERR_PROTOCOL || rc == GSYNC_ERR_MISMATCH, "got {} ({})", rc,
+                 gsync_request_error(req));
+      gsync_request_free(req);
+      gsync_close(comm);
+      return 0;
+    }, 60);
+    EXPECT_EQ(res[0].code, 0) << c.job << ": " << res[0].output << bed->daemon_log(0);
+    EXPECT_NE(res[0].output.find(bed->host_id(1)), std::string::npos) << c.job << ": " << res[0].output;
+    EXPECT_NE(res[0].output.find(c.expect), std::string::npos) << c.job << ": " << res[0].output;
+    int st;
+    waitpid(fake, &st, 0);
+    EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0)
+        << c.job << ": the fake peer got no OpAbort saying '" << c.expect << "'";
+    EXPECT_TRUE(bed->daemon_alive(0)) << bed->daemon_log(0);
+  }
+  Status st = bed->start_daemon(1);
+  ASSERT_TRUE(st) << st.message();
+  run_job(*bed, "after-bad-data", {1, 1}, {{GSYNC_FLOAT32, GSYNC_SUM, 4097}});
 }
 
 }  // namespace
