@@ -295,13 +295,46 @@ void CrossHost::local_ready(const std::string& job, const OpId& id) {
   XOp* x = find(job, id);
   if (!x) return;
   x->local_ready = true;
-  maybe_run(*x);
+  x->local_elems = x->count;
+  if (!x->running) {
+    maybe_run(*x);
+    return;
+  }
+  auto keep = hold(*x);
+  for (size_t c = 0; c < x->nchunks && !x->finished; c++) progress(*x, c);
 }
 
-// Runs the op's schedule once the local fold is in and, unless the op goes
-// eagerly, every peer's rendezvous came.
+size_t CrossHost::pipeline_elems(const std::string& job, const OpId& id) const {
+  XOp* x = find(job, id);
+  return x && !x->eager && x->nchunks > 1 ? x->chunk_elems : 0;
+}
+
+void CrossHost::local_ready_upto(const std::string& job, const OpId& id, uint64_t elems) {
+  XOp* x = find(job, id);
+  if (!x || x->eager || x->local_ready || elems <= x->local_elems) return;
+  size_t before = x->chunk_elems ? x->local_elems / x->chunk_elems : 0;
+  x->local_elems = std::min<uint64_t>(elems, x->count);
+  if (!x->running) {
+    maybe_run(*x);
+    return;
+  }
+  auto keep = hold(*x);
+  for (size_t c = before; c < x->nchunks && !x->finished && chunk_local_ready(*x, c); c++)
+    progress(*x, c);
+}
+
+// Chunk c of data holds this host's contribution (the local fold wrote it).
+bool CrossHost::chunk_local_ready(const XOp& x, size_t c) const {
+  return x.local_ready ||
+         std::min<uint64_t>(x.count, (c + 1) * x.chunk_elems) <= x.local_elems;
+}
+
+// Runs the op's schedule once the local fold has begun to come in (all of
+// it for a small op) and, unless the op goes eagerly, every peer's
+// rendezvous came. Each chunk starts when the fold has finished it.
 void CrossHost::maybe_run(XOp& x) {
-  if (x.running || x.finished || !x.local_ready) return;
+  if (x.running || x.finished) return;
+  if (!x.local_ready && (x.eager || x.nchunks == 0 || x.local_elems == 0)) return;
   if (!x.eager && x.ready_count + 1 < static_cast<int>(x.hosts.size())) return;
   x.running = true;
   if (!x.eager) {
@@ -359,6 +392,9 @@ void CrossHost::fold(XOp& x, size_t c, const Phase& p) {
 
 void CrossHost::progress(XOp& x, size_t c) {
   Chunk& ch = x.chunks[c];
+  // Writes may land for a chunk before this host's fold reached it (they go
+  // to scratch); its phases wait for the fold. A finished chunk is counted once.
+  if (ch.done || !chunk_local_ready(x, c)) return;
   const auto& phases = x.sched.chunks[c];
   while (ch.phase < phases.size()) {
     const Phase& p = phases[ch.phase];
@@ -389,6 +425,7 @@ void CrossHost::progress(XOp& x, size_t c) {
     ch.sent = false;
   }
   if (x.eager) x.weight_total = x.weight_acc;
+  ch.done = true;
   if (++x.chunks_done == x.nchunks) complete(x, Status::ok());
 }
 

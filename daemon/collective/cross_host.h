@@ -68,6 +68,12 @@ class CrossHost {
   // exactly once unless abort() came first.
   void begin(const Job& job, Op& op, double weight_sum, Done done);
   void local_ready(const std::string& job, const OpId& id);
+  // Large ops: the fold is pipelined with this step. pipeline_elems() is the
+  // chunk length to report by (0: report nothing, wait for local_ready);
+  // local_ready_upto() says [0, elems) of the fold is in, and the chunks
+  // inside it start.
+  size_t pipeline_elems(const std::string& job, const OpId& id) const;
+  void local_ready_upto(const std::string& job, const OpId& id, uint64_t elems);
   // The op failed here (timeout): tell the peers and end it; done runs with
   // why once no peer write can still land in the op's buffer.
   void abort(const std::string& job, const OpId& id, const Status& why);
@@ -89,7 +95,7 @@ class CrossHost {
   };
   struct Chunk {
     size_t phase = 0;
-    bool sent = false;
+    bool sent = false, done = false;
     int pending_sends = 0;
     std::vector<uint16_t> arrived;  // (peer << 8 | kind << 7 | slot) of writes that landed
   };
@@ -117,6 +123,7 @@ class CrossHost {
   std::string eager_waiting_for(const XOp& op) const;
   std::chrono::milliseconds eager_timeout_grace(const XOp& op) const;
   void progress(XOp& op, size_t c);
+  bool chunk_local_ready(const XOp& op, size_t c) const;
   void issue_sends(XOp& op, size_t c);
   void fold(XOp& op, size_t c, const collective::Phase& p);
   void sample_rates();

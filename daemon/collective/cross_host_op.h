@@ -57,6 +57,7 @@ struct CrossHost::XOp {
   std::vector<PeerReady> ready;
   int ready_count = 0;
   bool local_ready = false, running = false, finished = false;
+  uint64_t local_elems = 0;  // [0, local_elems) of data holds the local fold (pipelined)
   // Small ops go eagerly (cross_host_eager.cc): each transfer of the
   // schedule is one OpData message carrying the data, no rendezvous.
   bool eager = false;

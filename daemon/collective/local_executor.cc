@@ -114,7 +114,8 @@ uint64_t LocalExecutor::start(Op& op) {
   }
   // Grains are whole cache lines of every dtype (a multiple of 64 elements).
   size_t grain = std::max<size_t>(kGrainBytes / elem / 64 * 64, 64);
-  return pool_.submit(op.count, grain, std::move(fn));
+  size_t progress = op.stage == Op::Stage::kFold ? op.pipeline_elems : 0;
+  return pool_.submit(op.count, grain, std::move(fn), progress);
 }
 
 }  // namespace gsync

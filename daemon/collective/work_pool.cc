@@ -24,13 +24,15 @@ WorkPool::~WorkPool() {
   if (done_fd_ >= 0) close(done_fd_);
 }
 
-uint64_t WorkPool::submit(size_t total, size_t grain, RangeFn fn) {
+uint64_t WorkPool::submit(size_t total, size_t grain, RangeFn fn, size_t progress_step) {
   auto task = std::make_shared<Task>();
   grain = std::max<size_t>(grain, 1);
   task->total = total;
   task->grain = grain;
   task->pieces = std::max<size_t>((total + grain - 1) / grain, 1);
   task->fn = std::move(fn);
+  task->step = progress_step;
+  if (progress_step) task->piece_done.assign(task->pieces, false);
   uint64_t id;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -41,11 +43,12 @@ uint64_t WorkPool::submit(size_t total, size_t grain, RangeFn fn) {
   return id;
 }
 
-std::vector<uint64_t> WorkPool::take_finished() {
+void WorkPool::take_events(std::vector<Progress>* progress, std::vector<uint64_t>* finished) {
   uint64_t v;
   [[maybe_unused]] ssize_t n = read(done_fd_, &v, sizeof v);
   std::lock_guard<std::mutex> lock(mu_);
-  return std::exchange(finished_, {});
+  *progress = std::exchange(progress_, {});
+  *finished = std::exchange(finished_, {});
 }
 
 void WorkPool::worker() {
@@ -68,6 +71,19 @@ void WorkPool::worker() {
     size_t end = std::min(task->total, begin + task->grain);
     if (begin < end || task->total == 0) task->fn(begin, end);
     lock.lock();
+    if (task->step) {
+      // Workers take pieces in order but finish them in any order: only the
+      // finished prefix counts.
+      task->piece_done[piece] = true;
+      while (task->prefix < task->pieces && task->piece_done[task->prefix]) task->prefix++;
+      size_t done = std::min(task->total, task->prefix * task->grain);
+      if (done < task->total && done >= task->reported + task->step) {
+        task->reported = done;
+        progress_.push_back({task->id, done});
+        uint64_t one = 1;
+        [[maybe_unused]] ssize_t n = write(done_fd_, &one, sizeof one);
+      }
+    }
     if (++task->done == task->pieces) {
       queue_.erase(std::find(queue_.begin(), queue_.end(), task));
       finished_.push_back(task->id);

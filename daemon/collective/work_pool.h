@@ -30,10 +30,19 @@ class WorkPool {
   WorkPool& operator=(const WorkPool&) = delete;
 
   // Runs fn over [0, total) in pieces of at most grain. Returns the task id.
-  uint64_t submit(size_t total, size_t grain, RangeFn fn);
-  // Readable when take_finished() has something.
+  // With progress_step, the task also reports how much of it is done from
+  // the start on, each time that grew by progress_step (not at the end: the
+  // finished task says that), so a later stage can start on the front of a
+  // range while its back is still being worked on.
+  uint64_t submit(size_t total, size_t grain, RangeFn fn, size_t progress_step = 0);
+  struct Progress {
+    uint64_t task;
+    size_t done;  // [0, done) of the task's range is finished; done < total
+  };
+  // Readable when take_events() has something.
   int done_fd() const { return done_fd_; }
-  std::vector<uint64_t> take_finished();
+  // Progress reports (in order) and then the ids of finished tasks.
+  void take_events(std::vector<Progress>* progress, std::vector<uint64_t>* finished);
   unsigned threads() const { return static_cast<unsigned>(workers_.size()); }
 
  private:
@@ -42,6 +51,9 @@ class WorkPool {
     size_t total, grain, pieces;
     size_t next = 0, done = 0;
     RangeFn fn;
+    // Progress: pieces finished so far, the finished prefix, what was reported.
+    size_t step = 0, prefix = 0, reported = 0;
+    std::vector<bool> piece_done;
   };
   void worker();
 
@@ -49,6 +61,7 @@ class WorkPool {
   std::condition_variable cv_;
   std::deque<std::shared_ptr<Task>> queue_;
   std::vector<uint64_t> finished_;
+  std::vector<Progress> progress_;
   bool stopping_ = false;
   uint64_t next_id_ = 1;
   int done_fd_ = -1;

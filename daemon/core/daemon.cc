@@ -95,7 +95,11 @@ Status Daemon::start() {
   loop_.add(listen_fd_, EPOLLIN, [this](uint32_t) { accept_clients(); });
   if (Status st = admin_.listen(cfg_.admin_socket_path, 0666); !st) return st;
   loop_.add(pool_.done_fd(), EPOLLIN, [this](uint32_t) {
-    for (uint64_t id : pool_.take_finished()) jobs_.executor_done(id);
+    std::vector<WorkPool::Progress> progress;
+    std::vector<uint64_t> finished;
+    pool_.take_events(&progress, &finished);
+    for (const auto& p : progress) jobs_.executor_progress(p.task, p.done);
+    for (uint64_t id : finished) jobs_.executor_done(id);
   });
   loop_.set_poll(std::chrono::microseconds(cfg_.poll_us));
   loop_.every(kTick, [this] { tick(); });

@@ -57,6 +57,9 @@ struct Op {
   void* host_data = nullptr;  // local rank 0's tensor, or the broadcast root's
   int world_size = 0;
   double weight_total = 0;
+  // Elements per cross-host chunk when the fold is pipelined with the
+  // cross-host step (the fold reports each finished chunk); 0: not.
+  size_t pipeline_elems = 0;
   // Stable storage for the executor while it runs.
   std::vector<const void*> inputs;
   std::vector<void*> outputs;

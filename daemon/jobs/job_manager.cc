@@ -321,7 +321,8 @@ void JobManager::start_multi(Job& job, Op& op) {
   op.running = true;
   std::string job_id = job.id;
   OpId id = op.id;
-  // The rendezvous goes out now; the fold runs meanwhile.
+  // The rendezvous goes out now; the fold runs meanwhile, and the
+  // cross-host step starts on each chunk the fold has finished.
   cross_->begin(job, op, weights, [this, job_id, id](const Status& st, double weight_total) {
     auto jit = jobs_.find(job_id);
     if (jit == jobs_.end()) return;
@@ -341,6 +342,7 @@ void JobManager::start_multi(Job& job, Op& op) {
     op.stage = Op::Stage::kStore;
     run_stage(*jit->second, op);
   });
+  op.pipeline_elems = cross_->pipeline_elems(job.id, op.id);
   run_stage(job, op);
 }
 
@@ -364,6 +366,16 @@ void JobManager::stage_done(Job& job, Op& op) {
     return;
   }
   finish(job, op.id, Status::ok());
+}
+
+void JobManager::executor_progress(uint64_t task_id, size_t done) {
+  auto it = running_.find(task_id);
+  if (it == running_.end()) return;
+  auto jit = jobs_.find(it->second.job);
+  if (jit == jobs_.end()) return;
+  auto oit = jit->second->ops.find(it->second.id);
+  if (oit == jit->second->ops.end() || oit->second->stage != Op::Stage::kFold) return;
+  cross_->local_ready_upto(it->second.job, it->second.id, done);
 }
 
 void JobManager::executor_done(uint64_t task_id) {

@@ -46,6 +46,8 @@ class JobManager {
   void submit(const std::shared_ptr<Session>& s, const proto::SubmitEntry& e);
   void check_timeouts(Clock::time_point now);
   void executor_done(uint64_t task_id);
+  // [0, done) elements of a running executor task are finished.
+  void executor_progress(uint64_t task_id, size_t done);
 
   // Called when a completion cannot be posted (the client broke the ring
   // protocol); the daemon closes that session.

@@ -162,10 +162,13 @@ INSTANTIATE_TEST_SUITE_P(
       return name + "_" + std::to_string(info.index);
     });
 
+// 256 MiB, two ranks on some hosts: their fold is pipelined with the
+// cross-host step (each chunk starts as soon as the fold has finished it).
 TEST(MultiHost, LargeTensorsOnTwoRacks) {
   auto bed = make_bed({{2, 2}, {}, "auto"});
   ASSERT_TRUE(bed);
-  run_job(*bed, "big", {1, 1, 1, 1}, {{GSYNC_FLOAT32, GSYNC_SUM, (256u << 20) / 4}});
+  run_job(*bed, "big", {2, 1, 1, 2}, {{GSYNC_FLOAT32, GSYNC_SUM, (256u << 20) / 4},
+                                      {GSYNC_FLOAT32, GSYNC_WEIGHTED_AVG, (64u << 20) / 4 + 3}});
 }
 
 TEST(MultiHost, TwoJobsAtOnce) {
