@@ -304,6 +304,10 @@ void CrossHost::local_ready(const std::string& job, const OpId& id) {
   for (size_t c = 0; c < x->nchunks && !x->finished; c++) progress(*x, c);
 }
 
+void CrossHost::on_chunk_done(const std::string& job, const OpId& id, ChunkDone f) {
+  if (XOp* x = find(job, id)) x->chunk_done = std::move(f);
+}
+
 size_t CrossHost::pipeline_elems(const std::string& job, const OpId& id) const {
   XOp* x = find(job, id);
   return x && !x->eager && x->nchunks > 1 ? x->chunk_elems : 0;
@@ -426,6 +430,9 @@ void CrossHost::progress(XOp& x, size_t c) {
   }
   if (x.eager) x.weight_total = x.weight_acc;
   ch.done = true;
+  if (x.chunk_done)
+    x.chunk_done(c * x.chunk_elems, std::min<uint64_t>(x.count, (c + 1) * x.chunk_elems),
+                 x.weight_total);
   if (++x.chunks_done == x.nchunks) complete(x, Status::ok());
 }
 

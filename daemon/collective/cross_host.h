@@ -39,6 +39,8 @@ class CrossHost {
  public:
   // weight_sum: the sum of every rank's weight on every host (weighted avg).
   using Done = std::function<void(const Status&, double weight_sum)>;
+  // A chunk of a pipelined op holds its final value: elements [begin, end).
+  using ChunkDone = std::function<void(uint64_t begin, uint64_t end, double weight_sum)>;
 
   CrossHost(const DaemonConfig& cfg, ClusterFile cluster, EventLoop& loop);
   ~CrossHost();
@@ -67,6 +69,8 @@ class CrossHost {
   // yet); local_ready() once the fold is in op.arrivals[0].data; done runs
   // exactly once unless abort() came first.
   void begin(const Job& job, Op& op, double weight_sum, Done done);
+  // For an op with pipeline_elems(): called as each chunk ends, before done.
+  void on_chunk_done(const std::string& job, const OpId& id, ChunkDone f);
   void local_ready(const std::string& job, const OpId& id);
   // Large ops: the fold is pipelined with this step. pipeline_elems() is the
   // chunk length to report by (0: report nothing, wait for local_ready);

@@ -67,6 +67,7 @@ struct CrossHost::XOp {
   std::vector<Chunk> chunks;
   size_t chunks_done = 0;
   Done done;
+  ChunkDone chunk_done;
   Clock::time_point started;
 
   std::string describe() const {

@@ -60,10 +60,19 @@ struct Op {
   // Elements per cross-host chunk when the fold is pipelined with the
   // cross-host step (the fold reports each finished chunk); 0: not.
   size_t pipeline_elems = 0;
-  // Stable storage for the executor while it runs.
+  // Pipelined store: each chunk is stored as soon as the cross-host step has
+  // its final value, by pool tasks that may still run when the step ends.
+  bool store_by_chunk = false, cross_done = false;
+  int store_tasks = 0;  // chunk stores still running
+  // Stable storage for the executor while it runs. The store has its own,
+  // set up once: chunk stores run while the fold may still be running and
+  // while later chunks' stores are being submitted.
   std::vector<const void*> inputs;
   std::vector<void*> outputs;
   std::vector<double> weights;
+  std::vector<const void*> store_inputs;
+  std::vector<void*> store_outputs;
+  bool store_planned = false;
 
   uint64_t bytes() const;  // one rank's tensor
   std::string describe(const std::string& job) const;  // "job j allreduce key 3 step 7"

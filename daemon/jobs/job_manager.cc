@@ -329,21 +329,54 @@ void JobManager::start_multi(Job& job, Op& op) {
     auto oit = jit->second->ops.find(id);
     if (oit == jit->second->ops.end()) return;
     Op& op = *oit->second;
+    op.cross_done = true;
     if (!st) {
-      if (op.stage == Op::Stage::kFold) {
-        op.fail_after_run = st;  // the fold still writes the buffers: wait for it
-        return;
-      }
+      // The fold or chunk stores may still be writing the buffers: the op
+      // ends when the last of them does.
+      op.fail_after_run = st;
+      if (op.stage == Op::Stage::kFold || op.store_tasks > 0) return;
       finish(*jit->second, id, st);
       maybe_erase(job_id);
       return;
     }
     op.weight_total = weight_total;
     op.stage = Op::Stage::kStore;
-    run_stage(*jit->second, op);
+    if (!op.store_by_chunk) {
+      run_stage(*jit->second, op);
+    } else if (op.store_tasks == 0) {
+      finish(*jit->second, id, Status::ok());
+      maybe_erase(job_id);
+    }
   });
   op.pipeline_elems = cross_->pipeline_elems(job.id, op.id);
+  if (op.pipeline_elems) {
+    // The store is pipelined too: each chunk is stored into the other local
+    // ranks as soon as it holds its final value.
+    op.store_by_chunk = true;
+    cross_->on_chunk_done(job.id, op.id, [this, job_id, id](uint64_t b, uint64_t e, double w) {
+      store_chunk(job_id, id, b, e, w);
+    });
+  }
   run_stage(job, op);
+}
+
+void JobManager::store_chunk(const std::string& job_id, const OpId& id, uint64_t begin,
+                             uint64_t end, double weight_total) {
+  auto jit = jobs_.find(job_id);
+  if (jit == jobs_.end()) return;
+  auto oit = jit->second->ops.find(id);
+  if (oit == jit->second->ops.end()) return;
+  Op& op = *oit->second;
+  // The fold may still be running on later chunks: plan the store as a
+  // store, then give the op its stage back.
+  Op::Stage was = op.stage;
+  op.stage = Op::Stage::kStore;
+  op.weight_total = weight_total;
+  uint64_t task = executor_.start_range(op, begin, end);
+  op.stage = was;
+  if (task == 0) return;
+  op.store_tasks++;
+  running_[task] = Running{job_id, id, true};
 }
 
 void JobManager::run_stage(Job& job, Op& op) {
@@ -357,11 +390,11 @@ void JobManager::run_stage(Job& job, Op& op) {
 
 void JobManager::stage_done(Job& job, Op& op) {
   if (op.stage == Op::Stage::kFold) {
+    op.stage = Op::Stage::kCross;
     if (!op.fail_after_run.is_ok()) {
-      finish(job, op.id, op.fail_after_run);
+      if (op.store_tasks == 0) finish(job, op.id, op.fail_after_run);
       return;
     }
-    op.stage = Op::Stage::kCross;
     cross_->local_ready(job.id, op.id);
     return;
   }
@@ -386,7 +419,15 @@ void JobManager::executor_done(uint64_t task_id) {
   auto jit = jobs_.find(r.job);
   if (jit == jobs_.end()) return;
   auto oit = jit->second->ops.find(r.id);
-  if (oit != jit->second->ops.end()) stage_done(*jit->second, *oit->second);
+  if (oit != jit->second->ops.end()) {
+    Op& op = *oit->second;
+    if (!r.chunk_store) {
+      stage_done(*jit->second, op);
+    } else if (--op.store_tasks == 0 && op.cross_done && op.stage != Op::Stage::kFold) {
+      // The last chunk's store, after the cross-host step ended.
+      finish(*jit->second, r.id, op.fail_after_run);
+    }
+  }
   maybe_erase(r.job);
 }
 

@@ -63,6 +63,8 @@ class JobManager {
   void start(Job& job, Op& op);
   void start_multi(Job& job, Op& op);
   void run_stage(Job& job, Op& op);
+  void store_chunk(const std::string& job_id, const OpId& id, uint64_t begin, uint64_t end,
+                   double weight_total);
   void stage_done(Job& job, Op& op);
   // Every host of the multi-host job has announced its ranks; clears a
   // remote departure recorded before.
@@ -82,6 +84,7 @@ class JobManager {
   struct Running {
     std::string job;
     OpId id;
+    bool chunk_store = false;  // one chunk of a pipelined store
   };
   std::unordered_map<uint64_t, Running> running_;  // pool task id -> op
   GlobalStats stats_;
