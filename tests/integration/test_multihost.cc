@@ -242,6 +242,59 @@ TEST(MultiHost, LostPeerFailsTheOpThenRejoins) {
   EXPECT_NE(peers.find("\"state\":\"up\""), std::string::npos) << peers;
 }
 
+// A peer lost while a large op with several local ranks is under way: the
+// fold, chunks on the wire and chunk stores may all be in flight. Ops that
+// complete have the whole sum; the one cut off fails naming the host (no
+// partial sum, no hang), the daemon lives on, and a new job completes once
+// the host is back.
+TEST(MultiHost, LostPeerDuringAPipelinedOp) {
+  auto bed = make_bed({{2}, {}, "ring"});
+  ASSERT_TRUE(bed);
+  auto p = places({3, 1});
+  constexpr size_t kCount = (128u << 20) / 4;
+  auto res = run_ranks(4, [&](int r) {
+    gsync_comm_t* comm;
+    RANK_CHECK(connect_place(*bed, "lost-big", p, r, &comm, (128u << 20) + (8 << 20)) == 0, "{}",
+               gsync_last_error());
+    float* buf;
+    RANK_CHECK(gsync_alloc(comm, kCount * 4, reinterpret_cast<void**>(&buf)) == 0, "alloc");
+    for (uint64_t step = 0; step < 20; step++) {
+      for (size_t i = 0; i < kCount; i += 4096) buf[i] = 1.0f;
+      gsync_request_t* req;
+      RANK_CHECK(gsync_allreduce(comm, 1, step, buf, kCount, GSYNC_FLOAT32, GSYNC_SUM, 0, &req) == 0,
+                 "submit");
+      if (r == 0 && step == 1) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(60));
+        bed->kill_daemon(1, SIGKILL);
+      }
+      int rc = gsync_wait(req, 25000);
+      std::string err = gsync_request_error(req);
+      gsync_request_free(req);
+      if (rc != 0) {
+        report(fmt::format("{}\n", err));
+        if (r == 3) return 0;  // its own daemon is gone
+        RANK_CHECK(rc == GSYNC_ERR_HOST_LOST || rc == GSYNC_ERR_RANK_DEAD, "got {} ({})", rc, err);
+        RANK_CHECK(step >= 1, "step {} failed before the kill: {}", step, err);
+        gsync_close(comm);
+        return 0;
+      }
+      for (size_t i = 0; i < kCount; i += 4096)
+        RANK_CHECK(buf[i] == 4.0f, "step {} element {}: {} (a partial sum?)", step, i, buf[i]);
+    }
+    RANK_CHECK(false, "20 ops completed without host 2");
+    return 1;
+  }, 120);
+  for (int r = 0; r < 3; r++) {
+    EXPECT_EQ(res[size_t(r)].code, 0) << res[size_t(r)].output;
+    EXPECT_NE(res[size_t(r)].output.find(bed->host_id(1)), std::string::npos) << res[size_t(r)].output;
+  }
+  EXPECT_TRUE(bed->daemon_alive(0)) << bed->daemon_log(0);
+  bed->kill_daemon(1, SIGKILL);
+  Status st = bed->start_daemon(1);
+  ASSERT_TRUE(st) << st.message();
+  run_job(*bed, "lost-big-again", {3, 1}, {{GSYNC_FLOAT32, GSYNC_SUM, 1000003}});
+}
+
 // Rank 3 is killed; rank 2 (same host) then exits too, as a training
 // process does when its step fails. Host 1's ranks submit only after both
 // departures reached their daemon: their op fails at once, naming rank 3
