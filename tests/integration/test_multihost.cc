@@ -77,6 +77,22 @@ int connect_place(const testbed::Testbed& bed, const std::string& job, const std
   return gsync_connect(&cfg, comm);
 }
 
+// Connects rank `rank` of job and allocates 1024 floats in its arena; null
+// (after reporting why) when either fails.
+float* connect_small(const testbed::Testbed& bed, const std::string& job, const std::vector<Place>& p,
+                     int rank, gsync_comm_t** comm) {
+  if (connect_place(bed, job, p, rank, comm) != 0) {
+    report(fmt::format("rank {}: connect: {}\n", rank, gsync_last_error()));
+    return nullptr;
+  }
+  void* buf = nullptr;
+  if (gsync_alloc(*comm, 4096, &buf) != 0) {
+    report(fmt::format("rank {}: alloc: {}\n", rank, gsync_last_error()));
+    return nullptr;
+  }
+  return static_cast<float*>(buf);
+}
+
 bool close_enough(double got, double want, int op) {
   if (op != GSYNC_WEIGHTED_AVG) return got == want || (std::isnan(got) && std::isnan(want));
   return std::abs(got - want) <= 2e-2 * std::max(1.0, std::abs(want));
@@ -305,9 +321,8 @@ TEST(MultiHost, FirstRemoteDepartureIsTheCauseNamed) {
   auto p = places({2, 2});
   auto res = run_ranks(4, [&](int r) {
     gsync_comm_t* comm;
-    RANK_CHECK(connect_place(*bed, "cause", p, r, &comm) == 0, "{}", gsync_last_error());
-    float* buf;
-    RANK_CHECK(gsync_alloc(comm, 4096, reinterpret_cast<void**>(&buf)) == 0, "alloc");
+    float* buf = connect_small(*bed, "cause", p, r, &comm);
+    if (!buf) return 1;
     gsync_request_t* req;
     RANK_CHECK(gsync_allreduce(comm, 1, 0, buf, 256, GSYNC_FLOAT32, GSYNC_SUM, 0, &req) == 0, "submit");
     RANK_CHECK(gsync_wait(req, 20000) == 0, "first op: {}", gsync_request_error(req));
@@ -352,9 +367,8 @@ TEST_P(SmallOps, RanksLeavingRightAfterTheLastOpFailNobody) {
     std::string job = fmt::format("last-{}", j);
     auto res = run_ranks(4, [&](int r) {
       gsync_comm_t* comm;
-      RANK_CHECK(connect_place(*bed, job, p, r, &comm) == 0, "{}", gsync_last_error());
-      float* buf;
-      RANK_CHECK(gsync_alloc(comm, 4096, reinterpret_cast<void**>(&buf)) == 0, "alloc");
+      float* buf = connect_small(*bed, job, p, r, &comm);
+      if (!buf) return 1;
       for (uint64_t step = 0; step < 4; step++) {
         for (int i = 0; i < 256; i++) buf[i] = float(r + i);
         gsync_request_t* req;
@@ -386,9 +400,8 @@ TEST_P(SmallOps, RankLeavingBeforeItsPartFailsEveryHostAtOnce) {
     std::string job = fmt::format("gone-{}", key);
     auto res = run_ranks(4, [&](int r) {
       gsync_comm_t* comm;
-      RANK_CHECK(connect_place(*bed, job, p, r, &comm) == 0, "{}", gsync_last_error());
-      float* buf;
-      RANK_CHECK(gsync_alloc(comm, 4096, reinterpret_cast<void**>(&buf)) == 0, "alloc");
+      float* buf = connect_small(*bed, job, p, r, &comm);
+      if (!buf) return 1;
       RANK_CHECK(gsync_barrier(comm, 0, 20000) == 0, "barrier: {}", gsync_last_error());
       if (r == 3) {
         std::this_thread::sleep_for(std::chrono::milliseconds(300));
@@ -647,9 +660,8 @@ TEST(MultiHost, BadOpDataFromAPeerFailsTheOpNamingItNotTheDaemon) {
     ASSERT_GT(fake, 0);
     auto res = run_ranks(1, [&](int) {
       gsync_comm_t* comm;
-      RANK_CHECK(connect_place(*bed, c.job, p, 0, &comm) == 0, "{}", gsync_last_error());
-      float* buf;
-      RANK_CHECK(gsync_alloc(comm, 4096, reinterpret_cast<void**>(&buf)) == 0, "alloc");
+      float* buf = connect_small(*bed, c.job, p, 0, &comm);
+      if (!buf) return 1;
       gsync_request_t* req;
       RANK_CHECK(gsync_allreduce(comm, 1, 0, buf, 256, GSYNC_FLOAT32, GSYNC_SUM, 0, &req) == 0, "submit");
       int rc = gsync_wait(req, 20000);
