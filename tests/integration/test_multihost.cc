@@ -93,6 +93,19 @@ float* connect_small(const testbed::Testbed& bed, const std::string& job, const 
   return static_cast<float*>(buf);
 }
 
+// Waits for req and reports its error, which must be GSYNC_ERR_RANK_DEAD
+// within max_secs: at once, not at the op's timeout. 0 when it was.
+int wait_rank_dead(gsync_request_t* req, double max_secs) {
+  auto t0 = Clock::now();
+  int rc = gsync_wait(req, 20000);
+  double secs = std::chrono::duration<double>(Clock::now() - t0).count();
+  report(fmt::format("{}\n", gsync_request_error(req)));
+  RANK_CHECK(rc == GSYNC_ERR_RANK_DEAD, "got {} ({})", rc, gsync_request_error(req));
+  RANK_CHECK(secs < max_secs, "failed after {} s, not at once", secs);
+  gsync_request_free(req);
+  return 0;
+}
+
 bool close_enough(double got, double want, int op) {
   if (op != GSYNC_WEIGHTED_AVG) return got == want || (std::isnan(got) && std::isnan(want));
   return std::abs(got - want) <= 2e-2 * std::max(1.0, std::abs(want));
@@ -335,15 +348,9 @@ TEST(MultiHost, FirstRemoteDepartureIsTheCauseNamed) {
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(1000));
     RANK_CHECK(gsync_allreduce(comm, 1, 1, buf, 256, GSYNC_FLOAT32, GSYNC_SUM, 0, &req) == 0, "submit");
-    auto t0 = Clock::now();
-    int rc = gsync_wait(req, 20000);
-    double secs = std::chrono::duration<double>(Clock::now() - t0).count();
-    report(fmt::format("{}\n", gsync_request_error(req)));
-    RANK_CHECK(rc == GSYNC_ERR_RANK_DEAD, "got {} ({})", rc, gsync_request_error(req));
-    RANK_CHECK(secs < 2, "failed after {} s, not at once", secs);
-    gsync_request_free(req);
+    int rc = wait_rank_dead(req, 2);
     gsync_close(comm);
-    return 0;
+    return rc;
   }, 60);
   for (int r = 0; r < 2; r++) {
     EXPECT_EQ(res[size_t(r)].code, 0) << res[size_t(r)].output;
@@ -411,15 +418,9 @@ TEST_P(SmallOps, RankLeavingBeforeItsPartFailsEveryHostAtOnce) {
       gsync_request_t* req;
       RANK_CHECK(gsync_allreduce(comm, key, 0, buf, 256, GSYNC_FLOAT32, GSYNC_SUM, 0, &req) == 0,
                  "submit");
-      auto t0 = Clock::now();
-      int rc = gsync_wait(req, 20000);
-      double secs = std::chrono::duration<double>(Clock::now() - t0).count();
-      report(fmt::format("{}\n", gsync_request_error(req)));
-      RANK_CHECK(rc == GSYNC_ERR_RANK_DEAD, "got {} ({})", rc, gsync_request_error(req));
-      RANK_CHECK(secs < 3, "failed after {} s, not at once", secs);
-      gsync_request_free(req);
+      int rc = wait_rank_dead(req, 3);
       gsync_close(comm);
-      return 0;
+      return rc;
     }, 60);
     for (int r = 0; r < 3; r++) {
       EXPECT_EQ(res[size_t(r)].code, 0) << job << " rank " << r << ": " << res[size_t(r)].output;

@@ -244,10 +244,12 @@ TEST(Schedule, SmallOpSendersWaitedOnlyInEarlierSteps) {
               for (const auto& r : q.recvs)
                 if (r.peer == h && r.kind == t.kind && r.slot == t.slot) recv_step = q.step;
             ASSERT_GE(recv_step, 0) << algo_name(a) << " n " << n << ": " << h << " -> " << t.peer;
-            for (size_t e = 0; e < i; e++)
-              if (!mine[e].recvs.empty())
+            for (size_t e = 0; e < i; e++) {
+              if (!mine[e].recvs.empty()) {
                 EXPECT_LT(mine[e].step, recv_step)
                     << algo_name(a) << " n " << n << ": " << h << " -> " << t.peer;
+              }
+            }
           }
         }
       }
