@@ -23,6 +23,7 @@
 #include <set>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "tools/common/procs.h"
@@ -289,6 +290,50 @@ TEST(TestbedNetwork, TeardownLeavesNoNamespaceLinkOrDirectory) {
   EXPECT_EQ(shell("ip netns list").find(name), std::string::npos);
   EXPECT_EQ(root_link_count(), links_before);
   EXPECT_FALSE(std::filesystem::exists(dir));
+}
+
+// gsync-perf builds its own test bed; Ctrl-C (SIGINT) in the middle of a
+// run must take it down like gsync-testbed does: no namespace, no
+// directory, no daemon left, and the exit status says which signal.
+TEST(TestbedNetwork, GsyncPerfTearsItsBedDownOnCtrlC) {
+  if (!root()) GTEST_SKIP() << "SKIPPED: needs root";
+  const char* perf = getenv("GSYNC_PERF");
+  if (!perf) GTEST_SKIP() << "SKIPPED: GSYNC_PERF not set (run through meson test)";
+  pid_t pid = fork();
+  if (pid == 0) {
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, nullptr);
+    int null = open("/dev/null", O_WRONLY);
+    dup2(null, 1);
+    dup2(null, 2);
+    execl(perf, perf, "--hosts", "2", "--racks", "1", "-n", "1", "-b", "4K", "-e", "4K", "--iters",
+          "100000", "--warmup", "10", static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  ASSERT_GT(pid, 0);
+  std::string prefix = "gtb-" + std::to_string(pid) + "-";
+  bool up = false;
+  for (int i = 0; i < 300 && !up; i++) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    up = shell("ip netns list").find(prefix) != std::string::npos;
+  }
+  if (!up) {
+    kill(pid, SIGKILL);
+    waitpid(pid, nullptr, 0);
+    FAIL() << "gsync-perf built no test bed in 30 s";
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));  // daemons up, ranks running
+  kill(pid, SIGINT);
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 128 + SIGINT) << "status " << status;
+  EXPECT_EQ(shell("ip netns list").find(prefix), std::string::npos) << shell("ip netns list");
+  for (const auto& e : std::filesystem::directory_iterator(std::filesystem::temp_directory_path()))
+    EXPECT_NE(e.path().filename().string().rfind(prefix, 0), 0u) << e.path() << " left behind";
+  // ("[g]tb-..." so that pgrep's own shell, whose command line holds the
+  // pattern, does not match it.)
+  EXPECT_EQ(shell("pgrep -f '[g]" + prefix.substr(1) + "' || true"), "") << "processes left";
 }
 
 // gsync-perf --compare runs the peers over the same hosts as gsync: Gloo's

@@ -25,6 +25,14 @@ namespace {
 
 int g_report_fd = -1;
 
+// A forked child starts with no signal blocked: a tool may block SIGINT and
+// SIGTERM to take them with sigwait (gsync-perf tears its test bed down).
+void unblock_signals() {
+  sigset_t none;
+  sigemptyset(&none);
+  sigprocmask(SIG_SETMASK, &none, nullptr);
+}
+
 bool can_connect(const std::string& path, int type) {
   int fd = socket(AF_UNIX, type | SOCK_CLOEXEC, 0);
   sockaddr_un a{};
@@ -81,6 +89,7 @@ DaemonProcess::DaemonProcess(std::vector<std::string> extra_args, const std::str
   args.insert(args.end(), extra_args.begin(), extra_args.end());
   pid_ = fork();
   if (pid_ == 0) {
+    unblock_signals();
     int fd = open(log_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
     dup2(fd, 1);
     dup2(fd, 2);
@@ -146,7 +155,10 @@ void report(const std::string& text) {
 pid_t spawn(const std::function<int()>& fn) {
   std::fflush(nullptr);
   pid_t pid = fork();
-  if (pid == 0) _exit(fn());
+  if (pid == 0) {
+    unblock_signals();
+    _exit(fn());
+  }
   return pid;
 }
 
@@ -159,6 +171,7 @@ std::vector<ChildResult> run_ranks(int n, const std::function<int(int)>& fn, int
     if (pipe2(p, O_CLOEXEC) != 0) throw std::runtime_error("pipe failed");
     pid_t pid = fork();
     if (pid == 0) {
+      unblock_signals();
       close(p[0]);
       g_report_fd = p[1];
       int code = fn(r);

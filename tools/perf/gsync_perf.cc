@@ -11,11 +11,16 @@
 
 #include <algorithm>
 #include <chrono>
+#include <csignal>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <CLI/CLI.hpp>
@@ -402,6 +407,34 @@ std::string daemon_isa(const std::string& admin_socket) {
 }  // namespace
 }  // namespace gsync::perf
 
+// Ctrl-C, SIGTERM or SIGHUP while a test bed is up: tear it down (its
+// daemons, namespaces and files) instead of leaving it behind. The signals
+// are blocked in every thread and taken by a watcher thread; children
+// unblock them (tools/common/procs.cc). g_bed_mu keeps the watcher and
+// main's own teardown at the end from running at once: whichever takes it
+// first tears down, and the process ends before the other gets it.
+namespace {
+std::mutex g_bed_mu;
+gsync::testbed::Testbed* g_bed = nullptr;
+
+void take_stop_signals() {
+  static sigset_t stop;
+  sigemptyset(&stop);
+  sigaddset(&stop, SIGINT);
+  sigaddset(&stop, SIGTERM);
+  sigaddset(&stop, SIGHUP);
+  pthread_sigmask(SIG_BLOCK, &stop, nullptr);
+  std::thread([] {
+    int sig = 0;
+    sigwait(&stop, &sig);
+    std::lock_guard<std::mutex> lock(g_bed_mu);
+    std::fprintf(stderr, "\ngsync-perf: %s: tearing the test bed down\n", strsignal(sig));
+    if (g_bed) g_bed->teardown();
+    _exit(128 + sig);
+  }).detach();
+}
+}  // namespace
+
 int main(int argc, char** argv) {
   using namespace gsync;
   using namespace gsync::perf;
@@ -502,6 +535,7 @@ int main(int argc, char** argv) {
         o.places.push_back({socks[size_t(h)], h, h * o.ranks + k, k, o.ranks});
     }
   } else if (o.hosts > 1) {
+    take_stop_signals();
     testbed::Options t;
     t.hosts = o.hosts;
     t.racks = std::min(o.racks, o.hosts);
@@ -513,6 +547,10 @@ int main(int argc, char** argv) {
     if (Status st = testbed::Testbed::create(t, &bed); !st) {
       std::fprintf(stderr, "gsync-perf: cannot build the test bed: %s\n", st.message().c_str());
       return 1;
+    }
+    {
+      std::lock_guard<std::mutex> lock(g_bed_mu);
+      g_bed = bed.get();
     }
     if (!o.json_out)
       std::printf("# test bed: %d hosts in %d racks, %s%s\n", o.hosts, t.racks,
@@ -560,5 +598,9 @@ int main(int argc, char** argv) {
     int st = daemon->stop();
     if (st != 0) std::fprintf(stderr, "gsync-perf: private gsyncd exited with %d\n", st);
   }
+  std::lock_guard<std::mutex> lock(g_bed_mu);
+  std::fflush(stdout);
+  bed.reset();
+  g_bed = nullptr;
   return rc;
 }
