@@ -5,6 +5,9 @@
 // figures come back and the checked op is right, not how fast anything is.
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <cstdlib>
+
 #include "tools/peers/launch.h"
 
 namespace gsync::peers {
@@ -45,6 +48,24 @@ TEST(Peers, MpiTcpTwoRanks) {
   if (mpi_driver_path().empty())
     GTEST_SKIP() << "SKIPPED: mpi-allreduce not built (libopenmpi-dev)";
   expect_rows(run_mpi_tcp({HostSlot{}, HostSlot{}}, kMin, kMax, kIters, 20), "mpi");
+}
+
+// An Open MPI whose ranks never all come up (here: a "driver" that only
+// sleeps, standing in for the orted that sometimes never starts across
+// namespaces) is killed after the start deadline, tried once more, then
+// reported - not waited for until the run's own timeout.
+TEST(Peers, MpiThatNeverStartsIsRetriedThenReported) {
+  if (mpirun_path().empty()) GTEST_SKIP() << "SKIPPED: mpirun not installed (openmpi-bin)";
+  setenv("GSYNC_MPI_DRIVER", "/bin/sleep", 1);
+  setenv("GSYNC_MPI_START_S", "2", 1);
+  auto t0 = std::chrono::steady_clock::now();
+  Result r = run_mpi_tcp({HostSlot{}, HostSlot{}}, kMin, kMax, kIters, 120);
+  double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  unsetenv("GSYNC_MPI_DRIVER");
+  unsetenv("GSYNC_MPI_START_S");
+  EXPECT_FALSE(r.ok());
+  EXPECT_NE(r.error.find("not all ranks up after 2 s, twice"), std::string::npos) << r.error;
+  EXPECT_LT(secs, 30) << "waited for the run's timeout instead of the start deadline";
 }
 
 TEST(Peers, TcpStreamLoopback) {

@@ -22,6 +22,13 @@ int main(int argc, char** argv) {
   int rank, n;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &n);
+  // Every rank is up: the launcher waits for this line before its own
+  // deadline for the run (tools/peers/launch.cc, run_mpi_tcp).
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (rank == 0) {
+    printf("# mpi up: %d ranks\n", n);
+    fflush(stdout);
+  }
   size_t min = argc > 1 ? strtoull(argv[1], NULL, 0) : 4096;
   size_t max = argc > 2 ? strtoull(argv[2], NULL, 0) : (256u << 20);
   int iters = argc > 3 ? atoi(argv[3]) : 20;
