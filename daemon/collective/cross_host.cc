@@ -248,7 +248,7 @@ void CrossHost::begin(const Job& job, Op& op, double weight_sum, Done done) {
   }
   by_token_[x->token] = x.get();
   ops_[{x->job, x->id}] = x;
-  if (!x->eager) send_ready(*x, x->weight_local);
+  if (!x->eager) send_ready(*x);
 
   // What came before this host was ready.
   auto early = early_.find({x->job, x->id});
@@ -263,7 +263,7 @@ void CrossHost::begin(const Job& job, Op& op, double weight_sum, Done done) {
   }
 }
 
-// The op's shape and name, as OpReady and OpResult carry them.
+// The op's shape and name, as OpReady and OpData carry them.
 cluster::OpReady CrossHost::op_message(const XOp& x, uint8_t type, double weight) const {
   cluster::OpReady m;
   m.type = type;
@@ -281,8 +281,8 @@ cluster::OpReady CrossHost::op_message(const XOp& x, uint8_t type, double weight
 }
 
 // The rendezvous of an op that does not go eagerly: where peers may write.
-void CrossHost::send_ready(XOp& x, double weight) {
-  cluster::OpReady m = op_message(x, cluster::kOpReady, weight);
+void CrossHost::send_ready(XOp& x) {
+  cluster::OpReady m = op_message(x, cluster::kOpReady, x.weight_local);
   m.token = x.token;
   m.data_region = x.data_region;
   m.scratch_region = x.scratch_region;
@@ -294,14 +294,10 @@ void CrossHost::send_ready(XOp& x, double weight) {
 void CrossHost::local_ready(const std::string& job, const OpId& id) {
   XOp* x = find(job, id);
   if (!x) return;
+  size_t before = x->local_elems / x->chunk_elems;
   x->local_ready = true;
   x->local_elems = x->count;
-  if (!x->running) {
-    maybe_run(*x);
-    return;
-  }
-  auto keep = hold(*x);
-  for (size_t c = 0; c < x->nchunks && !x->finished; c++) progress(*x, c);
+  start_local_chunks(*x, before);
 }
 
 void CrossHost::on_chunk_done(const std::string& job, const OpId& id, ChunkDone f) {
@@ -316,21 +312,25 @@ size_t CrossHost::pipeline_elems(const std::string& job, const OpId& id) const {
 void CrossHost::local_ready_upto(const std::string& job, const OpId& id, uint64_t elems) {
   XOp* x = find(job, id);
   if (!x || x->eager || x->local_ready || elems <= x->local_elems) return;
-  size_t before = x->chunk_elems ? x->local_elems / x->chunk_elems : 0;
+  size_t before = x->local_elems / x->chunk_elems;
   x->local_elems = std::min<uint64_t>(elems, x->count);
-  if (!x->running) {
-    maybe_run(*x);
+  start_local_chunks(*x, before);
+}
+
+// More of the local fold is in: start the op, or the chunks from `from` on
+// that the fold has now finished.
+void CrossHost::start_local_chunks(XOp& x, size_t from) {
+  if (!x.running) {
+    maybe_run(x);
     return;
   }
-  auto keep = hold(*x);
-  for (size_t c = before; c < x->nchunks && !x->finished && chunk_local_ready(*x, c); c++)
-    progress(*x, c);
+  auto keep = hold(x);
+  for (size_t c = from; c < x.nchunks && !x.finished && chunk_local_ready(x, c); c++) progress(x, c);
 }
 
 // Chunk c of data holds this host's contribution (the local fold wrote it).
 bool CrossHost::chunk_local_ready(const XOp& x, size_t c) const {
-  return x.local_ready ||
-         std::min<uint64_t>(x.count, (c + 1) * x.chunk_elems) <= x.local_elems;
+  return std::min<uint64_t>(x.count, (c + 1) * x.chunk_elems) <= x.local_elems;
 }
 
 // Runs the op's schedule once the local fold has begun to come in (all of

@@ -118,7 +118,7 @@ class CrossHost {
   bool joined(const XOp& op, int peer, const std::vector<cluster::OpKey>& open) const;
   void maybe_run(XOp& op);
   cluster::OpReady op_message(const XOp& op, uint8_t type, double weight) const;
-  void send_ready(XOp& op, double weight);
+  void send_ready(XOp& op);
   Status shape_mismatch(const XOp& op, const cluster::OpReady& m, const std::string& from) const;
   // Eager ops (cross_host_eager.cc).
   void send_eager(XOp& op, const collective::Phase& p);
@@ -128,6 +128,7 @@ class CrossHost {
   std::chrono::milliseconds eager_timeout_grace(const XOp& op) const;
   void progress(XOp& op, size_t c);
   bool chunk_local_ready(const XOp& op, size_t c) const;
+  void start_local_chunks(XOp& op, size_t from);
   void issue_sends(XOp& op, size_t c);
   void fold(XOp& op, size_t c, const collective::Phase& p);
   void sample_rates();

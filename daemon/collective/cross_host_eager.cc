@@ -14,6 +14,7 @@
 // so the host that ends with the whole sum also holds the whole weight.
 #include <spdlog/spdlog.h>
 
+#include <cstddef>
 #include <cstring>
 
 #include "daemon/collective/cross_host.h"
@@ -33,12 +34,15 @@ const char* xfer_name(Xfer k) { return k == Xfer::kCopy ? "final sum" : "partial
 }  // namespace
 
 void CrossHost::send_eager(XOp& x, const Phase& p) {
+  if (p.sends.empty()) return;
+  // One message for the phase (a tree's root sends the same sum to every
+  // child); only the transfer's kind and slot differ from send to send.
+  cluster::OpReady m = op_message(x, cluster::kOpData, x.weight_acc);
+  std::string msg(cluster::as_bytes(m));
+  msg.append(reinterpret_cast<const char*>(x.data), x.bytes);
   for (const auto& t : p.sends) {
-    cluster::OpReady m = op_message(x, cluster::kOpData, x.weight_acc);
-    m.xfer = static_cast<uint8_t>(t.kind);
-    m.slot = t.slot;
-    std::string msg(cluster::as_bytes(m));
-    msg.append(reinterpret_cast<const char*>(x.data), x.bytes);
+    msg[offsetof(cluster::OpReady, xfer)] = static_cast<char>(t.kind);
+    msg[offsetof(cluster::OpReady, slot)] = static_cast<char>(t.slot);
     net_->send_control(x.hosts[size_t(t.peer)], msg);
   }
 }
