@@ -32,21 +32,21 @@ struct LocalExecutor::Plan {
 uint64_t LocalExecutor::start(Op& op) {
   op.running = true;
   Plan p;
-  if (!plan(op, &p)) return 0;
+  if (!plan(op, op.stage, &p)) return 0;
   return run(op, p, 0, op.count, op.stage == Op::Stage::kFold ? op.pipeline_elems : 0);
 }
 
-uint64_t LocalExecutor::start_range(Op& op, size_t begin, size_t end) {
+uint64_t LocalExecutor::start_store(Op& op, size_t begin, size_t end) {
   op.running = true;
   Plan p;
-  if (begin >= end || !plan(op, &p)) return 0;
+  if (begin >= end || !plan(op, Op::Stage::kStore, &p)) return 0;
   return run(op, p, begin, end, 0);
 }
 
-bool LocalExecutor::plan(Op& op, Plan* p) const {
+bool LocalExecutor::plan(Op& op, Op::Stage stage, Plan* p) const {
   if (op.opcode == proto::kOpBarrier || op.count == 0) return false;
   size_t n = op.arrivals.size();
-  bool store = op.stage == Op::Stage::kStore;
+  bool store = stage == Op::Stage::kStore;
   auto& ins = store ? op.store_inputs : op.inputs;
   auto& outs = store ? op.store_outputs : op.outputs;
   // The store's storage is filled once and then only read: a pipelined store
@@ -66,7 +66,7 @@ bool LocalExecutor::plan(Op& op, Plan* p) const {
   // in, so the result is the same bits on every run.
   reduce::ReduceArgs& a = p->a;
   a = base_args(op);
-  switch (op.stage) {
+  switch (stage) {
     case Op::Stage::kLocal:
       for (size_t r = 0; r < n; r++) {
         add_in(op.arrivals[r].data);

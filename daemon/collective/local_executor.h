@@ -26,15 +26,16 @@ class LocalExecutor {
   // Starts op (all arrivals present). Returns 0 when it finished inline,
   // else the pool task id that will be reported by the pool when done.
   uint64_t start(Op& op);
-  // The store stage of elements [begin, end) only (a pipelined store: the
-  // rest of the tensor may still be on the network). The first call sets
-  // the op's executor storage up for all later ones. Returns as start().
-  uint64_t start_range(Op& op, size_t begin, size_t end);
+  // The store of elements [begin, end) only, whatever the op's stage (a
+  // pipelined store: the rest of the tensor may still be on the network and
+  // its fold still running). The first call sets the store's storage up for
+  // all later ones. Returns as start().
+  uint64_t start_store(Op& op, size_t begin, size_t end);
 
  private:
   struct Plan;
-  // What the op's current stage does; false when it has nothing to do.
-  bool plan(Op& op, Plan* p) const;
+  // What the op's stage `stage` does; false when it has nothing to do.
+  bool plan(Op& op, Op::Stage stage, Plan* p) const;
   uint64_t run(Op& op, const Plan& p, size_t begin, size_t end, size_t progress);
 
   WorkPool& pool_;

@@ -367,13 +367,8 @@ void JobManager::store_chunk(const std::string& job_id, const OpId& id, uint64_t
   auto oit = jit->second->ops.find(id);
   if (oit == jit->second->ops.end()) return;
   Op& op = *oit->second;
-  // The fold may still be running on later chunks: plan the store as a
-  // store, then give the op its stage back.
-  Op::Stage was = op.stage;
-  op.stage = Op::Stage::kStore;
   op.weight_total = weight_total;
-  uint64_t task = executor_.start_range(op, begin, end);
-  op.stage = was;
+  uint64_t task = executor_.start_store(op, begin, end);
   if (task == 0) return;
   op.store_tasks++;
   running_[task] = Running{job_id, id, true};
