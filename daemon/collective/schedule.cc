@@ -78,13 +78,12 @@ TreeLinks tree_links(int n, int root, int self) {
 }
 
 namespace {
-// Height of node v (root-relative) in the kTree heap of n nodes: 0 at a leaf.
+// Height of node v (root-relative) in the kTree heap of n nodes: 0 at a
+// leaf. The heap fills level by level from the left, so a node's first
+// child always leads down its longest path.
 int heap_height(int v, int n) {
   int h = 0;
-  for (int k = 1; k <= kTreeFanout; k++) {
-    int u = v * kTreeFanout + k;
-    if (u < n) h = std::max(h, 1 + heap_height(u, n));
-  }
+  for (int64_t u = int64_t{v} * kTreeFanout + 1; u < n; u = u * kTreeFanout + 1) h++;
   return h;
 }
 }  // namespace
