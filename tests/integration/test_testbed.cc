@@ -299,18 +299,14 @@ TEST(TestbedNetwork, GsyncPerfTearsItsBedDownOnCtrlC) {
   if (!root()) GTEST_SKIP() << "SKIPPED: needs root";
   const char* perf = getenv("GSYNC_PERF");
   if (!perf) GTEST_SKIP() << "SKIPPED: GSYNC_PERF not set (run through meson test)";
-  pid_t pid = fork();
-  if (pid == 0) {
-    sigset_t none;
-    sigemptyset(&none);
-    sigprocmask(SIG_SETMASK, &none, nullptr);
+  pid_t pid = tools::spawn([perf] {
     int null = open("/dev/null", O_WRONLY);
     dup2(null, 1);
     dup2(null, 2);
     execl(perf, perf, "--hosts", "2", "--racks", "1", "-n", "1", "-b", "4K", "-e", "4K", "--iters",
           "100000", "--warmup", "10", static_cast<char*>(nullptr));
-    _exit(127);
-  }
+    return 127;
+  });
   ASSERT_GT(pid, 0);
   std::string prefix = "gtb-" + std::to_string(pid) + "-";
   bool up = false;

@@ -270,6 +270,16 @@ void pump(const std::vector<Child*>& children, int wait_ms) {
 // Runs until every child is done, one has failed (the others then cannot
 // finish: a collective needs all ranks), or the deadline. Returns "" or the
 // error, naming the failed child or those still running.
+// Asks politely first (mpirun then stops its ranks), then kills.
+void stop_all(const std::vector<Child*>& children) {
+  for (Child* c : children) c->kill_group(SIGTERM);
+  for (auto t = Clock::now() + kTermGrace; Clock::now() < t;) {
+    pump(children, 50);
+    if (std::all_of(children.begin(), children.end(), [](Child* c) { return c->done(); })) break;
+  }
+  for (Child* c : children) c->kill_group(SIGKILL);
+}
+
 std::string wait_all(const std::vector<Child*>& children, Clock::time_point deadline,
                      const std::string& what, int timeout_s) {
   for (;;) {
@@ -302,13 +312,7 @@ std::string wait_all(const std::vector<Child*>& children, Clock::time_point dead
   for (Child* c : children) {
     if (!c->done()) e += "; " + c->report();
   }
-  // Ask politely first (mpirun then stops its ranks), then kill.
-  for (Child* c : children) c->kill_group(SIGTERM);
-  for (auto t = Clock::now() + kTermGrace; Clock::now() < t;) {
-    pump(children, 50);
-    if (std::all_of(children.begin(), children.end(), [](Child* c) { return c->done(); })) break;
-  }
-  for (Child* c : children) c->kill_group(SIGKILL);
+  stop_all(children);
   return e;
 }
 
@@ -524,9 +528,7 @@ Result run_mpi_tcp(const std::vector<HostSlot>& slots, uint64_t min_bytes, uint6
       pump({&mpi}, 50);
     if (mpi.out().find("# mpi up") == std::string::npos && !mpi.done()) {
       std::string stuck = "mpi: not all ranks up after " + std::to_string(kMpiStartS) + " s";
-      mpi.kill_group(SIGTERM);
-      for (auto t = Clock::now() + kTermGrace; Clock::now() < t && !mpi.done();) pump({&mpi}, 50);
-      mpi.kill_group(SIGKILL);
+      stop_all({&mpi});
       if (attempt < 2) {
         std::fprintf(stderr, "%s (attempt %d); starting it again\n", stuck.c_str(), attempt);
         continue;

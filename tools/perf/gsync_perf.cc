@@ -452,7 +452,8 @@ int main(int argc, char** argv) {
   app.add_option("--uplink-mbit", o.uplink_mbit, "shape each rack's uplink (tbf), Mbit/s");
   app.add_option("--cluster", o.cluster, "drive a running cluster (with --sockets)");
   app.add_option("--sockets", o.sockets, "client sockets of the cluster's hosts, comma-separated");
-  app.add_option("--algo", o.algo, "auto ring hier direct tree doubling (test bed daemons)");
+  const std::string algos = "auto ring hier direct tree doubling";
+  app.add_option("--algo", o.algo, algos + " (test bed daemons)");
   app.add_option("--compare", o.compare, "also run peers in the same run: gloo,mpi");
   app.add_option("--daemon-arg", o.daemon_args, "extra gsyncd argument for test bed daemons")
       ->allow_extra_args(false);
@@ -483,7 +484,7 @@ int main(int argc, char** argv) {
   }
   collective::Algo unused;
   if (o.algo != "auto" && !collective::parse_algo(o.algo, &unused)) {
-    std::fprintf(stderr, "gsync-perf: unknown --algo '%s' (auto ring hier direct tree doubling)\n", o.algo.c_str());
+    std::fprintf(stderr, "gsync-perf: unknown --algo '%s' (%s)\n", o.algo.c_str(), algos.c_str());
     return 2;
   }
   o.dtype_id = kDtypes.at(o.dtype);
