@@ -324,27 +324,26 @@ void JobManager::start_multi(Job& job, Op& op) {
   // The rendezvous goes out now; the fold runs meanwhile, and the
   // cross-host step starts on each chunk the fold has finished.
   cross_->begin(job, op, weights, [this, job_id, id](const Status& st, double weight_total) {
-    auto jit = jobs_.find(job_id);
-    if (jit == jobs_.end()) return;
-    auto oit = jit->second->ops.find(id);
-    if (oit == jit->second->ops.end()) return;
-    Op& op = *oit->second;
+    Job* job = nullptr;
+    Op* found = find_op(job_id, id, &job);
+    if (!found) return;
+    Op& op = *found;
     op.cross_done = true;
     if (!st) {
       // The fold or chunk stores may still be writing the buffers: the op
       // ends when the last of them does.
       op.fail_after_run = st;
       if (op.stage == Op::Stage::kFold || op.store_tasks > 0) return;
-      finish(*jit->second, id, st);
+      finish(*job, id, st);
       maybe_erase(job_id);
       return;
     }
     op.weight_total = weight_total;
     op.stage = Op::Stage::kStore;
     if (!op.store_by_chunk) {
-      run_stage(*jit->second, op);
+      run_stage(*job, op);
     } else if (op.store_tasks == 0) {
-      finish(*jit->second, id, Status::ok());
+      finish(*job, id, Status::ok());
       maybe_erase(job_id);
     }
   });
@@ -360,13 +359,20 @@ void JobManager::start_multi(Job& job, Op& op) {
   run_stage(job, op);
 }
 
+Op* JobManager::find_op(const std::string& job_id, const OpId& id, Job** job) {
+  auto jit = jobs_.find(job_id);
+  if (jit == jobs_.end()) return nullptr;
+  auto oit = jit->second->ops.find(id);
+  if (oit == jit->second->ops.end()) return nullptr;
+  if (job) *job = jit->second.get();
+  return oit->second.get();
+}
+
 void JobManager::store_chunk(const std::string& job_id, const OpId& id, uint64_t begin,
                              uint64_t end, double weight_total) {
-  auto jit = jobs_.find(job_id);
-  if (jit == jobs_.end()) return;
-  auto oit = jit->second->ops.find(id);
-  if (oit == jit->second->ops.end()) return;
-  Op& op = *oit->second;
+  Op* found = find_op(job_id, id);
+  if (!found) return;
+  Op& op = *found;
   op.weight_total = weight_total;
   uint64_t task = executor_.start_store(op, begin, end);
   if (task == 0) return;
@@ -399,10 +405,8 @@ void JobManager::stage_done(Job& job, Op& op) {
 void JobManager::executor_progress(uint64_t task_id, size_t done) {
   auto it = running_.find(task_id);
   if (it == running_.end()) return;
-  auto jit = jobs_.find(it->second.job);
-  if (jit == jobs_.end()) return;
-  auto oit = jit->second->ops.find(it->second.id);
-  if (oit == jit->second->ops.end() || oit->second->stage != Op::Stage::kFold) return;
+  Op* op = find_op(it->second.job, it->second.id);
+  if (!op || op->stage != Op::Stage::kFold) return;
   cross_->local_ready_upto(it->second.job, it->second.id, done);
 }
 
@@ -411,16 +415,13 @@ void JobManager::executor_done(uint64_t task_id) {
   if (it == running_.end()) return;
   Running r = it->second;
   running_.erase(it);
-  auto jit = jobs_.find(r.job);
-  if (jit == jobs_.end()) return;
-  auto oit = jit->second->ops.find(r.id);
-  if (oit != jit->second->ops.end()) {
-    Op& op = *oit->second;
+  Job* job = nullptr;
+  if (Op* op = find_op(r.job, r.id, &job)) {
     if (!r.chunk_store) {
-      stage_done(*jit->second, op);
-    } else if (--op.store_tasks == 0 && op.cross_done && op.stage != Op::Stage::kFold) {
+      stage_done(*job, *op);
+    } else if (--op->store_tasks == 0 && op->cross_done && op->stage != Op::Stage::kFold) {
       // The last chunk's store, after the cross-host step ended.
-      finish(*jit->second, r.id, op.fail_after_run);
+      finish(*job, r.id, op->fail_after_run);
     }
   }
   maybe_erase(r.job);

@@ -63,6 +63,8 @@ class JobManager {
   void start(Job& job, Op& op);
   void start_multi(Job& job, Op& op);
   void run_stage(Job& job, Op& op);
+  // The op (and its job) if both still exist.
+  Op* find_op(const std::string& job_id, const OpId& id, Job** job = nullptr);
   void store_chunk(const std::string& job_id, const OpId& id, uint64_t begin, uint64_t end,
                    double weight_total);
   void stage_done(Job& job, Op& op);
