@@ -504,22 +504,31 @@ void CrossHost::complete(XOp& x, const Status& st) {
 void CrossHost::fail(XOp& x, const Status& st, bool tell_peers) {
   if (x.finished) return;
   spdlog::warn("{}", st.message());
-  if (tell_peers) {
-    cluster::OpAbort m;
-    m.code = st.code();
-    cluster::set_field(m.job, sizeof m.job, x.job);
-    m.key = x.id.key;
-    m.step = x.id.step;
-    cluster::set_field(m.message, sizeof m.message, st.message());
-    for (int h : x.hosts)
-      if (h != cluster_.self && net_->peer_up(h)) net_->send_control(h, cluster::as_bytes(m));
-  }
+  if (tell_peers)
+    for (int h : x.hosts) send_abort(x.job, x.id, st, h);
   complete(x, st);
 }
 
+void CrossHost::send_abort(const std::string& job, const OpId& id, const Status& st, int host) {
+  if (host == cluster_.self || !net_->peer_up(host)) return;
+  cluster::OpAbort m;
+  m.code = st.code();
+  cluster::set_field(m.job, sizeof m.job, job);
+  m.key = id.key;
+  m.step = id.step;
+  cluster::set_field(m.message, sizeof m.message, st.message());
+  net_->send_control(host, cluster::as_bytes(m));
+}
+
 void CrossHost::abort(const std::string& job, const OpId& id, const Status& why) {
-  XOp* x = find(job, id);
-  if (x) fail(*x, why, true);
+  if (XOp* x = find(job, id)) {
+    fail(*x, why, true);
+    return;
+  }
+  // Every host: the one whose rank left is no longer a member of the job
+  // but still runs the ops it began. A host that never sees the op drops
+  // the note when it expires (kEarlyLife).
+  for (int h = 0; h < static_cast<int>(cluster_.hosts.size()); h++) send_abort(job, id, why, h);
 }
 
 std::string CrossHost::waiting_for(const std::string& job, const OpId& id) const {

@@ -79,7 +79,9 @@ class CrossHost {
   size_t pipeline_elems(const std::string& job, const OpId& id) const;
   void local_ready_upto(const std::string& job, const OpId& id, uint64_t elems);
   // The op failed here (timeout): tell the peers and end it; done runs with
-  // why once no peer write can still land in the op's buffer.
+  // why once no peer write can still land in the op's buffer. An op this
+  // host never began (failed before its cross-host step) is only told to
+  // the peers: those that began it would otherwise wait out their timeout.
   void abort(const std::string& job, const OpId& id, const Status& why);
   // What the op waits for ("hosts not ready: h21, h22").
   std::string waiting_for(const std::string& job, const OpId& id) const;
@@ -135,6 +137,7 @@ class CrossHost {
   void expire_early();
   void complete(XOp& op, const Status& st);
   void fail(XOp& op, const Status& st, bool tell_peers);
+  void send_abort(const std::string& job, const OpId& id, const Status& st, int host);
   XOp* find(const std::string& job, const OpId& id) const;
   std::shared_ptr<XOp> hold(XOp& x) const;
   Scratch take_scratch(uint64_t bytes);

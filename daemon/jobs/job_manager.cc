@@ -300,8 +300,12 @@ void JobManager::start(Job& job, Op& op) {
       start_multi(job, op);
     } else if (!job.remote_broken) {
       OpId id = op.id;
-      finish(job, id, Status(job.remote_broken.code(),
-                             fmt::format("{}: {}", op.describe(job.id), job.remote_broken.message())));
+      Status st(job.remote_broken.code(),
+                fmt::format("{}: {}", op.describe(job.id), job.remote_broken.message()));
+      // Hosts that began this op before they heard of the departure wait
+      // for this host's part: they fail it now, not at their timeout.
+      cross_->abort(job.id, id, st);
+      finish(job, id, st);
     }
     return;
   }

@@ -359,6 +359,46 @@ TEST(MultiHost, FirstRemoteDepartureIsTheCauseNamed) {
   }
 }
 
+// Host 2 begins an op, host 1's rank submits its part and leaves (its
+// daemon still finishes the op), and host 0's rank submits only after host 0
+// heard of the departure: host 0 fails the op at once, and host 2, which
+// waits for host 0's part, must hear of it then, not at its 20 s timeout.
+// (Hosts are named h1, h2, h3.)
+TEST(MultiHost, OpFailedAfterADepartureFailsWhereItHadBegun) {
+  for (const char* algo : {"direct", "tree"}) {
+    auto bed = make_bed({{3}, {}, algo});
+    ASSERT_TRUE(bed);
+    auto p = places({1, 1, 1});
+    std::string job = fmt::format("begun-{}", algo);
+    auto res = run_ranks(3, [&](int r) {
+      gsync_comm_t* comm;
+      float* buf = connect_small(*bed, job, p, r, &comm);
+      if (!buf) return 1;
+      RANK_CHECK(gsync_barrier(comm, 0, 20000) == 0, "barrier: {}", gsync_last_error());
+      std::this_thread::sleep_for(std::chrono::milliseconds(r == 2 ? 0 : r == 1 ? 200 : 1200));
+      gsync_request_t* req;
+      RANK_CHECK(gsync_allreduce(comm, 1, 0, buf, 256, GSYNC_FLOAT32, GSYNC_SUM, 0, &req) == 0,
+                 "submit: {}", gsync_last_error());
+      if (r == 1) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        gsync_close(comm);
+        return 0;
+      }
+      int rc = wait_rank_dead(req, r == 0 ? 1 : 3);
+      // Rank 0 stays: its own departure would also fail the op on host 2.
+      if (r == 0) std::this_thread::sleep_for(std::chrono::milliseconds(3000));
+      gsync_close(comm);
+      return rc;
+    }, 60);
+    for (int r : {0, 2}) {
+      const std::string& out = res[size_t(r)].output;
+      EXPECT_EQ(res[size_t(r)].code, 0) << algo << " rank " << r << ": " << out;
+      EXPECT_NE(out.find("rank 1 ("), std::string::npos) << algo << ": " << out;
+    }
+    EXPECT_NE(res[2].output.find("reported by host h1"), std::string::npos) << res[2].output;
+  }
+}
+
 // The end of a training run: every rank leaves right after its last op. A
 // small op across 4 hosts goes up a tree (or pairwise, doubling), so a host
 // whose rank is done may announce the departure before the last transfer
