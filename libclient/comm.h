@@ -113,6 +113,9 @@ class Session {
   std::unordered_map<uint64_t, std::shared_ptr<RequestState>> table_;
   ArenaAllocator allocator_;
   std::unordered_set<uint64_t> user_blocks_;  // offsets from gsync_alloc
+  // Spin before sleeping on the doorbell: not when this rank and its daemon
+  // may only run on the same one CPU (cpu_share.h). Decided at connect.
+  bool spin_ = true;
   bool poller_active_ = false;
   bool armed_ = false;       // gsync_completion_fd registered a waiter for good
   bool shut_ = false;        // no new operations; closed_code_ says why
