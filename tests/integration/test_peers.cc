@@ -30,7 +30,7 @@ void expect_rows(const Result& r, const char* what) {
 
 TEST(Peers, GlooTwoLoopbackRanks) {
   if (gloo_driver_path().empty()) GTEST_SKIP() << "SKIPPED: gloo-allreduce not built (libgloo-dev)";
-  Result r = run_gloo({HostSlot{}, HostSlot{"", "127.0.0.1"}}, kMin, kMax, kIters, 20);
+  Result r = run_gloo({HostSlot{}, HostSlot{"", "127.0.0.1", {}}}, kMin, kMax, kIters, 20);
   expect_rows(r, "gloo");
   EXPECT_EQ(r.algo, "allreduce");  // the driver's pick for 2 ranks
 }
@@ -38,7 +38,7 @@ TEST(Peers, GlooTwoLoopbackRanks) {
 TEST(Peers, GlooMissingNamespaceIsAnError) {
   if (gloo_driver_path().empty()) GTEST_SKIP() << "SKIPPED: gloo-allreduce not built (libgloo-dev)";
   Result r =
-      run_gloo({HostSlot{}, HostSlot{"gsync-test-no-such-netns", "10.255.0.1"}}, kMin, kMin, 1, 10);
+      run_gloo({HostSlot{}, HostSlot{"gsync-test-no-such-netns", "10.255.0.1", {}}}, kMin, kMin, 1, 10);
   EXPECT_FALSE(r.ok());
   EXPECT_NE(r.error.find("gsync-test-no-such-netns"), std::string::npos) << r.error;
 }

@@ -344,7 +344,7 @@ TEST(TestbedNetwork, PeersRunAcrossNamespaces) {
   REQUIRE_NAMESPACES(bed);
   std::vector<peers::HostSlot> slots;
   for (int h = 0; h < 2; h++)
-    for (int k = 0; k < 2; k++) slots.push_back({bed->netns(h), bed->address(h)});
+    for (int k = 0; k < 2; k++) slots.push_back({bed->netns(h), bed->address(h), bed->cpus(h)});
   auto check = [](const peers::Result& r, const char* what) {
     ASSERT_TRUE(r.ok()) << what << ": " << r.error << "\ncommand: " << r.command;
     ASSERT_EQ(r.rows.size(), 2u) << what;
@@ -599,6 +599,65 @@ TEST_F(TestbedDaemons, EveryDaemonListensOnItsClusterAddress) {
   std::unique_ptr<Testbed> bed;
   Status st = Testbed::create(o, &bed);  // waits for the TCP listeners too
   ASSERT_TRUE(st) << st.message();
+}
+
+TEST(TestbedCpus, SharesAreContiguousBlocksOrOneCpuEach) {
+  using tools::cpu_share;
+  EXPECT_EQ(cpu_share({0, 1, 2, 3, 4, 5, 6, 7}, 3, 0), (std::vector<int>{0, 1}));
+  EXPECT_EQ(cpu_share({0, 1, 2, 3, 4, 5, 6, 7}, 3, 1), (std::vector<int>{2, 3, 4}));
+  EXPECT_EQ(cpu_share({0, 1, 2, 3, 4, 5, 6, 7}, 3, 2), (std::vector<int>{5, 6, 7}));
+  for (int h = 0; h < 5; h++) EXPECT_EQ(cpu_share({4, 6}, 5, h), (std::vector<int>{h % 2 ? 6 : 4}));
+  EXPECT_TRUE(cpu_share({}, 2, 0).empty());
+  EXPECT_EQ(tools::cpu_list({0, 1, 2, 5, 7, 8}), "0-2,5,7-8");
+  EXPECT_EQ(tools::cpu_list({3}), "3");
+  EXPECT_EQ(tools::cpu_list({}), "");
+}
+
+std::string allowed_list_of(const std::string& status_path) {
+  std::ifstream in(status_path);
+  for (std::string line; std::getline(in, line);)
+    if (line.rfind("Cpus_allowed_list:", 0) == 0) return line.substr(line.find_first_not_of(" \t", 18));
+  return "?";
+}
+
+// --pin: every thread of each host's daemon, and what runs in the host, may
+// use only that host's share; the peers' ranks are started there too.
+TEST_F(TestbedDaemons, PinnedBedGivesEachHostItsOwnCpus) {
+  Options o;
+  o.hosts = 3;
+  o.racks = 1;
+  o.loopback = true;
+  o.pin = true;
+  o.start_timeout_s = 10;
+  std::unique_ptr<Testbed> bed;
+  Status st = Testbed::create(o, &bed);
+  ASSERT_TRUE(st) << st.message();
+  auto all = tools::allowed_cpus();
+  for (int h = 0; h < 3; h++) {
+    ASSERT_EQ(bed->cpus(h), tools::cpu_share(all, 3, h)) << bed->host_id(h);
+    std::string want = tools::cpu_list(bed->cpus(h));
+    std::string task_dir = "/proc/" + std::to_string(bed->daemon_pid(h)) + "/task";
+    int threads = 0;
+    for (const auto& t : std::filesystem::directory_iterator(task_dir)) {
+      EXPECT_EQ(allowed_list_of(t.path().string() + "/status"), want) << bed->host_id(h) << " " << t.path();
+      threads++;
+    }
+    EXPECT_GE(threads, 2) << "the daemon's reduce workers are threads too";
+    pid_t child = bed->spawn_in_host(h, [&] { return tools::allowed_cpus() == bed->cpus(h) ? 0 : 3; });
+    int status = 0;
+    ASSERT_EQ(waitpid(child, &status, 0), child);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << bed->host_id(h) << " status " << status;
+  }
+  std::vector<peers::HostSlot> slots;
+  for (int h = 0; h < 2; h++) slots.push_back({"", bed->address(h), bed->cpus(h)});
+  if (peers::mpirun_path().empty() || peers::mpi_driver_path().empty()) {
+    std::printf("SKIPPED (mpi part): mpirun or mpi-allreduce missing (openmpi-bin, libopenmpi-dev)\n");
+  } else {
+    peers::Result r = peers::run_mpi_tcp(slots, 4096, 4096, 3, 60);
+    ASSERT_TRUE(r.ok()) << r.error << "\ncommand: " << r.command;
+    EXPECT_NE(r.command.find("GSYNC_PEER_CPUS=" + tools::cpu_list(bed->cpus(0)) + ";"), std::string::npos)
+        << r.command;
+  }
 }
 
 }  // namespace

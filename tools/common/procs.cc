@@ -2,6 +2,7 @@
 #include "tools/common/procs.h"
 
 #include <fcntl.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -227,6 +228,42 @@ std::string admin_query(const std::string& admin_socket, const std::string& comm
   [[maybe_unused]] ssize_t n = write(fd, line.data(), line.size());
   std::string out = read_all(fd);
   close(fd);
+  return out;
+}
+
+std::vector<int> allowed_cpus() {
+  cpu_set_t set;
+  std::vector<int> out;
+  if (sched_getaffinity(0, sizeof set, &set) != 0) return out;
+  for (int c = 0; c < CPU_SETSIZE; c++)
+    if (CPU_ISSET(c, &set)) out.push_back(c);
+  return out;
+}
+
+std::vector<int> cpu_share(const std::vector<int>& cpus, int hosts, int h) {
+  if (cpus.empty() || hosts <= 0 || h < 0) return {};
+  const size_t n = cpus.size(), k = static_cast<size_t>(hosts), i = static_cast<size_t>(h);
+  if (n < k) return {cpus[i % n]};
+  return std::vector<int>(cpus.begin() + long(i * n / k), cpus.begin() + long((i + 1) * n / k));
+}
+
+bool pin_to(const std::vector<int>& cpus) {
+  if (cpus.empty()) return true;
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  for (int c : cpus) CPU_SET(c, &set);
+  return sched_setaffinity(0, sizeof set, &set) == 0;
+}
+
+std::string cpu_list(const std::vector<int>& cpus) {
+  std::string out;
+  for (size_t i = 0; i < cpus.size();) {
+    size_t j = i;
+    while (j + 1 < cpus.size() && cpus[j + 1] == cpus[j] + 1) j++;
+    out += (out.empty() ? "" : ",") + std::to_string(cpus[i]);
+    if (j > i) out += "-" + std::to_string(cpus[j]);
+    i = j + 1;
+  }
   return out;
 }
 

@@ -59,6 +59,19 @@ std::vector<ChildResult> run_ranks(int n, const std::function<int(int rank)>& fn
 // Forks one process running fn without waiting; for tests that kill it.
 pid_t spawn(const std::function<int()>& fn);
 
+// CPU shares, for test beds whose hosts should not run on each other's
+// CPUs. The CPUs this process may run on, in order.
+std::vector<int> allowed_cpus();
+// Host h's share when `hosts` hosts split `cpus`: a contiguous block each
+// when there are at least as many CPUs as hosts, else CPU h mod n alone.
+std::vector<int> cpu_share(const std::vector<int>& cpus, int hosts, int h);
+// Confines the calling thread, and what it forks or execs after, to cpus.
+// Empty: no change. Only a system call, so fit for a child between fork
+// and exec. False when the kernel refuses.
+bool pin_to(const std::vector<int>& cpus);
+// "0-3", "0,2", "" for none.
+std::string cpu_list(const std::vector<int>& cpus);
+
 // What a shell command prints on stdout ("" if it cannot run).
 std::string run_command(const std::string& cmd);
 

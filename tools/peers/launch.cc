@@ -124,9 +124,12 @@ class Child {
   }
 
   // Forks and execs argv[0], inside the namespace netns_fd (-1 = the
-  // caller's). Only async-signal-safe calls between fork and exec: the caller
-  // may have threads.
-  bool start(int netns_fd, std::string* error) {
+  // caller's), confined to cpus (empty: any). Only async-signal-safe calls
+  // between fork and exec: the caller may have threads.
+  bool start(int netns_fd, std::string* error, const std::vector<int>& cpus = {}) {
+    cpu_set_t cpu_set;
+    CPU_ZERO(&cpu_set);
+    for (int c : cpus) CPU_SET(c, &cpu_set);
     int out[2], err[2];
     if (pipe2(out, O_CLOEXEC) != 0) return fail(error, "pipe");
     if (pipe2(err, O_CLOEXEC) != 0) {
@@ -139,6 +142,7 @@ class Child {
     for (auto& a : argv_) cargv.push_back(a.data());
     cargv.push_back(nullptr);
     const std::string setns_msg = label_ + ": setns(CLONE_NEWNET) failed\n";
+    const std::string pin_msg = label_ + ": sched_setaffinity failed\n";
     const std::string exec_msg = label_ + ": cannot execute " + argv_[0] + "\n";
     const pid_t parent = getpid();
 
@@ -153,6 +157,10 @@ class Child {
       sigemptyset(&none);
       sigprocmask(SIG_SETMASK, &none, nullptr);
       signal(SIGPIPE, SIG_DFL);
+      if (!cpus.empty() && sched_setaffinity(0, sizeof cpu_set, &cpu_set) != 0) {
+        (void)!write(err[1], pin_msg.data(), pin_msg.size());
+        _exit(126);
+      }
       if (netns_fd >= 0 && setns(netns_fd, CLONE_NEWNET) != 0) {
         (void)!write(err[1], setns_msg.data(), setns_msg.size());
         _exit(126);
@@ -438,7 +446,7 @@ Result run_gloo(const std::vector<HostSlot>& slots, uint64_t min_bytes, uint64_t
     NetnsFd ns;
     std::string e;
     if (!ns.open(slots[i].netns, &e)) e = ranks.back()->label() + ": " + e;
-    if (!e.empty() || !ranks.back()->start(ns.fd(), &e)) {
+    if (!e.empty() || !ranks.back()->start(ns.fd(), &e, slots[i].cpus)) {
       r.error = e;
       ranks.clear();  // kills and reaps the ranks already started
       remove_store(store);
@@ -504,6 +512,17 @@ Result run_mpi_tcp(const std::vector<HostSlot>& slots, uint64_t min_bytes, uint6
                              "--mca", "plm_rsh_no_tree_spawn", "1", "--mca",
                              "mpi_yield_when_idle", "1"});
   }
+  // Pinned hosts: each rank confines itself (mpi_allreduce.c) to its
+  // slot's CPUs, listed by rank: "0;1;0;1", "0,1;2,3".
+  std::string cpus;
+  bool pinned = false;
+  for (size_t i = 0; i < slots.size(); i++) {
+    cpus += i ? ";" : "";
+    for (size_t k = 0; k < slots[i].cpus.size(); k++)
+      cpus += (k ? "," : "") + std::to_string(slots[i].cpus[k]);
+    pinned |= !slots[i].cpus.empty();
+  }
+  if (pinned) argv.insert(argv.end(), {"-x", "GSYNC_PEER_CPUS=" + cpus});
   argv.insert(argv.end(), {"--mca", "btl_tcp_if_include", net, "--mca", "oob_tcp_if_include", net,
                            driver, std::to_string(min_bytes), std::to_string(max_bytes),
                            std::to_string(iters)});
@@ -564,7 +583,7 @@ double tcp_stream_gbps(const HostSlot& from, const HostSlot& to, double seconds,
   if (!to_ns.open(to.netns, &err) || !from_ns.open(from.netns, &err)) return -1;
   Child server("tcp-stream server (" + slot_text(to) + ")",
                {tool, "server", "--bind", slot_address(to), "--port", "0", "--timeout", budget});
-  if (!server.start(to_ns.fd(), &err)) return -1;
+  if (!server.start(to_ns.fd(), &err, to.cpus)) return -1;
   // The server prints its kernel-chosen port once listening: no fixed port
   // to collide with other users of the machine.
   int port = 0;
@@ -586,7 +605,7 @@ double tcp_stream_gbps(const HostSlot& from, const HostSlot& to, double seconds,
   Child client("tcp-stream client (" + slot_text(from) + " -> " + slot_text(to) + ")",
                {tool, "client", "--connect", slot_address(to), "--port", std::to_string(port),
                 "--seconds", std::to_string(seconds), "--timeout", budget});
-  if (!client.start(from_ns.fd(), &err)) return -1;
+  if (!client.start(from_ns.fd(), &err, from.cpus)) return -1;
   err = wait_all({&server, &client}, deadline, "tcp-stream", budget_s);
   if (!err.empty()) return -1;
   std::istringstream in(client.out());

@@ -21,11 +21,14 @@
 namespace gsync::peers {
 
 // One rank's place: a network namespace (a name under /var/run/netns, "" =
-// the caller's namespace, i.e. loopback mode) and the address to bind and be
-// reached at ("" = 127.0.0.1).
+// the caller's namespace, i.e. loopback mode), the address to bind and be
+// reached at ("" = 127.0.0.1), and CPUs.
 struct HostSlot {
   std::string netns;
   std::string address;
+  // The CPUs the slot's host may use on a pinned test bed (empty: any):
+  // its peer ranks run there too, as gsync's do.
+  std::vector<int> cpus;
 };
 
 // One message size, as the drivers print it (nccl-tests columns, GB = 1e9 B).

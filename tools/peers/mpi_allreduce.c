@@ -8,13 +8,41 @@
  *
  *   mpirun -np 4 --mca pml ob1 --mca btl self,vader mpi-allreduce [min max iters]
  */
+#define _GNU_SOURCE
 #include <mpi.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 static int cmp(const void* a, const void* b) {
   double x = *(const double*)a, y = *(const double*)b;
   return (x > y) - (x < y);
+}
+
+/* On a pinned test bed the launcher lists each rank's CPUs in
+ * GSYNC_PEER_CPUS ("0;1;0;1": rank order, ';' between ranks, ',' between
+ * CPUs), so this rank runs where gsync's ranks of its host run. */
+static int pin_rank(int rank) {
+  const char* all = getenv("GSYNC_PEER_CPUS");
+  if (all == NULL || *all == '\0') return 0;
+  for (int r = 0; r < rank && all != NULL; r++) {
+    all = strchr(all, ';');
+    if (all != NULL) all++;
+  }
+  if (all == NULL) return 0;
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  int any = 0;
+  for (const char* p = all; *p != '\0' && *p != ';';) {
+    char* end;
+    long c = strtol(p, &end, 10);
+    if (end == p || c < 0 || c >= CPU_SETSIZE) return -1;
+    CPU_SET((int)c, &set);
+    any = 1;
+    p = *end == ',' ? end + 1 : end;
+  }
+  return any && sched_setaffinity(0, sizeof set, &set) != 0 ? -1 : 0;
 }
 
 int main(int argc, char** argv) {
@@ -22,6 +50,11 @@ int main(int argc, char** argv) {
   int rank, n;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &n);
+  if (pin_rank(rank) != 0) {
+    fprintf(stderr, "mpi-allreduce rank %d: cannot pin to GSYNC_PEER_CPUS=%s\n", rank,
+            getenv("GSYNC_PEER_CPUS"));
+    MPI_Abort(MPI_COMM_WORLD, 2);
+  }
   // Every rank is up: the launcher waits for this line before its own
   // deadline for the run (tools/peers/launch.cc, run_mpi_tcp).
   MPI_Barrier(MPI_COMM_WORLD);

@@ -50,13 +50,14 @@ using nlohmann::json;
 struct Place {
   std::string socket;
   int host = 0, rank = 0, local_rank = 0, local_size = 1;
+  std::vector<int> cpus;  // its host's CPUs on a pinned test bed, else empty
 };
 
 struct Options {
   std::string socket;
   int ranks = 4;  // per host
   int hosts = 1, racks = 1;
-  bool loopback = false;
+  bool loopback = false, pin = false;
   uint32_t uplink_mbit = 0;
   std::string cluster, sockets, algo = "auto", compare;
   std::vector<std::string> daemon_args;
@@ -88,6 +89,11 @@ double median(std::vector<double> v) {
 
 int connect(const Options& o, int rank, uint64_t arena, gsync_comm_t** comm) {
   const Place& p = o.places[size_t(rank)];
+  if (!tools::pin_to(p.cpus)) {
+    tools::report(fmt::format("error rank {}: pin to CPUs {}: {}\n", rank, tools::cpu_list(p.cpus),
+                              strerror(errno)));
+    return -1;
+  }
   gsync_config_t cfg;
   gsync_config_init(&cfg);
   cfg.socket_path = p.socket.c_str();
@@ -450,6 +456,9 @@ int main(int argc, char** argv) {
   app.add_option("--racks", o.racks, "racks of that test bed")->check(CLI::Range(1, 64));
   app.add_flag("--loopback", o.loopback, "test bed on 127.0.0.1 instead of namespaces");
   app.add_option("--uplink-mbit", o.uplink_mbit, "shape each rack's uplink (tbf), Mbit/s");
+  app.add_flag("--pin", o.pin,
+               "give each test bed host its own share of the CPUs (daemon, ranks, and the "
+               "peers' ranks on that host)");
   app.add_option("--cluster", o.cluster, "drive a running cluster (with --sockets)");
   app.add_option("--sockets", o.sockets, "client sockets of the cluster's hosts, comma-separated");
   const std::string algos = "auto ring hier direct tree doubling";
@@ -533,7 +542,7 @@ int main(int argc, char** argv) {
     for (int h = 0; h < o.hosts; h++) {
       o.racks_of.push_back(cf.hosts[size_t(h)].rack);
       for (int k = 0; k < o.ranks; k++)
-        o.places.push_back({socks[size_t(h)], h, h * o.ranks + k, k, o.ranks});
+        o.places.push_back({socks[size_t(h)], h, h * o.ranks + k, k, o.ranks, {}});
     }
   } else if (o.hosts > 1) {
     take_stop_signals();
@@ -542,6 +551,7 @@ int main(int argc, char** argv) {
     t.racks = std::min(o.racks, o.hosts);
     t.loopback = o.loopback;
     t.uplink_mbit = o.uplink_mbit;
+    t.pin = o.pin;
     t.log_level = "warn";
     if (o.algo != "auto") t.daemon_args = {"--algo", o.algo};
     t.daemon_args.insert(t.daemon_args.end(), o.daemon_args.begin(), o.daemon_args.end());
@@ -557,12 +567,15 @@ int main(int argc, char** argv) {
       std::printf("# test bed: %d hosts in %d racks, %s%s\n", o.hosts, t.racks,
                   bed->namespaces() ? "network namespaces" : "loopback",
                   o.uplink_mbit ? fmt::format(", uplinks {} Mbit/s", o.uplink_mbit).c_str() : "");
+    std::string pins;
     for (int h = 0; h < o.hosts; h++) {
       o.racks_of.push_back(bed->rack(h));
-      slots.push_back({bed->netns(h), bed->address(h)});
+      slots.push_back({bed->netns(h), bed->address(h), bed->cpus(h)});
       for (int k = 0; k < o.ranks; k++)
-        o.places.push_back({bed->socket(h), h, h * o.ranks + k, k, o.ranks});
+        o.places.push_back({bed->socket(h), h, h * o.ranks + k, k, o.ranks, bed->cpus(h)});
+      pins += fmt::format("{}{} {}", h ? ", " : "", bed->host_id(h), tools::cpu_list(bed->cpus(h)));
     }
+    if (o.pin && !o.json_out) std::printf("# hosts pinned to CPUs: %s\n", pins.c_str());
     admin_socket = bed->admin_socket(0);
   } else {
     if (o.socket.empty()) {
@@ -576,7 +589,7 @@ int main(int argc, char** argv) {
       admin_socket = daemon->admin_socket();
     }
     o.racks_of = {"r1"};
-    for (int k = 0; k < o.ranks; k++) o.places.push_back({o.socket, 0, k, k, o.ranks});
+    for (int k = 0; k < o.ranks; k++) o.places.push_back({o.socket, 0, k, k, o.ranks, {}});
   }
   std::string isa = admin_socket.empty() ? "unknown" : daemon_isa(admin_socket);
 

@@ -18,6 +18,7 @@
 
 #include <fmt/format.h>
 
+#include "tools/common/procs.h"
 #include "tools/testbed/testbed.h"
 
 namespace {
@@ -27,10 +28,12 @@ using gsync::testbed::Testbed;
 
 void print_table(const Testbed& bed) {
   std::vector<std::vector<std::string>> rows = {
-      {"host", "rack", "address:port", "netns", "client socket", "admin socket"}};
+      {"host", "rack", "address:port", "netns", "cpus", "client socket", "admin socket"}};
   for (int h = 0; h < bed.hosts(); h++)
     rows.push_back({bed.host_id(h), bed.rack(h), bed.address(h) + ":" + std::to_string(bed.port(h)),
-                    bed.namespaces() ? bed.netns(h) : "-", bed.socket(h), bed.admin_socket(h)});
+                    bed.namespaces() ? bed.netns(h) : "-",
+                    bed.cpus(h).empty() ? "all" : gsync::tools::cpu_list(bed.cpus(h)),
+                    bed.socket(h), bed.admin_socket(h)});
   std::vector<size_t> width(rows[0].size(), 0);
   for (const auto& r : rows)
     for (size_t c = 0; c < r.size(); c++) width[c] = std::max(width[c], r[c].size());
@@ -125,6 +128,8 @@ int main(int argc, char** argv) {
   up->add_option("--port", options.port, "TCP port of every host in namespace mode")
       ->capture_default_str();
   up->add_flag("--no-daemons", no_daemons, "build the network and cluster file only");
+  up->add_flag("--pin", options.pin,
+               "give each host its own share of the CPUs (its daemon and what runs in it)");
   up->add_option("daemon_args", options.daemon_args, "extra gsyncd arguments, after --");
 
   app.add_subcommand("cleanup",

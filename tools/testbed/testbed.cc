@@ -534,6 +534,7 @@ Status Testbed::plan(const Options& o) {
       h.socket = h.dir + "/gsyncd.sock";
       h.admin_socket = h.dir + "/admin.sock";
       h.log_path = h.dir + "/gsyncd.log";
+      if (o.pin) h.cpus = tools::cpu_share(tools::allowed_cpus(), total, i);
       if (mkdir(h.dir.c_str(), 0755) != 0)
         return {GSYNC_ERR_INTERNAL, "mkdir " + h.dir + ": " + strerror(errno)};
       hosts_.push_back(std::move(h));
@@ -694,6 +695,11 @@ Status Testbed::launch_daemon(int h) {
     setpgid(0, 0);
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (getppid() != parent) _exit(1);
+    if (!tools::pin_to(host.cpus)) {
+      const char msg[] = "testbed: sched_setaffinity to the host's CPUs failed\n";
+      [[maybe_unused]] ssize_t n = write(log_fd, msg, sizeof msg - 1);
+      _exit(126);
+    }
     sigset_t none;
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, nullptr);
@@ -836,6 +842,11 @@ pid_t Testbed::spawn_in_host(int h, std::function<int()> fn) {
   if (pid == 0) {
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (getppid() != parent) _exit(1);
+    if (!tools::pin_to(cpus(h))) {
+      std::fprintf(stderr, "testbed: pin to CPUs %s: %s\n", tools::cpu_list(cpus(h)).c_str(),
+                   strerror(errno));
+      _exit(126);
+    }
     if (ns_fd >= 0 && setns(ns_fd, CLONE_NEWNET) != 0) {
       std::fprintf(stderr, "testbed: setns into %s: %s\n", netns(h).c_str(), strerror(errno));
       _exit(126);

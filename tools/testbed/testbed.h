@@ -61,6 +61,12 @@ struct Options {
   uint16_t port = 7700;
   // Bound on how long create()/start_daemon() wait for daemons to come up.
   int start_timeout_s = 20;
+  // Give each host its own share of the CPUs this process may use (as
+  // separate machines would have): its daemon, spawn_in_host children and
+  // whatever calls tools::pin_to(cpus(h)) run only there. With fewer CPUs
+  // than hosts, host h gets CPU h mod n alone. docs/testbed.md says what it
+  // changes in the figures.
+  bool pin = false;
 };
 
 // Errors (Status): GSYNC_ERR_INVALID for options that cannot work,
@@ -107,6 +113,9 @@ class Testbed {
   std::string loopback_reason() const { return loopback_reason_; }
   uint32_t uplink_mbit() const { return uplink_mbit_; }
 
+  // Host h's CPUs; empty when the bed is not pinned (Options::pin).
+  const std::vector<int>& cpus(int h) const { return hosts_.at(h).cpus; }
+
   pid_t daemon_pid(int h) const { return hosts_.at(h).pid; }  // -1 when not running
   bool daemon_alive(int h) const;
   std::string daemon_log(int h) const;
@@ -143,6 +152,7 @@ class Testbed {
     std::string id, rack, address, netns, dir, socket, admin_socket, log_path;
     int rack_index = 0;  // 1-based
     uint16_t port = 0;
+    std::vector<int> cpus;  // empty: not pinned
     mutable pid_t pid = -1;  // daemon_alive() reaps
     bool started_once = false;
   };
