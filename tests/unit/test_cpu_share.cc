@@ -13,18 +13,10 @@
 #include <vector>
 
 #include "libclient/cpu_share.h"
+#include "tools/common/procs.h"
 
 namespace gsync::client {
 namespace {
-
-std::vector<int> allowed_cpus() {
-  cpu_set_t set;
-  std::vector<int> out;
-  if (sched_getaffinity(0, sizeof set, &set) != 0) return out;
-  for (int c = 0; c < CPU_SETSIZE; c++)
-    if (CPU_ISSET(c, &set)) out.push_back(c);
-  return out;
-}
 
 cpu_set_t only(std::vector<int> cpus) {
   cpu_set_t set;
@@ -74,14 +66,14 @@ bool rank_shares(const cpu_set_t& cpus, pid_t daemon) {
 }
 
 TEST(CpuShare, RankAndDaemonOnTheSameOneCpuShare) {
-  auto cpus = allowed_cpus();
+  auto cpus = tools::allowed_cpus();
   ASSERT_FALSE(cpus.empty());
   Daemonish d(only({cpus[0]}));
   EXPECT_TRUE(rank_shares(only({cpus[0]}), d.pid()));
 }
 
 TEST(CpuShare, EitherSideWithAnotherCpuDoesNotShare) {
-  auto cpus = allowed_cpus();
+  auto cpus = tools::allowed_cpus();
   if (cpus.size() < 2) GTEST_SKIP() << "SKIPPED: needs 2 CPUs, this process may use 1";
   Daemonish one(only({cpus[0]}));
   EXPECT_FALSE(rank_shares(only({cpus[1]}), one.pid()));          // different cores
@@ -91,7 +83,7 @@ TEST(CpuShare, EitherSideWithAnotherCpuDoesNotShare) {
 }
 
 TEST(CpuShare, AnUnreadableDaemonDoesNotShare) {
-  auto cpus = allowed_cpus();
+  auto cpus = tools::allowed_cpus();
   ASSERT_FALSE(cpus.empty());
   EXPECT_FALSE(rank_shares(only({cpus[0]}), 0));
   // A pid that was just reaped: nothing to read.
