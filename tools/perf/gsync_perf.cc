@@ -477,6 +477,11 @@ int main(int argc, char** argv) {
   app.add_option("--workload", o.workload, "resnet50: ResNet-50 gradients in DDP buckets");
   app.add_option("--steps", o.steps, "steps of the workload")->check(CLI::Range(1, 100000));
   CLI11_PARSE(app, argc, argv);
+  if (o.pin && (o.hosts < 2 || !o.cluster.empty())) {
+    std::fprintf(stderr, "gsync-perf: --pin splits the CPUs among the hosts of a test bed built "
+                         "for this run (--hosts N, N > 1)\n");
+    return 2;
+  }
 
   if (!parse_byte_size(min_s, &o.min_bytes) || !parse_byte_size(max_s, &o.max_bytes) ||
       o.min_bytes == 0 || o.min_bytes > o.max_bytes) {
