@@ -28,6 +28,13 @@ class Host:
     netns: str  # "-" in loopback mode
     socket: str
     admin_socket: str
+    cpus: str = "all"  # the host's CPUs with --pin, "all" without
+
+
+# gsync-testbed's table: header words -> Host fields. Columns are found by
+# where each header starts, so a column added later does not shift these.
+_COLUMNS = {"host": "id", "rack": "rack", "address:port": "address", "netns": "netns",
+            "cpus": "cpus", "client socket": "socket", "admin socket": "admin_socket"}
 
 
 def find_tool(env: str, build_rel: str, name: str) -> Optional[str]:
@@ -66,11 +73,17 @@ class Testbed:
         self.output: List[str] = []
         self.cluster_file = ""
         deadline = time.monotonic() + start_timeout_s
+        columns = []  # (start, Host field) from the header line
         for line in self._proc.stdout:
             self.output.append(line)
-            m = re.match(r"^(h\d+)\s+(\S+)\s+(\S+)\s+(\S+)\s+(\S+)\s+(\S+)\s*$", line)
-            if m:
-                self.hosts.append(Host(*m.groups()))
+            if line.startswith("host ") and "client socket" in line:
+                columns = [(m.start(), _COLUMNS.get(m.group(), ""))
+                           for m in re.finditer(r"\S+(?: \S+)*", line)]
+            elif columns and re.match(r"^h\d+\s", line):
+                bounds = [c[0] for c in columns] + [len(line)]
+                cells = {field: line[bounds[i]:bounds[i + 1]].strip()
+                         for i, (_, field) in enumerate(columns) if field}
+                self.hosts.append(Host(**cells))
             if line.startswith("cluster file:"):
                 self.cluster_file = line.split(":", 1)[1].strip()
             if line.startswith("Ctrl-C tears"):
