@@ -35,8 +35,11 @@ for _ in $(seq 300); do grep -q "Ctrl-C" "$out" && break; kill -0 "$bed_pid" 2>/
 grep -q "Ctrl-C" "$out" || { cat "$out"; exit 1; }
 sed '/Ctrl-C/d' "$out"
 cluster=$(awk '/^cluster file:/ {print $3}' "$out")
-sockets=$(awk '$1 ~ /^h[0-9]+$/ {print $5}' "$out" | paste -sd, -)
-admin=$(awk '$1 ~ /^h[0-9]+$/ {print $6; exit}' "$out")
+# Columns by the header ("client socket" then "admin socket", the last two),
+# so a column added before them does not shift these.
+col='/^host / {for (i = 1; i <= NF; i++) if ($i == "client") c = i}'
+sockets=$(awk "$col"' c && $1 ~ /^h[0-9]+$/ {print $c}' "$out" | paste -sd, -)
+admin=$(awk "$col"' c && $1 ~ /^h[0-9]+$/ {print $(c + 1); exit}' "$out")
 perf=("$build/tools/perf/gsync-perf" --cluster "$cluster" --sockets "$sockets" --admin-socket "$admin"
   --ranks-per-host "$ranks")
 
