@@ -7,10 +7,14 @@
 # step with every element checked; then a size sweep in nccl-tests' columns
 # with the algorithm per size; then `gsyncctl peers` and `status` of host 1.
 # HOSTS, RACKS, RANKS, STEPS, UPLINK_MBIT override the defaults.
+# GSYNC_DEMO_PREBUILT=1 skips the install and the build and uses BUILD_DIR
+# as it is: the test suite runs the demo that way (tests/integration).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash tools/setup-deps.sh
-bash tools/build.sh >/dev/null
+if [ -z "${GSYNC_DEMO_PREBUILT:-}" ]; then
+  bash tools/setup-deps.sh
+  bash tools/build.sh >/dev/null
+fi
 build=${BUILD_DIR:-build}
 hosts=${HOSTS:-4}
 racks=${RACKS:-2}
