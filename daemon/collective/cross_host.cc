@@ -521,10 +521,10 @@ void CrossHost::send_abort(const std::string& job, const OpId& id, const Status&
 }
 
 void CrossHost::abort(const std::string& job, const OpId& id, const Status& why) {
-  if (XOp* x = find(job, id)) {
-    fail(*x, why, true);
-    return;
-  }
+  if (XOp* x = find(job, id)) fail(*x, why, true);
+}
+
+void CrossHost::abort_unbegun(const std::string& job, const OpId& id, const Status& why) {
   // Every host: the one whose rank left is no longer a member of the job
   // but still runs the ops it began. A host that never sees the op drops
   // the note when it expires (kEarlyLife).

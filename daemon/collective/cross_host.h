@@ -79,10 +79,12 @@ class CrossHost {
   size_t pipeline_elems(const std::string& job, const OpId& id) const;
   void local_ready_upto(const std::string& job, const OpId& id, uint64_t elems);
   // The op failed here (timeout): tell the peers and end it; done runs with
-  // why once no peer write can still land in the op's buffer. An op this
-  // host never began (failed before its cross-host step) is only told to
-  // the peers: those that began it would otherwise wait out their timeout.
+  // why once no peer write can still land in the op's buffer.
   void abort(const std::string& job, const OpId& id, const Status& why);
+  // An op this host failed before its cross-host step (a remote rank had
+  // left): only told to the peers, since those that began it would
+  // otherwise wait out their timeout for this host's part.
+  void abort_unbegun(const std::string& job, const OpId& id, const Status& why);
   // What the op waits for ("hosts not ready: h21, h22").
   std::string waiting_for(const std::string& job, const OpId& id) const;
   // Extra time past the op's deadline before this host times the op out

@@ -304,7 +304,7 @@ void JobManager::start(Job& job, Op& op) {
                 fmt::format("{}: {}", op.describe(job.id), job.remote_broken.message()));
       // Hosts that began this op before they heard of the departure wait
       // for this host's part: they fail it now, not at their timeout.
-      cross_->abort(job.id, id, st);
+      cross_->abort_unbegun(job.id, id, st);
       finish(job, id, st);
     }
     return;

@@ -4,7 +4,6 @@
 // a child process stands in for the daemon, pinned with sched_setaffinity,
 // and the "rank" is a thread of this test pinned the same way.
 #include <gtest/gtest.h>
-#include <sched.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -18,23 +17,16 @@
 namespace gsync::client {
 namespace {
 
-cpu_set_t only(std::vector<int> cpus) {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  for (int c : cpus) CPU_SET(c, &set);
-  return set;
-}
-
 // A process confined to `cpus` until the test ends; killed and reaped by
 // the destructor.
 class Daemonish {
  public:
-  explicit Daemonish(const cpu_set_t& cpus) {
+  explicit Daemonish(const std::vector<int>& cpus) {
     int fds[2];
     EXPECT_EQ(pipe(fds), 0);
     pid_ = fork();
     if (pid_ == 0) {
-      char ok = sched_setaffinity(0, sizeof cpus, &cpus) == 0 ? 'y' : 'n';
+      char ok = tools::pin_to(cpus) ? 'y' : 'n';
       if (write(fds[1], &ok, 1) != 1) _exit(1);
       for (;;) pause();
     }
@@ -55,10 +47,10 @@ class Daemonish {
 };
 
 // The answer of a thread confined to `cpus` (threads have their own mask).
-bool rank_shares(const cpu_set_t& cpus, pid_t daemon) {
+bool rank_shares(const std::vector<int>& cpus, pid_t daemon) {
   bool out = false;
   std::thread t([&] {
-    EXPECT_EQ(sched_setaffinity(0, sizeof cpus, &cpus), 0);
+    EXPECT_TRUE(tools::pin_to(cpus));
     out = shares_one_cpu_with(daemon);
   });
   t.join();
@@ -68,30 +60,30 @@ bool rank_shares(const cpu_set_t& cpus, pid_t daemon) {
 TEST(CpuShare, RankAndDaemonOnTheSameOneCpuShare) {
   auto cpus = tools::allowed_cpus();
   ASSERT_FALSE(cpus.empty());
-  Daemonish d(only({cpus[0]}));
-  EXPECT_TRUE(rank_shares(only({cpus[0]}), d.pid()));
+  Daemonish d({cpus[0]});
+  EXPECT_TRUE(rank_shares({cpus[0]}, d.pid()));
 }
 
 TEST(CpuShare, EitherSideWithAnotherCpuDoesNotShare) {
   auto cpus = tools::allowed_cpus();
   if (cpus.size() < 2) GTEST_SKIP() << "SKIPPED: needs 2 CPUs, this process may use 1";
-  Daemonish one(only({cpus[0]}));
-  EXPECT_FALSE(rank_shares(only({cpus[1]}), one.pid()));          // different cores
-  EXPECT_FALSE(rank_shares(only({cpus[0], cpus[1]}), one.pid()));  // the rank may move
-  Daemonish two(only({cpus[0], cpus[1]}));
-  EXPECT_FALSE(rank_shares(only({cpus[0]}), two.pid()));  // the daemon may move
+  Daemonish one({cpus[0]});
+  EXPECT_FALSE(rank_shares({cpus[1]}, one.pid()));  // different cores
+  EXPECT_FALSE(rank_shares({cpus[0], cpus[1]}, one.pid()));  // the rank may move
+  Daemonish two({cpus[0], cpus[1]});
+  EXPECT_FALSE(rank_shares({cpus[0]}, two.pid()));  // the daemon may move
 }
 
 TEST(CpuShare, AnUnreadableDaemonDoesNotShare) {
   auto cpus = tools::allowed_cpus();
   ASSERT_FALSE(cpus.empty());
-  EXPECT_FALSE(rank_shares(only({cpus[0]}), 0));
+  EXPECT_FALSE(rank_shares({cpus[0]}, 0));
   // A pid that was just reaped: nothing to read.
   pid_t gone = fork();
   if (gone == 0) _exit(0);
   ASSERT_GT(gone, 0);
   waitpid(gone, nullptr, 0);
-  EXPECT_FALSE(rank_shares(only({cpus[0]}), gone));
+  EXPECT_FALSE(rank_shares({cpus[0]}, gone));
 }
 
 }  // namespace

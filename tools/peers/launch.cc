@@ -3,7 +3,6 @@
 
 #include <fcntl.h>
 #include <poll.h>
-#include <sched.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
@@ -18,6 +17,8 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <sstream>
+
+#include "tools/common/procs.h"
 
 namespace gsync::peers {
 
@@ -127,9 +128,6 @@ class Child {
   // caller's), confined to cpus (empty: any). Only async-signal-safe calls
   // between fork and exec: the caller may have threads.
   bool start(int netns_fd, std::string* error, const std::vector<int>& cpus = {}) {
-    cpu_set_t cpu_set;
-    CPU_ZERO(&cpu_set);
-    for (int c : cpus) CPU_SET(c, &cpu_set);
     int out[2], err[2];
     if (pipe2(out, O_CLOEXEC) != 0) return fail(error, "pipe");
     if (pipe2(err, O_CLOEXEC) != 0) {
@@ -157,7 +155,7 @@ class Child {
       sigemptyset(&none);
       sigprocmask(SIG_SETMASK, &none, nullptr);
       signal(SIGPIPE, SIG_DFL);
-      if (!cpus.empty() && sched_setaffinity(0, sizeof cpu_set, &cpu_set) != 0) {
+      if (!tools::pin_to(cpus)) {
         (void)!write(err[1], pin_msg.data(), pin_msg.size());
         _exit(126);
       }

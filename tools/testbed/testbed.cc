@@ -514,6 +514,7 @@ Status Testbed::plan(const Options& o) {
     std::set<uint16_t> taken;
     if (Status st = pick_loopback_ports(total, &taken, &ports); !st) return st;
   }
+  const std::vector<int> cpus = o.pin ? tools::allowed_cpus() : std::vector<int>{};
   int i = 0;
   for (int r = 0; r < racks_; r++) {
     for (int k = 0; k < sizes[static_cast<size_t>(r)]; k++, i++) {
@@ -534,7 +535,7 @@ Status Testbed::plan(const Options& o) {
       h.socket = h.dir + "/gsyncd.sock";
       h.admin_socket = h.dir + "/admin.sock";
       h.log_path = h.dir + "/gsyncd.log";
-      if (o.pin) h.cpus = tools::cpu_share(tools::allowed_cpus(), total, i);
+      if (o.pin) h.cpus = tools::cpu_share(cpus, total, i);
       if (mkdir(h.dir.c_str(), 0755) != 0)
         return {GSYNC_ERR_INTERNAL, "mkdir " + h.dir + ": " + strerror(errno)};
       hosts_.push_back(std::move(h));
