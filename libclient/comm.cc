@@ -36,6 +36,11 @@ constexpr auto kSpin = std::chrono::microseconds(200);
 // Sleep at most this long at a time, then look again: bounds the damage of
 // a lost wakeup and lets several waiting threads take turns.
 constexpr int kSliceMs = 10;
+// A session looks at its socket for a hangup at most this often on the fast
+// path (submit, test, the first look of wait). A daemon that died in between
+// is still noticed: the op it never completes fails at the wait, whose
+// blocking poll watches the socket too.
+constexpr auto kAliveEvery = std::chrono::milliseconds(1);
 
 inline void cpu_relax() {
 #if defined(__x86_64__) || defined(__i386__)
@@ -383,7 +388,10 @@ int Session::publish_locked(const OpArgs& a, const std::shared_ptr<RequestState>
   // Release: the entry and the tensor data (written by this thread, or by
   // the caller before it called us) are visible before the new tail.
   header_->sq_tail.store(sq_tail_, std::memory_order_release);
-  ring(conn_.sq_doorbell.get());
+  // No doorbell while the daemon is looking at the ring by itself: the
+  // write would cost this rank a syscall and the daemon a wakeup and a read.
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (header_->sq_polled.load(std::memory_order_relaxed) == 0) ring(conn_.sq_doorbell.get());
   return GSYNC_OK;
 }
 
@@ -447,8 +455,11 @@ void Session::complete_locked(uint64_t tag, int32_t status, std::string message)
   }
 }
 
-void Session::check_alive_locked() {
+void Session::check_alive_locked(bool force) {
   if (shut_ || fds_closed_) return;
+  const auto now = Clock::now();
+  if (!force && now - alive_checked_ < kAliveEvery) return;
+  alive_checked_ = now;
   pollfd p{conn_.sock.get(), POLLIN | POLLRDHUP, 0};
   if (::poll(&p, 1, 0) <= 0) return;
   bool gone = (p.revents & (POLLHUP | POLLRDHUP | POLLERR | POLLNVAL)) != 0;
@@ -536,10 +547,12 @@ int Session::wait(RequestState& st, int timeout_ms) {
   if (timeout_ms == 0) return test(st);
   const auto start = Clock::now();
   std::unique_lock lk(mu_);
-  for (;;) {
+  // After a block the socket is looked at every time: the block may have
+  // ended on its hangup.
+  for (bool blocked = false;; blocked = true) {
     if (!st.done && !fds_closed_) {
       drain_locked();
-      if (!st.done) check_alive_locked();
+      if (!st.done) check_alive_locked(blocked);
     }
     if (st.done) return finish(st, lk);
     if (fds_closed_) {  // close() completes everything; never poll closed fds

@@ -11,6 +11,7 @@
 // doorbells at once; the mapping goes with the last reference.
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <memory>
@@ -76,8 +77,10 @@ class Session {
   // Consume every completion the daemon has posted.
   void drain_locked();
   void complete_locked(uint64_t tag, int32_t status, std::string message);
-  // Polls the socket without blocking; a hangup ends the session.
-  void check_alive_locked();
+  // Polls the socket without blocking; a hangup ends the session. At most
+  // once per kAliveEvery unless forced: a rank submitting small ops back to
+  // back would otherwise pay two syscalls per op for it.
+  void check_alive_locked(bool force = false);
   // Ends the session: later submissions fail with `code`, pending requests
   // complete with it.
   void shut_down_locked(int code, const std::string& why);
@@ -103,6 +106,7 @@ class Session {
   uint32_t sq_mask_;
   uint32_t cq_mask_;
   uint32_t max_inflight_;
+  std::chrono::steady_clock::time_point alive_checked_{};
 
   std::mutex mu_;
   std::condition_variable cv_;

@@ -15,7 +15,7 @@ namespace gsync::proto {
 // Bumped on any change of the structs below. The first two fields of
 // HelloRequest and HelloReply (magic, version) never move, so peers of any
 // version can read each other's version and name both in the refusal.
-constexpr uint32_t kVersion = 1;
+constexpr uint32_t kVersion = 2;
 constexpr uint32_t kHelloMagic = 0x4e595347;  // "GSYN"
 constexpr uint32_t kShmMagic = 0x4d485347;    // "GSHM"
 constexpr size_t kJobIdMax = 64;              // including the NUL
@@ -107,6 +107,11 @@ struct ShmHeader {
   // eventfd only when this is non-zero; both sides order the check against
   // their ring update with a seq_cst fence (Dekker), so no wakeup is lost.
   alignas(64) std::atomic<uint32_t> cq_waiters;
+  // Non-zero while the daemon looks at sq_tail by itself (its polling
+  // window): a submission then rings no doorbell. The same Dekker pairing
+  // as cq_waiters: the client publishes sq_tail, fences, reads this; the
+  // daemon clears this, fences, reads sq_tail once more before it sleeps.
+  alignas(64) std::atomic<uint32_t> sq_polled;
 };
 static_assert(std::atomic<uint32_t>::is_always_lock_free);
 

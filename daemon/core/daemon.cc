@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <thread>
@@ -102,6 +103,15 @@ Status Daemon::start() {
     for (uint64_t id : finished) jobs_.executor_done(id);
   });
   loop_.set_poll(std::chrono::microseconds(cfg_.poll_us));
+  if (cfg_.poll_us > 0) {
+    // While the loop polls it reads the submission rings itself, and the
+    // clients skip the doorbell (docs/protocol.md, "Doorbells").
+    loop_.set_looker([this] { return take_all_submissions(); },
+                     [this](bool on) {
+                       for (auto& [id, s] : sessions_) s->set_polled(on);
+                       std::atomic_thread_fence(std::memory_order_seq_cst);
+                     });
+  }
   loop_.every(kTick, [this] { tick(); });
   watchdog_period_ = watchdog_period();
   return Status::ok();
@@ -273,8 +283,22 @@ void Daemon::reap_stale_holder(const JoinRequest& join) {
   }
 }
 
+bool Daemon::take_all_submissions() {
+  // Handling a submission can close sessions (a corrupt ring), so the ones
+  // with work are picked out first.
+  std::vector<std::shared_ptr<Session>> ready;
+  for (auto& [id, s] : sessions_)
+    if (!s->closed && s->has_submissions()) ready.push_back(s);
+  for (auto& s : ready) take_submissions(s);
+  return !ready.empty();
+}
+
 void Daemon::on_doorbell(const std::shared_ptr<Session>& s) {
   s->drain_doorbell();
+  take_submissions(s);
+}
+
+void Daemon::take_submissions(const std::shared_ptr<Session>& s) {
   proto::SubmitEntry e;
   Status err;
   while (!s->closed && s->pop(&e, &err)) jobs_.submit(s, e);

@@ -47,6 +47,9 @@ class Daemon {
   void on_hello(int fd);
   void open_session(int fd, const Peer& peer, const proto::HelloRequest& hello);
   void on_doorbell(const std::shared_ptr<Session>& s);
+  void take_submissions(const std::shared_ptr<Session>& s);
+  // Every session's pending submissions; whether there were any.
+  bool take_all_submissions();
   void close_session(const std::shared_ptr<Session>& s, const std::string& reason);
   bool allowed(const Peer& peer) const;
   void reap_stale_holder(const JoinRequest& join);

@@ -80,14 +80,28 @@ void EventLoop::run() {
     // a loop that polled without yielding held the core for its whole time
     // slice (measured: 4 KiB across 2 hosts went from 100 us to 300-500 us).
     bool polling = poll_.count() > 0 && now - last_event_ < poll_;
-    int n = epoll_wait(epfd_, events, 64, polling ? 0 : timeout_ms);
+    bool found = false;
+    if (look_) {
+      if (polling != announced_) {
+        announce_(polling);
+        announced_ = polling;
+      }
+      // Polling: look every time round. About to sleep: one last look
+      // after the producers were told, the other half of their check.
+      found = look_();
+      if (found) {
+        last_event_ = Clock::now();
+        timeout_ms = 0;
+      }
+    }
+    int n = epoll_wait(epfd_, events, 64, polling || found ? 0 : timeout_ms);
     if (n < 0 && errno != EINTR) {
       spdlog::critical("epoll_wait: {}", strerror(errno));
       return;
     }
     if (n > 0) {
       last_event_ = Clock::now();
-    } else if (polling) {
+    } else if (polling && !found) {
       sched_yield();
     }
     for (int i = 0; i < n; i++) {

@@ -40,6 +40,18 @@ class EventLoop {
   // long, yielding the core between looks (0: always sleep in epoll_wait).
   void set_poll(std::chrono::microseconds window) { poll_ = window; }
 
+  // Work announced in memory rather than on an fd (the clients' submission
+  // rings). While the loop polls it calls look() every time round; look()
+  // handles what it finds and says whether it found anything. announce(on)
+  // tells the producers whether the loop is looking (they skip their
+  // doorbell fd while it is); after announce(false) the loop looks once
+  // more before it sleeps, so a producer that saw "looking" just before is
+  // not missed. announce() must end with a seq_cst fence.
+  void set_looker(std::function<bool()> look, std::function<void(bool)> announce) {
+    look_ = std::move(look);
+    announce_ = std::move(announce);
+  }
+
   void run();   // until stop()
   void stop();  // safe from the loop thread (signals arrive by signalfd)
 
@@ -61,6 +73,9 @@ class EventLoop {
   std::vector<std::function<void()>> deferred_;
   std::chrono::microseconds poll_{0};
   Clock::time_point last_event_;
+  std::function<bool()> look_;
+  std::function<void(bool)> announce_;
+  bool announced_ = false;
 };
 
 }  // namespace gsync

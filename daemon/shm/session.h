@@ -60,6 +60,14 @@ class Session {
   uint64_t shm_bytes() const { return total_bytes_; }
   uint64_t arena_bytes() const { return arena_bytes_; }
   void drain_doorbell();
+  // The client has published submissions not yet popped.
+  bool has_submissions() const {
+    return header()->sq_tail.load(std::memory_order_relaxed) != sq_head_;
+  }
+  // Tells the client whether the daemon is looking at the ring by itself, so
+  // that it may skip the doorbell (proto::ShmHeader::sq_polled). The caller
+  // fences before it looks at the rings after clearing it.
+  void set_polled(bool on) { header()->sq_polled.store(on ? 1 : 0, std::memory_order_relaxed); }
 
   // Identity, filled in by the listener after the handshake.
   int socket_fd = -1;
