@@ -42,7 +42,12 @@ std::string CrossHost::peers_json() const {
                      {"send_gbps", const_cast<RateMeter&>(sent_meter_[size_t(h)]).rate(now) / 1e9},
                      {"recv_gbps", const_cast<RateMeter&>(recv_meter_[size_t(h)]).rate(now) / 1e9},
                      {"connects", st.connects},
-                     {"last_error", st.last_error}});
+                     {"last_error", st.last_error},
+                     // Seconds since last_error happened; null when there is none.
+                     {"last_error_age_s",
+                      st.last_error.empty()
+                          ? json(nullptr)
+                          : json(std::chrono::duration<double>(now - st.last_error_at).count())}});
     if (st.transport == "verbs") {
       auto& p = peers.back();
       p["verbs"] = {{"device", st.verbs_device}, {"port", st.verbs_port},

@@ -13,6 +13,7 @@
 // called from another thread.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -71,12 +72,26 @@ struct Region {
 
 enum class PeerState : uint8_t { kConnecting, kUp, kDown };
 
+// A pair's last failure and when it happened: gsyncctl peers shows its age,
+// so a connect refused at start-up is not read as news about a link now up.
+struct LastError {
+  std::string text;
+  std::chrono::steady_clock::time_point at{};
+  void set(std::string why) {
+    text = std::move(why);
+    at = std::chrono::steady_clock::now();
+  }
+  void clear() { *this = LastError{}; }
+  bool empty() const { return text.empty(); }
+};
+
 struct PeerStats {
   PeerState state = PeerState::kConnecting;
   uint64_t bytes_sent = 0, bytes_received = 0;
   uint64_t writes_sent = 0, writes_received = 0;
   uint64_t connects = 0;          // successful link establishments
   std::string last_error;         // why the link last went down, "" if never
+  std::chrono::steady_clock::time_point last_error_at{};  // when, for its age
   std::string transport = "tcp";  // "tcp", "verbs"
   // Verbs only (empty / zero on TCP): where the link runs and how it fares.
   std::string verbs_device;      // "rxe0"

@@ -16,6 +16,7 @@
 
 #include <chrono>
 #include <csignal>
+#include <cstdlib>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -592,6 +593,15 @@ TEST(MultiHost, ClusterNameMismatchIsRefusedNamingBoth) {
   waitpid(pid, nullptr, 0);
   EXPECT_NE(peers.find("other-"), std::string::npos) << peers << "\n" << bed->daemon_log(0);
   EXPECT_NE(peers.find(bed->name()), std::string::npos) << peers;
+  // The refusal comes with its age, seconds at most here (gsyncctl peers
+  // shows "... (1.2s ago)"). Keys are in alphabetical order: the age
+  // follows the error it belongs to.
+  auto age_at = peers.find("\"last_error_age_s\":", peers.find("other-"));
+  ASSERT_NE(age_at, std::string::npos) << peers;
+  double age = std::strtod(peers.c_str() + age_at + 19, nullptr);
+  EXPECT_GE(age, 0.0) << peers;
+  EXPECT_LT(age, 30.0) << peers;
+  EXPECT_NE(peers.compare(age_at + 19, 4, "null"), 0) << peers;
 }
 
 TEST(MultiHost, MalformedFrameDropsTheConnectionNotTheDaemon) {

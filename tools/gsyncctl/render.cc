@@ -234,7 +234,13 @@ std::string render_peers(const json& reply) {
   if (!peers.is_array() || peers.empty()) return out + "no peers\n";
   std::vector<Row> rows;
   for (const json& p : peers) {
+    // "connection refused (3m05s ago)": an old error beside a peer that is
+    // up now reads as history, not as news.
     std::string last_error = text(field(p, "last_error"));
+    if (last_error == kMissing) last_error.clear();
+    const json& age = field(p, "last_error_age_s");
+    if (!last_error.empty() && age.is_number())
+      last_error += fmt::format(" ({} ago)", format_duration(age.get<double>()));
     rows.push_back({
         text(field(p, "host")),
         text(field(p, "address")),

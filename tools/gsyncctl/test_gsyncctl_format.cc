@@ -158,5 +158,27 @@ TEST(RenderClients, Table) {
               Not(HasSubstr("null")));
 }
 
+TEST(RenderPeers, LastErrorWithItsAge) {
+  auto reply = nlohmann::json::parse(R"json({"cluster":"c1","epoch":2,
+    "self":{"host":"h1","address":"10.0.0.1:7700","rack":"r1"},
+    "peers":[{"host":"h2","address":"10.0.0.2:7700","rack":"r1","state":"up","transport":"tcp",
+              "bytes_sent":1024,"bytes_received":2048,"send_gbps":1.5,"recv_gbps":0.25,
+              "connects":2,"last_error":"connect to 10.0.0.2:7700: Connection refused",
+              "last_error_age_s":185.2},
+             {"host":"h3","address":"10.0.0.3:7700","rack":"r2","state":"up","transport":"tcp",
+              "bytes_sent":0,"bytes_received":0,"send_gbps":0,"recv_gbps":0,
+              "connects":1,"last_error":"","last_error_age_s":null}]})json");
+  std::string out = render_peers(reply);
+  EXPECT_THAT(out, HasSubstr("cluster c1, this host h1 (10.0.0.1:7700, rack r1), epoch 2\n"));
+  EXPECT_THAT(out, HasSubstr("connect to 10.0.0.2:7700: Connection refused (3m05s ago)"));
+  // A peer with no error shows the placeholder, not an age.
+  std::string h3 = out.substr(out.find("h3 "));
+  EXPECT_EQ(h3.substr(h3.size() - 2), "-\n") << out;
+  EXPECT_THAT(out, Not(HasSubstr("null")));
+  // An older daemon sends no age: the error is shown as it is.
+  reply["peers"][0].erase("last_error_age_s");
+  EXPECT_THAT(render_peers(reply), HasSubstr("Connection refused\n"));
+}
+
 }  // namespace
 }  // namespace gsync::cli

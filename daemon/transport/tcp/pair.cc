@@ -230,7 +230,7 @@ void Pair::link_down(const std::string& reason, int code) {
   spdlog::error("tcp transport: {}; peer down", reason);
   phase_ = Phase::kIdle;
   state_ = PeerState::kDown;
-  last_error_ = reason;
+  last_error_.set(reason);
   last_logged_ = reason;
   drop_connections();
   assembling_.clear();
@@ -252,7 +252,7 @@ void Pair::link_down(const std::string& reason, int code) {
 void Pair::attempt_failed(const std::string& reason, int code) {
   drop_connections();
   phase_ = Phase::kIdle;
-  last_error_ = reason;
+  last_error_.set(reason);
   if (reason != last_logged_) {
     // Refusals are configuration errors someone must fix; a peer that is
     // not reachable yet is normal while a cluster starts.
@@ -528,7 +528,7 @@ void Pair::write(const void* src, uint64_t len, uint32_t region, uint64_t offset
         Status(GSYNC_ERR_CONNECT,
                fmt::format("write of {} to {}: the peer is {}{}", bytes_text(len), describe_,
                            state_ == PeerState::kConnecting ? "not connected yet" : "down",
-                           last_error_.empty() ? "" : " (" + last_error_ + ")")));
+                           last_error_.empty() ? "" : " (" + last_error_.text + ")")));
     return;
   }
   uint64_t pieces = (streams_ > 1 && len >= kSplitMin) ? static_cast<uint64_t>(streams_) : 1;
@@ -657,7 +657,8 @@ PeerStats Pair::stats() const {
   s.writes_sent = writes_sent_;
   s.writes_received = writes_received_;
   s.connects = connects_;
-  s.last_error = last_error_;
+  s.last_error = last_error_.text;
+  s.last_error_at = last_error_.at;
   s.transport = "tcp";
   return s;
 }

@@ -59,7 +59,7 @@ class Pair {
   std::string adopt(Connection* c, const Hello& hello);
   // Acceptor: the context refused a HELLO that named this peer.
   void note_refusal(const std::string& reason) {
-    if (!up()) last_error_ = reason;
+    if (!up()) last_error_.set(reason);
   }
 
   // Runs what is due at now (reconnect, handshake timeout, heartbeat,
@@ -148,7 +148,7 @@ class Pair {
   uint64_t bytes_sent_ = 0, bytes_received_ = 0;
   uint64_t writes_sent_ = 0, writes_received_ = 0;
   uint64_t connects_ = 0;
-  std::string last_error_;
+  LastError last_error_;
 };
 
 }  // namespace gsync::transport::tcp

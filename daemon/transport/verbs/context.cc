@@ -181,11 +181,11 @@ void VerbsContext::on_internal(int peer, std::string_view msg) {
   // messages are not ours to read, and it never comes up here.
   if (!decided_[size_t(peer)] && static_cast<Ctl>(msg[0]) != Ctl::kCaps) {
     if (mismatch_[size_t(peer)].empty()) {
-      mismatch_[size_t(peer)] = fmt::format(
+      mismatch_[size_t(peer)].set(fmt::format(
           "peer {} speaks the plain tcp transport (its first message was not the verbs "
           "transport's capability message); set [cluster] transport the same on every host",
-          describe_host(peer));
-      spdlog::error("verbs transport: {}; its messages are ignored", mismatch_[size_t(peer)]);
+          describe_host(peer)));
+      spdlog::error("verbs transport: {}; its messages are ignored", mismatch_[size_t(peer)].text);
     }
     return;
   }
@@ -463,7 +463,10 @@ PeerStats VerbsContext::stats(int peer) const {
   if (link_[size_t(peer)] == Link::kVerbs) return pairs_[size_t(peer)]->stats();
   PeerStats s = inner_->stats(peer);  // transport "tcp", no verbs_* fields
   if (s.state == PeerState::kUp && !peer_up(peer)) s.state = PeerState::kConnecting;
-  if (!mismatch_[size_t(peer)].empty()) s.last_error = mismatch_[size_t(peer)];
+  if (!mismatch_[size_t(peer)].empty()) {
+    s.last_error = mismatch_[size_t(peer)].text;
+    s.last_error_at = mismatch_[size_t(peer)].at;
+  }
   return s;
 }
 

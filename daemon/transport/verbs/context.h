@@ -118,7 +118,7 @@ class VerbsContext final : public Context {
   std::vector<std::string> logged_;           // the last choice logged, per peer
   // Per peer: why its messages are ignored (its first message on the link
   // was not CAPS: it runs the plain TCP context), "" when it speaks ours.
-  std::vector<std::string> mismatch_;
+  std::vector<LastError> mismatch_;
   Caps offer_{true, ""};                      // what we tell peers
   HandlerQueue events_;
   bool in_poll_ = false;

@@ -19,7 +19,7 @@ Pair::Pair(VerbsContext& ctx, int peer)
       slots_(kRecvSlots + kSendDepth) {
   Status st = ctx_.device().register_memory(reinterpret_cast<uint8_t*>(slots_.data()),
                                             slots_.size() * sizeof(Descriptor), -1, &slots_mr_);
-  if (!st) last_error_ = st.message();  // create_qp() refuses to run and says so
+  if (!st) last_error_.set(st.message());  // create_qp() refuses to run and says so
 }
 
 Pair::~Pair() {
@@ -35,7 +35,7 @@ Status Pair::create_qp() {
   destroy_qp();
   Device& d = ctx_.device();
   if (slots_mr_.handle == nullptr)
-    return Status(GSYNC_ERR_NOMEM, fmt::format("verbs link {} -> {}: {}", self_, describe_, last_error_));
+    return Status(GSYNC_ERR_NOMEM, fmt::format("verbs link {} -> {}: {}", self_, describe_, last_error_.text));
   int cqe = static_cast<int>(kSendDepth + kRecvSlots + 8);
   cq_ = ibv_create_cq(d.context(), cqe, this, d.channel(), 0);
   if (cq_ == nullptr)
@@ -155,7 +155,7 @@ void Pair::on_link_up() {
 
 void Pair::start_qp() {
   if (Status st = create_qp(); !st) {
-    last_error_ = st.message();
+    last_error_.set(st.message());
     spdlog::error("{}", st.message());
     return;
   }
@@ -255,7 +255,7 @@ void Pair::write(const void* src, uint64_t len, uint32_t region, uint64_t offset
                          Status(GSYNC_ERR_HOST_LOST,
                                 fmt::format("write to {}: the verbs link is not up{}{}", describe_,
                                             last_error_.empty() ? "" : " (last error: ",
-                                            last_error_.empty() ? "" : last_error_ + ")")));
+                                            last_error_.empty() ? "" : last_error_.text + ")")));
     return;
   }
   auto it = remote_regions_.find(region);
@@ -542,7 +542,7 @@ void Pair::fail_write(Write& w, const Status& st) {
 void Pair::teardown(const Status& why) {
   bool had = qp_ != nullptr;
   destroy_qp();
-  if (!why.message().empty()) last_error_ = why.message();
+  if (!why.message().empty()) last_error_.set(why.message());
   if (user_up_) {
     user_up_ = false;
     spdlog::warn("{}", why.message());
@@ -584,7 +584,8 @@ PeerStats Pair::stats() const {
   s.writes_sent = writes_sent_;
   s.writes_received = writes_received_;
   s.connects = connects_;
-  s.last_error = last_error_;
+  s.last_error = last_error_.text;
+  s.last_error_at = last_error_.at;
   s.transport = "verbs";
   s.verbs_device = ctx_.device().choice().device;
   s.verbs_port = ctx_.device().choice().port;

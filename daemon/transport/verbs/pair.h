@@ -148,7 +148,7 @@ class Pair {
   uint64_t bytes_sent_ = 0, bytes_received_ = 0;
   uint64_t writes_sent_ = 0, writes_received_ = 0;
   uint64_t connects_ = 0, completion_errors_ = 0;
-  std::string last_error_;
+  LastError last_error_;
 };
 
 }  // namespace gsync::transport::verbs
