@@ -17,6 +17,7 @@ int main(int argc, char** argv) {
   uint32_t reduce_threads = 0, op_timeout_ms = 0;
   std::string cluster_file, host_id, algorithm, chunk_bytes, transport;
   uint32_t tcp_streams = 0;
+  int tcp_streams_cross_rack = -1;
   int64_t tcp_buffer_kib = -1, poll_us = -1;
   bool print_config = false;
   auto* config_opt = app.add_option("-c,--config", config_path, "TOML config file");
@@ -29,7 +30,9 @@ int main(int argc, char** argv) {
   app.add_option("--cluster", cluster_file, "cluster file (overrides [cluster] file)");
   app.add_option("--host-id", host_id, "this daemon's id in the cluster file");
   app.add_option("--algo", algorithm, "cross-host algorithm: auto ring hier direct tree doubling");
-  app.add_option("--tcp-streams", tcp_streams, "TCP connections per peer");
+  app.add_option("--tcp-streams", tcp_streams, "TCP connections per peer in this host's rack");
+  app.add_option("--tcp-streams-cross-rack", tcp_streams_cross_rack,
+                 "TCP connections per peer in another rack (0: as --tcp-streams)");
   app.add_option("--tcp-buffer-kib", tcp_buffer_kib,
                  "socket buffers per TCP connection, KiB (0: kernel autotuning)");
   app.add_option("--transport", transport, "daemon-to-daemon transport: auto tcp verbs");
@@ -55,6 +58,7 @@ int main(int argc, char** argv) {
   if (!host_id.empty()) cfg.host_id = host_id;
   if (!algorithm.empty()) cfg.algorithm = algorithm;
   if (tcp_streams) cfg.tcp_streams = tcp_streams;
+  if (tcp_streams_cross_rack >= 0) cfg.tcp_streams_cross_rack = static_cast<uint32_t>(tcp_streams_cross_rack);
   if (poll_us >= 0) cfg.poll_us = static_cast<uint32_t>(poll_us);
   if (tcp_buffer_kib >= 0) cfg.tcp_buffer_kib = static_cast<uint32_t>(tcp_buffer_kib);
   if (!transport.empty()) cfg.transport = transport;

@@ -46,6 +46,7 @@ Status CrossHost::start() {
   for (const auto& h : cluster_.hosts) o.hosts.push_back({h.id, h.address, h.port, h.rack});
   o.self = cluster_.self;
   o.streams = static_cast<int>(cfg_.tcp_streams);
+  o.cross_rack_streams = static_cast<int>(cfg_.tcp_streams_cross_rack);
   o.socket_buffer_bytes = static_cast<int>(cfg_.tcp_buffer_kib << 10);
   o.peer_timeout_ms = cfg_.peer_timeout_ms;
   o.heartbeat_ms = std::max<uint32_t>(cfg_.peer_timeout_ms / 10, 20);
@@ -69,13 +70,14 @@ Status CrossHost::start() {
     sample_rates();
     expire_early();
   });
-  spdlog::info("cluster {}: this daemon is {} ({}:{}, rack {}), {} hosts, links over {}, {} tcp streams",
+  spdlog::info("cluster {}: this daemon is {} ({}:{}, rack {}), {} hosts, links over {}, {} tcp streams per peer in the rack, {} across racks",
                cluster_.name, self_id(), cluster_.hosts[size_t(cluster_.self)].address,
                cluster_.hosts[size_t(cluster_.self)].port, cluster_.hosts[size_t(cluster_.self)].rack,
                cluster_.hosts.size(), net_->self() >= 0 && cluster_.hosts.size() > 1
                                           ? net_->stats(cluster_.self == 0 ? 1 : 0).transport
                                           : std::string("tcp"),
-               cfg_.tcp_streams);
+               cfg_.tcp_streams,
+               cfg_.tcp_streams_cross_rack ? cfg_.tcp_streams_cross_rack : cfg_.tcp_streams);
   return Status::ok();
 }
 

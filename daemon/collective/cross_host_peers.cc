@@ -37,6 +37,7 @@ std::string CrossHost::peers_json() const {
                      {"rack", host.rack},
                      {"state", state},
                      {"transport", st.transport},
+                     {"streams", st.streams},
                      {"bytes_sent", st.bytes_sent},
                      {"bytes_received", st.bytes_received},
                      {"send_gbps", const_cast<RateMeter&>(sent_meter_[size_t(h)]).rate(now) / 1e9},

@@ -37,7 +37,8 @@ struct DaemonConfig {
   // [cluster] Multi-host. No cluster file: this host is the whole world.
   std::string cluster_file;
   std::string host_id;              // this daemon in the file; "": found by local address
-  uint32_t tcp_streams = 2;         // TCP connections per peer
+  uint32_t tcp_streams = 2;         // TCP connections per peer in this host's rack
+  uint32_t tcp_streams_cross_rack = 1;  // ... per peer in another rack; 0: tcp_streams
   uint32_t tcp_buffer_kib = 256;    // socket buffers per connection; 0 = kernel autotuning
   std::string transport = "auto";   // auto (verbs if an RDMA device works, else tcp) tcp verbs
   uint32_t peer_timeout_ms = 3000;  // a silent peer is declared lost after this

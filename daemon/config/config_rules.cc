@@ -51,6 +51,7 @@ const ConfigField kFields[] = {
     {"cluster", "file", ConfigKind::kString, &DaemonConfig::cluster_file},
     {"cluster", "host_id", ConfigKind::kString, &DaemonConfig::host_id},
     {"cluster", "tcp_streams", ConfigKind::kCount, &DaemonConfig::tcp_streams},
+    {"cluster", "tcp_streams_cross_rack", ConfigKind::kCount, &DaemonConfig::tcp_streams_cross_rack},
     {"cluster", "tcp_buffer_kib", ConfigKind::kCount, &DaemonConfig::tcp_buffer_kib},
     {"cluster", "transport", ConfigKind::kString, &DaemonConfig::transport},
     {"cluster", "peer_timeout_ms", ConfigKind::kCount, &DaemonConfig::peer_timeout_ms},
@@ -176,6 +177,9 @@ std::optional<ConfigProblem> find_config_problem(const DaemonConfig& cfg) {
   if (cfg.op_timeout_ms == 0) return problem("limits.op_timeout_ms", "must be > 0");
   if (cfg.tcp_streams < 1 || cfg.tcp_streams > 16)
     return problem("cluster.tcp_streams", fmt::format("must be 1 to 16, got {}", cfg.tcp_streams));
+  if (cfg.tcp_streams_cross_rack > 16)
+    return problem("cluster.tcp_streams_cross_rack",
+                   fmt::format("must be 0 (as tcp_streams) to 16, got {}", cfg.tcp_streams_cross_rack));
   if (cfg.tcp_buffer_kib != 0 && (cfg.tcp_buffer_kib < 16 || cfg.tcp_buffer_kib > 65536))
     return problem("cluster.tcp_buffer_kib",
                    fmt::format("must be 0 (kernel autotuning) or 16 to 65536, got {}",

@@ -46,7 +46,11 @@ struct ContextOptions {
   std::vector<PeerInfo> hosts;  // the whole cluster, in cluster-file order
   int self = -1;                // index of this daemon in hosts
   std::string listen_address;   // default: hosts[self].address
-  int streams = 2;              // TCP connections per peer
+  int streams = 2;              // TCP connections per peer in this host's rack
+  // TCP connections per peer in another rack; 0: `streams`. Across a rack's
+  // uplink the link's rate, not one core's TCP work, limits a stream, and
+  // more flows only crowd the uplink's queue (docs/transport.md, "Streams").
+  int cross_rack_streams = 1;
   // SO_SNDBUF and SO_RCVBUF of each TCP connection (the kernel doubles it);
   // 0 leaves them to the kernel's autotuning. Small buffers keep the bytes
   // in flight in cache (docs/transport.md, "Socket buffers").
@@ -93,6 +97,7 @@ struct PeerStats {
   std::string last_error;         // why the link last went down, "" if never
   std::chrono::steady_clock::time_point last_error_at{};  // when, for its age
   std::string transport = "tcp";  // "tcp", "verbs"
+  int streams = 0;                // TCP connections (or QPs) of the link
   // Verbs only (empty / zero on TCP): where the link runs and how it fares.
   std::string verbs_device;      // "rxe0"
   int verbs_port = 0;

@@ -168,6 +168,8 @@ const BadCase kBadCases[] = {
     {"UnknownAlgorithm", "[cluster]\nalgorithm = \"butterfly\"\n", "2: cluster.algorithm: ",
      "is not one of auto, ring, hier, direct, tree, doubling"},
     {"TooManyStreams", "[cluster]\ntcp_streams = 64\n", "2: cluster.tcp_streams: ", "1 to 16"},
+    {"TooManyCrossRackStreams", "[cluster]\ntcp_streams_cross_rack = 17\n",
+     "2: cluster.tcp_streams_cross_rack: ", "must be 0 (as tcp_streams) to 16, got 17"},
     {"TcpBufferTooSmall", "[cluster]\ntcp_buffer_kib = 8\n", "2: cluster.tcp_buffer_kib: ",
      "must be 0 (kernel autotuning) or 16 to 65536, got 8"},
     {"PollTooLong", "[daemon]\npoll_us = 100001\n", "2: daemon.poll_us: ",
@@ -409,8 +411,9 @@ TEST(ConfigJson, MirrorsTomlLayout) {
   EXPECT_EQ(j["limits"]["inline_reduce_bytes"], 256 << 10);
   EXPECT_EQ(j["cluster"]["algorithm"], "auto");
   EXPECT_EQ(j["cluster"]["tcp_streams"], 2);
+  EXPECT_EQ(j["cluster"]["tcp_streams_cross_rack"], 1);
   EXPECT_EQ(j.size(), 4u);
-  EXPECT_EQ(j["daemon"].size() + j["auth"].size() + j["limits"].size() + j["cluster"].size(), 22u);
+  EXPECT_EQ(j["daemon"].size() + j["auth"].size() + j["limits"].size() + j["cluster"].size(), 23u);
 }
 
 #ifdef GSYNC_EXAMPLE_CONFIG

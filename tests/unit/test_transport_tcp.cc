@@ -392,6 +392,56 @@ TEST(TcpTransport, StreamCountMismatchIsRefused) {
   EXPECT_NE(err.find("expects 3"), std::string::npos) << err;
 }
 
+// Racks a and b: two streams to the peer in the rack, one across, and data
+// crosses on both kinds of link.
+TEST(TcpTransport, OneStreamAcrossRacksTwoWithin) {
+  Cluster c(3);
+  c.base().hosts[0].rack = c.base().hosts[1].rack = "a";
+  c.base().hosts[2].rack = "b";
+  c.base().cross_rack_streams = 1;
+  for (int i = 0; i < 3; i++) c.start(i);
+  ASSERT_TRUE(c.pump([&] { return c.all_up(); }));
+  EXPECT_EQ(c[0].ctx->stats(1).streams, 2);
+  EXPECT_EQ(c[0].ctx->stats(2).streams, 1);
+  EXPECT_EQ(c[2].ctx->stats(0).streams, 1);
+  EXPECT_EQ(c[2].ctx->stats(1).streams, 1);
+  // A write large enough to be cut into one piece per stream (512 KiB and
+  // up) lands whole over either.
+  auto data = pattern(3 << 20, 5);
+  for (int to : {1, 2}) {
+    std::vector<uint8_t> dst(data.size());
+    Region r = c[to].ctx->register_region(dst.data(), dst.size());
+    c[0].ctx->write(to, data.data(), data.size(), r.id, 0, 77, 1);
+    ASSERT_TRUE(c.pump([&] { return !c[to].landed.empty(); }, 5000)) << "to host " << to;
+    EXPECT_EQ(c[to].landed[0].len, data.size());
+    EXPECT_EQ(c[to].landed[0].imm, 77u);
+    EXPECT_EQ(dst, data) << "to host " << to;
+    c[to].ctx->deregister_region(r.id, nullptr);
+  }
+  // 0 means "as within the rack".
+  Cluster d(2);
+  d.base().hosts[1].rack = "b";
+  d.base().cross_rack_streams = 0;
+  d.start(0);
+  d.start(1);
+  ASSERT_TRUE(d.pump([&] { return d.all_up(); }));
+  EXPECT_EQ(d[0].ctx->stats(1).streams, 2);
+}
+
+TEST(TcpTransport, CrossRackStreamCountMismatchIsRefused) {
+  Cluster c(2);
+  c.base().hosts[1].rack = "b";
+  ContextOptions o1 = c.options(1);
+  o1.cross_rack_streams = 3;
+  c.start(0);
+  c.start(1, &o1);
+  ASSERT_TRUE(c.pump(
+      [&] { return c[0].ctx->stats(1).last_error.find("mismatch") != std::string::npos; }, 3000));
+  std::string err = c[0].ctx->stats(1).last_error;
+  EXPECT_NE(err.find("opens 1 streams to this daemon"), std::string::npos) << err;
+  EXPECT_NE(err.find("expects 3"), std::string::npos) << err;
+}
+
 // --- A misbehaving peer ------------------------------------------------------
 
 // Host 0 is a raw socket; hosts 1 and 2 are real contexts. The raw peer is

@@ -216,7 +216,12 @@ namespace {
 // "tcp", or "verbs rxe0:1 gid 1 qpn 32->31, 0 cq errors".
 std::string transport_text(const json& peer) {
   const json& v = field(peer, "verbs");
-  if (!v.is_object()) return text(field(peer, "transport"));
+  if (!v.is_object()) {
+    // "tcp x2": how many connections the link has (docs/transport.md, "Streams").
+    const json& n = field(peer, "streams");
+    std::string t = text(field(peer, "transport"));
+    return n.is_number_integer() && n.get<int>() > 1 ? fmt::format("{} x{}", t, n.get<int>()) : t;
+  }
   return fmt::format("verbs {}:{} gid {} qpn {}->{}, {} cq errors", text(field(v, "device")),
                      text(field(v, "port")), text(field(v, "gid_index")), text(field(v, "qpn")),
                      text(field(v, "remote_qpn")), text(field(v, "completion_errors")));

@@ -161,7 +161,7 @@ TEST(RenderClients, Table) {
 TEST(RenderPeers, LastErrorWithItsAge) {
   auto reply = nlohmann::json::parse(R"json({"cluster":"c1","epoch":2,
     "self":{"host":"h1","address":"10.0.0.1:7700","rack":"r1"},
-    "peers":[{"host":"h2","address":"10.0.0.2:7700","rack":"r1","state":"up","transport":"tcp",
+    "peers":[{"host":"h2","address":"10.0.0.2:7700","rack":"r1","state":"up","transport":"tcp","streams":2,
               "bytes_sent":1024,"bytes_received":2048,"send_gbps":1.5,"recv_gbps":0.25,
               "connects":2,"last_error":"connect to 10.0.0.2:7700: Connection refused",
               "last_error_age_s":185.2},
@@ -171,6 +171,8 @@ TEST(RenderPeers, LastErrorWithItsAge) {
   std::string out = render_peers(reply);
   EXPECT_THAT(out, HasSubstr("cluster c1, this host h1 (10.0.0.1:7700, rack r1), epoch 2\n"));
   EXPECT_THAT(out, HasSubstr("connect to 10.0.0.2:7700: Connection refused (3m05s ago)"));
+  EXPECT_THAT(out, HasSubstr(" up     tcp x2 "));  // two streams; h3 sends no count
+  EXPECT_THAT(out, HasSubstr(" up     tcp    "));
   // A peer with no error shows the placeholder, not an age.
   std::string h3 = out.substr(out.find("h3 "));
   EXPECT_EQ(h3.substr(h3.size() - 2), "-\n") << out;

@@ -62,6 +62,10 @@ Status TcpContext::create(const ContextOptions& o, std::unique_ptr<TcpContext>* 
   if (o.streams < 1 || o.streams > kMaxStreams)
     return {GSYNC_ERR_INVALID,
             fmt::format("tcp transport: streams = {}; it must be 1..{}", o.streams, kMaxStreams)};
+  if (o.cross_rack_streams < 0 || o.cross_rack_streams > kMaxStreams)
+    return {GSYNC_ERR_INVALID, fmt::format("tcp transport: cross_rack_streams = {}; it must be "
+                                           "0..{} (0: as streams)",
+                                           o.cross_rack_streams, kMaxStreams)};
   if (o.heartbeat_ms == 0 || o.peer_timeout_ms <= o.heartbeat_ms)
     return {GSYNC_ERR_INVALID,
             fmt::format("tcp transport: peer_timeout_ms ({}) must exceed heartbeat_ms ({}) > 0, or "
@@ -119,6 +123,14 @@ TcpContext::~TcpContext() {
   conns_.clear();
 }
 
+int TcpContext::streams_for(int peer) const {
+  const auto& hosts = options_.hosts;
+  bool same_rack = peer >= 0 && size_t(peer) < hosts.size() &&
+                   hosts[size_t(peer)].rack == hosts[size_t(options_.self)].rack;
+  if (same_rack || options_.cross_rack_streams == 0) return options_.streams;
+  return options_.cross_rack_streams;
+}
+
 std::string TcpContext::describe_host(int index) const {
   const PeerInfo& h = options_.hosts[static_cast<size_t>(index)];
   bool v6 = h.address.find(':') != std::string::npos;
@@ -143,10 +155,12 @@ Status TcpContext::start(Handlers handlers) {
   started_ = true;
   const PeerInfo& me = options_.hosts[static_cast<size_t>(options_.self)];
   spdlog::info(
-      "tcp transport: {} listening on {} (cluster '{}', {} hosts, {} stream{} per peer; "
-      "socket buffers: {}, kernel granted send {} KiB, receive {} KiB; io_uring {})",
+      "tcp transport: {} listening on {} (cluster '{}', {} hosts, {} stream{} per peer in "
+      "the rack, {} per peer in another; socket buffers: {}, kernel granted send {} KiB, "
+      "receive {} KiB; io_uring {})",
       me.host_id, device_->listen_endpoint().text, options_.identity.cluster_name, size(),
       options_.streams, options_.streams == 1 ? "" : "s",
+      options_.cross_rack_streams ? options_.cross_rack_streams : options_.streams,
       options_.socket_buffer_bytes == 0
           ? std::string("kernel autotuning")
           : fmt::format("asked {} KiB", options_.socket_buffer_bytes >> 10),
@@ -462,9 +476,12 @@ std::string TcpContext::check_hello(const Hello& h) const {
         "direction mismatch: {} (host index {}) connected to this daemon {} (host "
         "index {}), but the lower index connects; are the hosts tables the same?",
         them, h.host_index, my_id, self());
-  if (h.streams != static_cast<uint32_t>(options_.streams))
-    return fmt::format("streams mismatch: {} opens {} streams per peer, this daemon {} expects {}",
-                       them, h.streams, my_id, options_.streams);
+  if (int want = streams_for(static_cast<int>(h.host_index));
+      h.streams != static_cast<uint32_t>(want))
+    return fmt::format("streams mismatch: {} opens {} streams to this daemon, this daemon {} "
+                       "expects {} (streams within a rack and across racks must be set the same "
+                       "on every host)",
+                       them, h.streams, my_id, want);
   if (h.stream >= h.streams)
     return fmt::format("{} sent stream index {} of {} streams", them, h.stream, h.streams);
   return "";

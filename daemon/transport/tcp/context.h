@@ -50,6 +50,9 @@ class TcpContext final : public Context {
   uint32_t handshake_timeout_ms() const;
   // "h12 (10.0.0.12:7700)", from the hosts table.
   std::string describe_host(int index) const;
+  // Connections to that peer: streams within this host's rack,
+  // cross_rack_streams (or streams, when 0) to another rack.
+  int streams_for(int peer) const;
   Connection* new_connection(int fd, bool outbound, std::string remote);
   void retire(Connection* c);
   // Handler calls that must not run in the middle of a state change: queued

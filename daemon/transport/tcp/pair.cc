@@ -30,7 +30,7 @@ std::string bytes_text(uint64_t n) {
 Pair::Pair(TcpContext& ctx, int peer)
     : ctx_(ctx),
       peer_(peer),
-      streams_(ctx.options().streams),
+      streams_(ctx.streams_for(peer)),
       describe_(ctx.describe_host(peer)),
       backoff_ms_(ctx.options().reconnect_min_ms) {
   conns_.assign(static_cast<size_t>(streams_), nullptr);
@@ -660,6 +660,7 @@ PeerStats Pair::stats() const {
   s.last_error = last_error_.text;
   s.last_error_at = last_error_.at;
   s.transport = "tcp";
+  s.streams = streams_;
   return s;
 }
 
