@@ -261,7 +261,34 @@ std::string algo_for(const Options& o, uint64_t bytes) {
 struct Peers {
   peers::Result gloo, mpi;
   double tcp_gbps = -1;
+  double uplink_gbps = -1;  // one plain TCP stream across a shaped uplink
 };
+
+// The first host outside host 1's rack, or -1.
+int first_host_elsewhere(const Options& o) {
+  for (size_t h = 1; h < o.racks_of.size(); h++)
+    if (o.racks_of[h] != o.racks_of[0]) return static_cast<int>(h);
+  return -1;
+}
+
+// Racks in the run, from the host -> rack list.
+int rack_count(const Options& o) {
+  std::vector<std::string> seen;
+  for (const auto& r : o.racks_of)
+    if (std::find(seen.begin(), seen.end(), r) == seen.end()) seen.push_back(r);
+  return static_cast<int>(seen.size());
+}
+
+// What every rack's uplink must carry each way for an allreduce of `bytes`
+// across R racks: each rack holds one partial sum of the whole tensor, and
+// a bandwidth-optimal exchange moves 2(R-1)/R of it over each uplink each
+// way (S for two racks). At the nominal shaped rate this is the time no
+// algorithm can beat; 0 when the run is not shaped or has one rack.
+double uplink_floor_s(const Options& o, double bytes) {
+  int racks = rack_count(o);
+  if (o.uplink_mbit == 0 || racks < 2) return 0;
+  return 2.0 * (racks - 1) / racks * bytes / (o.uplink_mbit * 1e6 / 8);
+}
 
 int run_sweep(const Options& o, const MemoryReference& ref, const std::string& isa,
               const Peers& peer) {
@@ -318,6 +345,10 @@ int run_sweep(const Options& o, const MemoryReference& ref, const std::string& i
       if (!peer.gloo.rows.empty()) row["vs_gloo"] = vs_gloo;
       if (!peer.mpi.rows.empty()) row["vs_mpi"] = vs_mpi;
       if (peer.tcp_gbps > 0) row["tcp_fraction"] = o.hosts * busbw / peer.tcp_gbps;
+      if (double floor = uplink_floor_s(o, bytes); floor > 0) {
+        row["uplink_floor_s"] = floor;
+        row["vs_uplink_floor"] = us / 1e6 / floor;
+      }
       std::printf("%s\n", row.dump().c_str());
     } else {
       auto ratio_text = [](const peers::Result& r, double v) {
@@ -328,6 +359,16 @@ int run_sweep(const Options& o, const MemoryReference& ref, const std::string& i
                   static_cast<unsigned long long>(sizes[s] / elem), o.dtype.c_str(), algo.c_str(),
                   us, algbw, busbw, reduce_gbps, static_cast<unsigned long long>(wrong),
                   ratio_text(peer.gloo, vs_gloo).c_str(), ratio_text(peer.mpi, vs_mpi).c_str());
+      if (double floor = uplink_floor_s(o, bytes); floor > 0)
+        std::printf("#   uplink floor for %llu bytes: %.3f s at %u Mbit/s; this took %.3fx it%s\n",
+                    static_cast<unsigned long long>(sizes[s]), floor, o.uplink_mbit,
+                    us / 1e6 / floor,
+                    peer.uplink_gbps > 0
+                        ? fmt::format(" ({:.3f}x a plain stream's time across it)",
+                                      us / 1e6 / (floor * (o.uplink_mbit * 1e6 / 8) /
+                                                  (peer.uplink_gbps * 1e9)))
+                              .c_str()
+                        : "");
     }
   }
   double ratio = ref.add_gbps > 0 ? last_reduce / ref.add_gbps : 0;
@@ -349,6 +390,10 @@ int run_sweep(const Options& o, const MemoryReference& ref, const std::string& i
       std::printf("# one plain TCP stream between hosts 1 and 2: %.2f GB/s (the ceiling T; "
                   "hosts x busbw / T is the fraction of it gsync reaches)\n",
                   peer.tcp_gbps);
+    if (peer.uplink_gbps > 0)
+      std::printf("# one plain TCP stream across the shaped uplink (host 1 to host %d): %.1f "
+                  "Mbit/s of payload against %u nominal\n",
+                  first_host_elsewhere(o) + 1, peer.uplink_gbps * 8e3, o.uplink_mbit);
     for (const auto* r : {&peer.gloo, &peer.mpi})
       if (!r->error.empty()) std::printf("# peer run failed: %s\n", r->error.c_str());
     std::printf("# wrong elements in total: %llu\n", static_cast<unsigned long long>(wrong_total));
@@ -611,6 +656,8 @@ int main(int argc, char** argv) {
     if (o.compare.find("mpi") != std::string::npos)
       peer.mpi = peers::run_mpi_tcp(rank_slots, o.min_bytes, o.max_bytes, o.iters, timeout);
     if (slots.size() >= 2) peer.tcp_gbps = peers::tcp_stream_gbps(slots[0], slots[1], 2.0);
+    if (int far = first_host_elsewhere(o); o.uplink_mbit > 0 && far > 0 && size_t(far) < slots.size())
+      peer.uplink_gbps = peers::tcp_stream_gbps(slots[0], slots[size_t(far)], 3.0);
   }
   int rc = o.workload.empty() ? run_sweep(o, ref, isa, peer) : run_workload(o);
   if (daemon) {
