@@ -222,6 +222,14 @@ void CrossHost::begin(const Job& job, Op& op, double weight_sum, Done done) {
   last_algo_ = collective::algo_name(x->sched.algo);
   x->data = static_cast<uint8_t*>(op.host_data);
   x->chunks.resize(x->nchunks);
+  // hier: a chunk's intra-rack stages run at the speed of the rack's links,
+  // its inter-rack stage at the uplink's. Unchecked, the fast stages run
+  // ahead over the whole tensor and take the cores from the uplink's
+  // traffic at the start of every op; one chunk per phase plus one keeps
+  // every stage busy (docs/algorithms.md, "Window").
+  x->window = x->sched.algo == Algo::kHier && !x->sched.chunks.empty()
+                  ? x->sched.chunks[0].size() + 1
+                  : x->nchunks;
   x->eager = (x->sched.algo == Algo::kDirect || x->sched.algo == Algo::kTree ||
               x->sched.algo == Algo::kDoubling) &&
              op.opcode == proto::kOpAllreduce && x->nchunks == 1 &&
@@ -396,11 +404,17 @@ void CrossHost::fold(XOp& x, size_t c, const Phase& p) {
   reduce::reduce(a);
 }
 
+size_t CrossHost::window_end(const XOp& x) const {
+  return std::min(x.nchunks, x.done_prefix + x.window);
+}
+
 void CrossHost::progress(XOp& x, size_t c) {
   Chunk& ch = x.chunks[c];
   // Writes may land for a chunk before this host's fold reached it (they go
-  // to scratch); its phases wait for the fold. A finished chunk is counted once.
+  // to scratch); its phases wait for the fold, and for the window.
+  // A finished chunk is counted once.
   if (ch.done || !chunk_local_ready(x, c)) return;
+  if (ch.phase == 0 && !ch.sent && c >= window_end(x)) return;
   const auto& phases = x.sched.chunks[c];
   while (ch.phase < phases.size()) {
     const Phase& p = phases[ch.phase];
@@ -435,7 +449,14 @@ void CrossHost::progress(XOp& x, size_t c) {
   if (x.chunk_done)
     x.chunk_done(c * x.chunk_elems, std::min<uint64_t>(x.count, (c + 1) * x.chunk_elems),
                  x.weight_total);
-  if (++x.chunks_done == x.nchunks) complete(x, Status::ok());
+  size_t admitted = window_end(x);
+  while (x.done_prefix < x.nchunks && x.chunks[x.done_prefix].done) x.done_prefix++;
+  if (++x.chunks_done == x.nchunks) {
+    complete(x, Status::ok());
+    return;
+  }
+  // The window moved: start the chunks it now takes in.
+  for (size_t n = admitted; n < window_end(x) && !x.finished; n++) progress(x, n);
 }
 
 void CrossHost::on_write(int peer, uint32_t region, uint64_t offset, uint64_t len, uint64_t imm) {

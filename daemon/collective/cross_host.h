@@ -113,6 +113,8 @@ class CrossHost {
     uint64_t bytes = 0;
   };
 
+  // Chunks below this may start their schedule (docs/algorithms.md, "Window").
+  size_t window_end(const XOp& x) const;
   void on_control(int peer, std::string_view msg);
   void on_write(int peer, uint32_t region, uint64_t offset, uint64_t len, uint64_t imm);
   void on_write_done(int peer, uint64_t cookie, const Status& st);

@@ -66,6 +66,10 @@ struct CrossHost::XOp {
   double weight_acc = 0;               // the weight of what data holds now
   std::vector<Chunk> chunks;
   size_t chunks_done = 0;
+  // Chunks from done_prefix (the lowest chunk not done yet) + window on
+  // wait to start their schedule (CrossHost::window_end).
+  size_t done_prefix = 0;
+  size_t window = 0;
   Done done;
   ChunkDone chunk_done;
   Clock::time_point started;
