@@ -378,15 +378,21 @@ TEST_P(HandshakeMismatch, IsRefusedNamingBothValues) {
 
 INSTANTIATE_TEST_SUITE_P(Identity, HandshakeMismatch, ::testing::Values(0, 1, 2));
 
+// Starts host 0 as the cluster says and host 1 with o1; what host 0 keeps
+// as the link's last error once host 1 refused it.
+std::string refusal(Cluster& c, const ContextOptions& o1) {
+  c.start(0);
+  c.start(1, &o1);
+  EXPECT_TRUE(c.pump(
+      [&] { return c[0].ctx->stats(1).last_error.find("mismatch") != std::string::npos; }, 3000));
+  return c[0].ctx->stats(1).last_error;
+}
+
 TEST(TcpTransport, StreamCountMismatchIsRefused) {
   Cluster c(2);
   ContextOptions o1 = c.options(1);
   o1.streams = 3;
-  c.start(0);
-  c.start(1, &o1);
-  ASSERT_TRUE(c.pump(
-      [&] { return c[0].ctx->stats(1).last_error.find("mismatch") != std::string::npos; }, 3000));
-  std::string err = c[0].ctx->stats(1).last_error;
+  std::string err = refusal(c, o1);
   EXPECT_NE(err.find("streams mismatch: h0 (127.0.0.1:"), std::string::npos) << err;
   EXPECT_NE(err.find("opens 2 streams"), std::string::npos) << err;
   EXPECT_NE(err.find("expects 3"), std::string::npos) << err;
@@ -433,11 +439,7 @@ TEST(TcpTransport, CrossRackStreamCountMismatchIsRefused) {
   c.base().hosts[1].rack = "b";
   ContextOptions o1 = c.options(1);
   o1.cross_rack_streams = 3;
-  c.start(0);
-  c.start(1, &o1);
-  ASSERT_TRUE(c.pump(
-      [&] { return c[0].ctx->stats(1).last_error.find("mismatch") != std::string::npos; }, 3000));
-  std::string err = c[0].ctx->stats(1).last_error;
+  std::string err = refusal(c, o1);
   EXPECT_NE(err.find("opens 1 streams to this daemon"), std::string::npos) << err;
   EXPECT_NE(err.find("expects 3"), std::string::npos) << err;
 }
