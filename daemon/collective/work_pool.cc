@@ -2,9 +2,11 @@
 #include "daemon/collective/work_pool.h"
 
 #include <sys/eventfd.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <utility>
 
 namespace gsync {
@@ -52,6 +54,12 @@ void WorkPool::take_events(std::vector<Progress>* progress, std::vector<uint64_t
 }
 
 void WorkPool::worker() {
+  // Linux keeps niceness per thread: this lowers only the worker. Raising
+  // niceness needs no privilege, so a failure (none known) is ignored.
+  errno = 0;
+  int base = getpriority(PRIO_PROCESS, 0);  // what the creating thread had
+  if (errno == 0)
+    setpriority(PRIO_PROCESS, static_cast<id_t>(gettid()), std::min(base + kWorkerNice, 19));
   std::unique_lock<std::mutex> lock(mu_);
   for (;;) {
     std::shared_ptr<Task> task;

@@ -4,12 +4,17 @@
 // task asked for progress reports only prefixes that are really finished,
 // growing by at least the step, never the whole range (the finished task
 // says that) - what lets the cross-host step start on the front of a fold.
+// And the workers run kWorkerNice levels below the thread that made the pool.
 #include <gtest/gtest.h>
 #include <sys/epoll.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <memory>
+#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -50,6 +55,34 @@ TEST(WorkPool, ProgressReportsOnlyFinishedPrefixes) {
   close(ep);
   EXPECT_GE(reports, 5u);
   for (size_t i = 0; i < kTotal; i++) ASSERT_EQ((*ran)[i].load(), 1) << "element " << i;
+}
+
+TEST(WorkPool, WorkersRunBelowTheLoopsPriority) {
+  errno = 0;
+  int mine = getpriority(PRIO_PROCESS, 0);
+  ASSERT_EQ(errno, 0);
+  WorkPool pool(2);
+  auto seen = std::make_shared<std::vector<int>>();
+  auto mu = std::make_shared<std::mutex>();
+  // Pieces slow enough that both workers take some.
+  uint64_t id = pool.submit(8, 1, [seen, mu](size_t, size_t) {
+    int nice = getpriority(PRIO_PROCESS, 0);
+    std::lock_guard<std::mutex> lock(*mu);
+    seen->push_back(nice);
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  });
+  std::vector<WorkPool::Progress> progress;
+  std::vector<uint64_t> done;
+  for (int i = 0; i < 5000 && std::find(done.begin(), done.end(), id) == done.end(); i++) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    std::vector<uint64_t> more;
+    pool.take_events(&progress, &more);
+    done.insert(done.end(), more.begin(), more.end());
+  }
+  ASSERT_EQ(seen->size(), 8u);
+  for (int n : *seen) EXPECT_EQ(n, std::min(mine + kWorkerNice, 19));
+  // The thread that made the pool keeps its own.
+  EXPECT_EQ(getpriority(PRIO_PROCESS, 0), mine);
 }
 
 TEST(WorkPool, NoProgressUnlessAsked) {
