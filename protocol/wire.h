@@ -114,6 +114,9 @@ struct ShmHeader {
   alignas(64) std::atomic<uint32_t> sq_polled;
 };
 static_assert(std::atomic<uint32_t>::is_always_lock_free);
+// The offsets docs/protocol.md section 4 gives.
+static_assert(offsetof(ShmHeader, sq_tail) == 64 && offsetof(ShmHeader, cq_waiters) == 320 &&
+              offsetof(ShmHeader, sq_polled) == 384);
 
 constexpr uint64_t kPage = 4096;
 constexpr uint64_t kArenaAlign = 2u << 20;  // lets THP back the arena
