@@ -282,12 +282,16 @@ int rack_count(const Options& o) {
 // What every rack's uplink must carry each way for an allreduce of `bytes`
 // across R racks: each rack holds one partial sum of the whole tensor, and
 // a bandwidth-optimal exchange moves 2(R-1)/R of it over each uplink each
-// way (S for two racks). At the nominal shaped rate this is the time no
-// algorithm can beat; 0 when the run is not shaped or has one rack.
-double uplink_floor_s(const Options& o, double bytes) {
+// way (S for two racks). 0 when the run is not shaped or has one rack.
+double uplink_floor_bytes(const Options& o, double bytes) {
   int racks = rack_count(o);
   if (o.uplink_mbit == 0 || racks < 2) return 0;
-  return 2.0 * (racks - 1) / racks * bytes / (o.uplink_mbit * 1e6 / 8);
+  return 2.0 * (racks - 1) / racks * bytes;
+}
+
+// Those bytes at the nominal shaped rate: the time no algorithm can beat.
+double uplink_floor_s(const Options& o, double bytes) {
+  return uplink_floor_bytes(o, bytes) / (o.uplink_mbit * 1e6 / 8);
 }
 
 int run_sweep(const Options& o, const MemoryReference& ref, const std::string& isa,
@@ -359,16 +363,17 @@ int run_sweep(const Options& o, const MemoryReference& ref, const std::string& i
                   static_cast<unsigned long long>(sizes[s] / elem), o.dtype.c_str(), algo.c_str(),
                   us, algbw, busbw, reduce_gbps, static_cast<unsigned long long>(wrong),
                   ratio_text(peer.gloo, vs_gloo).c_str(), ratio_text(peer.mpi, vs_mpi).c_str());
-      if (double floor = uplink_floor_s(o, bytes); floor > 0)
+      if (double floor = uplink_floor_s(o, bytes); floor > 0) {
+        // The same bytes at the rate a plain TCP stream got across the uplink.
+        double stream_s = uplink_floor_bytes(o, bytes) / (peer.uplink_gbps * 1e9);
+        std::string vs_stream =
+            peer.uplink_gbps > 0
+                ? fmt::format(" ({:.3f}x a plain stream's time across it)", us / 1e6 / stream_s)
+                : "";
         std::printf("#   uplink floor for %llu bytes: %.3f s at %u Mbit/s; this took %.3fx it%s\n",
                     static_cast<unsigned long long>(sizes[s]), floor, o.uplink_mbit,
-                    us / 1e6 / floor,
-                    peer.uplink_gbps > 0
-                        ? fmt::format(" ({:.3f}x a plain stream's time across it)",
-                                      us / 1e6 / (floor * (o.uplink_mbit * 1e6 / 8) /
-                                                  (peer.uplink_gbps * 1e9)))
-                              .c_str()
-                        : "");
+                    us / 1e6 / floor, vs_stream.c_str());
+      }
     }
   }
   double ratio = ref.add_gbps > 0 ? last_reduce / ref.add_gbps : 0;
