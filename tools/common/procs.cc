@@ -2,6 +2,7 @@
 #include "tools/common/procs.h"
 
 #include <fcntl.h>
+#include <poll.h>
 #include <sched.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -12,6 +13,8 @@
 
 #include <atomic>
 #include <chrono>
+#include <cerrno>
+#include <cstddef>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -49,6 +52,37 @@ std::string read_all(int fd) {
   char buf[4096];
   ssize_t n;
   while ((n = read(fd, buf, sizeof buf)) > 0) out.append(buf, static_cast<size_t>(n));
+  return out;
+}
+
+// Reads every pipe to its end at once. One at a time would deadlock: a rank
+// whose report outgrows the pipe (64 KiB: a long sweep's timings) blocks in
+// write() while the parent waits for another rank's end of file, and that
+// rank may be waiting, in an allreduce, for the blocked one.
+std::vector<std::string> read_all_of(const std::vector<int>& fds) {
+  std::vector<std::string> out(fds.size());
+  std::vector<pollfd> open;
+  for (int fd : fds) open.push_back({fd, POLLIN, 0});
+  std::vector<size_t> which(fds.size());
+  for (size_t i = 0; i < fds.size(); i++) which[i] = i;
+  char buf[4096];
+  while (!open.empty()) {
+    if (poll(open.data(), open.size(), -1) < 0) {
+      if (errno == EINTR) continue;
+      break;
+    }
+    for (size_t i = open.size(); i-- > 0;) {
+      if (!open[i].revents) continue;
+      ssize_t n = read(open[i].fd, buf, sizeof buf);
+      if (n > 0) {
+        out[which[i]].append(buf, static_cast<size_t>(n));
+        continue;
+      }
+      if (n < 0 && errno == EINTR) continue;
+      open.erase(open.begin() + static_cast<std::ptrdiff_t>(i));
+      which.erase(which.begin() + static_cast<std::ptrdiff_t>(i));
+    }
+  }
   return out;
 }
 
@@ -191,9 +225,10 @@ std::vector<ChildResult> run_ranks(int n, const std::function<int(int)>& fn, int
     if (!done)
       for (auto& r : results) kill(r.pid, SIGKILL);
   });
+  std::vector<std::string> outputs = read_all_of(pipes);
   for (int r = 0; r < n; r++) {
     auto& res = results[static_cast<size_t>(r)];
-    res.output = read_all(pipes[static_cast<size_t>(r)]);
+    res.output = std::move(outputs[static_cast<size_t>(r)]);
     close(pipes[static_cast<size_t>(r)]);
     int status = 0;
     waitpid(res.pid, &status, 0);
