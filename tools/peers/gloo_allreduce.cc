@@ -7,9 +7,10 @@
 // a gloo::rendezvous::FileStore directory that all of them can see.
 //
 // In-place float32 sum; per size one checked op (rank r contributes r+1, every
-// element must be n(n+1)/2), 3 warm-up ops, then `iters` timed ops, each after
-// a barrier; time = median over ops of the slowest rank. Rank 0 prints one
-// JSON object per line, the same keys as mpi_allreduce.c plus "algo".
+// element must be n(n+1)/2), 3 warm-up ops, then at least `iters` timed ops in
+// samples of k back-to-back ops after a barrier (sampling.h); time = median
+// over samples of the slowest rank's time per op. Rank 0 prints one JSON
+// object per line, the same keys as mpi_allreduce.c plus "algo".
 //
 //   gloo-allreduce --rank R --size N --store DIR [--address 127.0.0.1]
 //                  [--min-bytes 4096] [--max-bytes 268435456] [--iters 20]
@@ -34,6 +35,8 @@
 #include <memory>
 #include <string>
 #include <vector>
+
+#include "sampling.h"
 
 namespace {
 
@@ -221,15 +224,16 @@ void run_size(GlooRank& g, const std::string& algo, std::vector<float>& buf, uin
   for (size_t i = 0; i < count; i++) wrong[0] += buf[i] != expect;
 
   for (int w = 0; w < kWarmupOps; w++) op();
-  std::vector<double> times(static_cast<size_t>(iters));
+  const int k = gsync_ops_per_sample(bytes);
+  std::vector<double> times(static_cast<size_t>(gsync_samples_for(iters, bytes)));
   for (auto& t : times) {
     g.barrier();
     const auto t0 = std::chrono::steady_clock::now();
-    op();
-    t = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    for (int j = 0; j < k; j++) op();
+    t = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / k;
   }
-  // One reduction per size instead of one per op: the per-op slowest rank is
-  // the same, and Gloo's small ops cost milliseconds here.
+  // One reduction per size instead of one per sample: the slowest rank per
+  // sample is the same, and Gloo's small ops cost milliseconds here.
   g.allreduce_f64(times, max_f64);
   g.allreduce_f64(wrong, sum_f64);
 

@@ -2,9 +2,11 @@
  *
  * Open MPI's MPI_Allreduce measured the way gsync-perf measures gsync, so the
  * two can be set side by side in one run (tools/bench/compare-local.sh).
- * In-place float32 sum; per size one checked op, warm-up, then timed ops;
- * time = median over ops of the slowest rank. Prints one JSON object per
- * line from rank 0: bytes, time_us, algbw_gbps, busbw_gbps, wrong.
+ * In-place float32 sum; per size one checked op, warm-up, then at least
+ * `iters` timed ops in samples of k back-to-back ops after a barrier
+ * (sampling.h); time = median over samples of the slowest rank's time per
+ * op. Prints one JSON object per line from rank 0: bytes, time_us,
+ * algbw_gbps, busbw_gbps, wrong.
  *
  *   mpirun -np 4 --mca pml ob1 --mca btl self,vader mpi-allreduce [min max iters]
  */
@@ -14,6 +16,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "sampling.h"
 
 static int cmp(const void* a, const void* b) {
   double x = *(const double*)a, y = *(const double*)b;
@@ -65,8 +69,10 @@ int main(int argc, char** argv) {
   size_t min = argc > 1 ? strtoull(argv[1], NULL, 0) : 4096;
   size_t max = argc > 2 ? strtoull(argv[2], NULL, 0) : (256u << 20);
   int iters = argc > 3 ? atoi(argv[3]) : 20;
+  if (iters < 1) iters = 1;
   float* buf = malloc(max);
   double* times = malloc(sizeof(double) * (size_t)iters);
+  double* slowest = malloc(sizeof(double) * (size_t)iters);
   for (size_t bytes = min; bytes <= max; bytes *= 4) {
     size_t count = bytes / sizeof(float);
     for (size_t i = 0; i < count; i++) buf[i] = (float)(rank + 1);
@@ -76,17 +82,19 @@ int main(int argc, char** argv) {
     MPI_Reduce(&wrong, &total, 1, MPI_LONG, MPI_SUM, 0, MPI_COMM_WORLD);
     for (int w = 0; w < 3; w++)
       MPI_Allreduce(MPI_IN_PLACE, buf, (int)count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
-    for (int i = 0; i < iters; i++) {
+    const int k = gsync_ops_per_sample(bytes), samples = gsync_samples_for(iters, bytes);
+    for (int i = 0; i < samples; i++) {
       MPI_Barrier(MPI_COMM_WORLD);
       double t0 = MPI_Wtime();
-      MPI_Allreduce(MPI_IN_PLACE, buf, (int)count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
-      double dt = MPI_Wtime() - t0, slowest;
-      MPI_Reduce(&dt, &slowest, 1, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
-      times[i] = slowest;
+      for (int j = 0; j < k; j++)
+        MPI_Allreduce(MPI_IN_PLACE, buf, (int)count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+      times[i] = (MPI_Wtime() - t0) / k;
     }
+    /* One reduction per size: the slowest rank per sample, as gsync-perf. */
+    MPI_Reduce(times, slowest, samples, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
     if (rank == 0) {
-      qsort(times, (size_t)iters, sizeof(double), cmp);
-      double us = times[iters / 2] * 1e6, algbw = (double)bytes / us / 1e3;
+      qsort(slowest, (size_t)samples, sizeof(double), cmp);
+      double us = slowest[samples / 2] * 1e6, algbw = (double)bytes / us / 1e3;
       printf("{\"peer\": \"openmpi\", \"ranks\": %d, \"bytes\": %zu, \"time_us\": %.3f, "
              "\"algbw_gbps\": %.4f, \"busbw_gbps\": %.4f, \"wrong\": %ld}\n",
              n, bytes, us, algbw, n > 1 ? algbw * 2.0 * (n - 1) / n : 0.0, total);
@@ -95,6 +103,7 @@ int main(int argc, char** argv) {
   }
   free(buf);
   free(times);
+  free(slowest);
   MPI_Finalize();
   return 0;
 }

@@ -36,6 +36,7 @@
 #include "tools/common/procs.h"
 #include "tools/common/reference.h"
 #include "tools/peers/launch.h"
+#include "tools/peers/sampling.h"
 #include "tools/perf/membw.h"
 #include "tools/perf/resnet50.h"
 #include "tools/testbed/testbed.h"
@@ -44,6 +45,10 @@ namespace gsync::perf {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+// A sample's barrier waits this long for every rank before the run fails
+// with the daemon's report of who is missing.
+constexpr int kBarrierTimeoutMs = 60000;
 using nlohmann::json;
 
 // Where one rank runs: its host's daemon socket and its numbers.
@@ -138,7 +143,9 @@ size_t fill_and_count_wrong(void* buf, size_t count, const Options& o, int rank,
 }
 
 // A rank of the size sweep. Reports one line per size:
-// "size <bytes> <wrong> <t_0 us> ... <t_iters-1 us>".
+// "size <bytes> <wrong> <t_0 us> ... <t_S-1 us>", one time per op for each
+// of S samples of k back-to-back ops after a barrier (tools/peers/sampling.h,
+// the schedule the peer drivers use too).
 int sweep_rank(const Options& o, int rank, const std::vector<uint64_t>& sizes) {
   gsync_comm_t* comm = nullptr;
   if (connect(o, rank, o.max_bytes + (16 << 20), &comm) != 0) {
@@ -151,6 +158,7 @@ int sweep_rank(const Options& o, int rank, const std::vector<uint64_t>& sizes) {
     return 1;
   }
   size_t elem = tools::elem_size(o.dtype_id);
+  uint64_t barrier_step = 0;
   for (size_t s = 0; s < sizes.size(); s++) {
     size_t count = sizes[s] / elem;
     fill_and_count_wrong(buf, count, o, rank, false);
@@ -160,10 +168,17 @@ int sweep_rank(const Options& o, int rank, const std::vector<uint64_t>& sizes) {
     for (int w = 0; w < o.warmup; w++)
       if (!allreduce(comm, s, step++, buf, count, o, rank)) return 1;
     std::string line = fmt::format("size {} {}", sizes[s], wrong);
-    for (int i = 0; i < o.iters; i++) {
+    const int k = gsync_ops_per_sample(sizes[s]);
+    for (int i = 0; i < gsync_samples_for(o.iters, sizes[s]); i++) {
+      if (gsync_barrier(comm, barrier_step++, kBarrierTimeoutMs) != 0) {
+        tools::report(fmt::format("error rank {}: {}\n", rank, gsync_last_error()));
+        return 1;
+      }
       auto t0 = Clock::now();
-      if (!allreduce(comm, s, step++, buf, count, o, rank)) return 1;
-      line += fmt::format(" {:.3f}", std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
+      for (int j = 0; j < k; j++)
+        if (!allreduce(comm, s, step++, buf, count, o, rank)) return 1;
+      double us = std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
+      line += fmt::format(" {:.3f}", us / k);
     }
     tools::report(line + "\n");
   }
@@ -306,8 +321,8 @@ int run_sweep(const Options& o, const MemoryReference& ref, const std::string& i
   std::vector<std::vector<std::vector<double>>> rows;
   bool ok = collect(res, "size", &rows);
   if (!o.json_out) {
-    std::printf("# gsync-perf: %d hosts x %d ranks (world %d), %s %s, %d iters (+%d warm-up), "
-                "kernels %s\n",
+    std::printf("# gsync-perf: %d hosts x %d ranks (world %d), %s %s, %d timed ops per size in "
+                "samples of up to 32 after a barrier (+%d warm-up), kernels %s\n",
                 o.hosts, o.ranks, o.world(), o.dtype.c_str(), o.op.c_str(), o.iters, o.warmup,
                 isa.c_str());
     std::printf("# %12s %12s %9s %7s %12s %11s %11s %11s %7s %8s %8s\n", "bytes", "count", "dtype",
@@ -317,17 +332,18 @@ int run_sweep(const Options& o, const MemoryReference& ref, const std::string& i
   double last_reduce = 0;
   uint64_t wrong_total = 0;
   for (size_t s = 0; s < sizes.size(); s++) {
-    // Per iteration the slowest rank's time, then the median over iterations.
-    std::vector<double> per_iter(static_cast<size_t>(o.iters), 0.0);
+    // Per sample the slowest rank's time per op, then the median over samples.
+    const int samples = gsync_samples_for(o.iters, sizes[s]);
+    std::vector<double> per_sample(static_cast<size_t>(samples), 0.0);
     uint64_t wrong = 0;
     for (auto& rank_rows : rows) {
       if (s >= rank_rows.size()) continue;
       wrong += static_cast<uint64_t>(rank_rows[s][1]);
-      for (int i = 0; i < o.iters && size_t(i) + 2 < rank_rows[s].size(); i++)
-        per_iter[size_t(i)] = std::max(per_iter[size_t(i)], rank_rows[s][size_t(i) + 2]);
+      for (int i = 0; i < samples && size_t(i) + 2 < rank_rows[s].size(); i++)
+        per_sample[size_t(i)] = std::max(per_sample[size_t(i)], rank_rows[s][size_t(i) + 2]);
     }
     wrong_total += wrong;
-    double us = median(per_iter);
+    double us = median(per_sample);
     double bytes = double(sizes[s]);
     double algbw = us > 0 ? bytes / us / 1e3 : 0;
     // Memory the local reduce moves: every rank's tensor read once and the
@@ -521,7 +537,8 @@ int main(int argc, char** argv) {
   app.add_option("-f,--factor", o.factor, "size multiplier")->check(CLI::Range(1, 1024));
   app.add_option("-d,--dtype", o.dtype, "float32 float16 bfloat16 float64 int32");
   app.add_option("-o,--op", o.op, "sum avg weighted_avg min max");
-  app.add_option("--iters", o.iters, "timed iterations per size")->check(CLI::Range(1, 100000));
+  app.add_option("--iters", o.iters, "timed ops per size (rounded up to whole samples)")
+      ->check(CLI::Range(1, 100000));
   app.add_option("--warmup", o.warmup, "untimed iterations per size")->check(CLI::Range(0, 100000));
   app.add_flag("--json", o.json_out, "one JSON object per line");
   app.add_option("--workload", o.workload, "resnet50: ResNet-50 gradients in DDP buckets");

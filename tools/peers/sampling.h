@@ -1,0 +1,39 @@
+/* SPDX-License-Identifier: Apache-2.0
+ *
+ * How every timed allreduce in gsync-perf and in the peer drivers
+ * (mpi_allreduce.c, gloo_allreduce.cc) is sampled, so that a ratio between
+ * them compares one measure, and the same one ../shared/peers uses for the
+ * reference figures (docs/performance.md, "How a time is measured"):
+ *
+ *   a sample = a barrier, then k back-to-back ops; its time per op is the
+ *   sample's time / k; the slowest rank's time per sample counts; the
+ *   printed time is the median over samples.
+ *
+ * k grows as the tensor shrinks (up to 32 ops for 32 KiB and less) because
+ * a single small op timed alone mostly measures how far apart the ranks
+ * left the barrier, not the op; a large op is timed alone. C and C++ both
+ * include this file.
+ */
+#ifndef GSYNC_TOOLS_PEERS_SAMPLING_H_
+#define GSYNC_TOOLS_PEERS_SAMPLING_H_
+
+#include <stddef.h>
+
+/* Back-to-back ops in one sample for a tensor of `bytes`. */
+static inline int gsync_ops_per_sample(size_t bytes) {
+  const size_t budget = (size_t)1 << 20; /* about 1 MiB of tensor per sample */
+  size_t k = bytes == 0 ? 32 : budget / bytes;
+  return k < 1 ? 1 : (k > 32 ? 32 : (int)k);
+}
+
+/* Samples that cover at least `iters` timed ops, and at least 5 (or
+ * `iters`, when fewer are asked for) so that the median has something to
+ * choose from. */
+static inline int gsync_samples_for(int iters, size_t bytes) {
+  const int k = gsync_ops_per_sample(bytes);
+  const int floor = iters < 5 ? iters : 5;
+  const int s = (iters + k - 1) / k;
+  return s < floor ? floor : (s < 1 ? 1 : s);
+}
+
+#endif /* GSYNC_TOOLS_PEERS_SAMPLING_H_ */
