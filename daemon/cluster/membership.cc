@@ -67,7 +67,10 @@ std::string Membership::missing(const std::string& job, int world,
   }
   std::string out;
   for (int r = 0; r < world; r++)
-    if (!seen[size_t(r)]) out += (out.empty() ? "" : " ") + std::to_string(r);
+    if (!seen[size_t(r)]) {
+      if (!out.empty()) out += ' ';
+      out += std::to_string(r);
+    }
   return out;
 }
 

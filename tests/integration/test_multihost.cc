@@ -188,8 +188,8 @@ INSTANTIATE_TEST_SUITE_P(
                       Layout{{2, 2}, {2, 1, 1, 1}, "doubling"}, Layout{{3, 2}, {1, 1, 2, 1, 1}, "doubling"}),
     [](const auto& info) {
       std::string name = info.param.algo;
-      for (int r : info.param.racks) name += "_" + std::to_string(r);
-      return name + "_" + std::to_string(info.index);
+      for (int r : info.param.racks) name.append("_").append(std::to_string(r));
+      return name.append("_").append(std::to_string(info.index));
     });
 
 // 256 MiB, two ranks on some hosts: their fold and their store are

@@ -124,7 +124,8 @@ std::vector<Participant> racks(const std::vector<int>& sizes) {
   std::vector<Participant> p;
   int host = 0;
   for (size_t r = 0; r < sizes.size(); r++)
-    for (int i = 0; i < sizes[r]; i++) p.push_back({host++, "r" + std::to_string(r)});
+    for (int i = 0; i < sizes[r]; i++)
+      p.push_back({host++, std::string("r").append(std::to_string(r))});
   return p;
 }
 
