@@ -45,11 +45,11 @@ namespace gsync::perf {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+using nlohmann::json;
 
 // A sample's barrier waits this long for every rank before the run fails
 // with the daemon's report of who is missing.
 constexpr int kBarrierTimeoutMs = 60000;
-using nlohmann::json;
 
 // Where one rank runs: its host's daemon socket and its numbers.
 struct Place {
