@@ -9,12 +9,14 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
+#include <nlohmann/json.hpp>
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -28,6 +30,7 @@
 
 #include "tools/common/procs.h"
 #include "tools/peers/launch.h"
+#include "tools/peers/sampling.h"
 #include "tools/testbed/testbed.h"
 
 namespace gsync::testbed {
@@ -482,6 +485,33 @@ TEST(TestbedLoopback, DistinctPortsOnLocalhostAndNoShaping) {
   EXPECT_EQ(st.code(), GSYNC_ERR_INVALID);
   EXPECT_NE(st.message().find("uplink_mbit=100 needs network namespaces"), std::string::npos)
       << st.message();
+}
+
+// gsync-perf's JSON rows say how they were timed: samples of k back-to-back
+// ops after a barrier (tools/peers/sampling.h, the schedule the peer drivers
+// use too), on a loopback bed of 2 hosts; every element checked.
+TEST(TestbedLoopback, GsyncPerfRowsSayHowTheyWereSampled) {
+  const char* perf = getenv("GSYNC_PERF");
+  if (!perf) GTEST_SKIP() << "SKIPPED: GSYNC_PERF not set (run through meson test)";
+  std::string out = shell(std::string(perf) +
+                          " --hosts 2 --racks 1 -n 2 --loopback -b 4K -e 1M -f 16 --iters 40"
+                          " --warmup 2 --json 2>&1");
+  std::vector<uint64_t> sizes;
+  std::istringstream lines(out);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.rfind("{\"", 0) != 0) continue;
+    auto row = nlohmann::json::parse(line);
+    if (!row.contains("bytes")) continue;  // the run's summary
+    const auto bytes = row["bytes"].get<uint64_t>();
+    sizes.push_back(bytes);
+    EXPECT_EQ(row["wrong"].get<uint64_t>(), 0u) << line;
+    EXPECT_GT(row["time_us"].get<double>(), 0) << line;
+    EXPECT_EQ(row["ops_per_sample"].get<int>(), gsync_ops_per_sample(bytes)) << line;
+    EXPECT_EQ(row["samples"].get<int>(), gsync_samples_for(40, bytes)) << line;
+    EXPECT_EQ(row["hosts"].get<int>(), 2) << line;
+    EXPECT_EQ(row["ranks"].get<int>(), 4) << line;
+  }
+  EXPECT_EQ(sizes, (std::vector<uint64_t>{4096, 65536, 1048576})) << out;
 }
 
 TEST(TestbedLoopback, HostsSpreadOverRacksOrGivenPerRack) {

@@ -361,7 +361,8 @@ int run_sweep(const Options& o, const MemoryReference& ref, const std::string& i
       json row{{"bytes", sizes[s]}, {"count", sizes[s] / elem}, {"dtype", o.dtype}, {"op", o.op},
                {"hosts", o.hosts}, {"ranks", o.world()}, {"algo", algo}, {"time_us", us},
                {"algbw_gbps", algbw}, {"busbw_gbps", busbw}, {"reduce_gbps", reduce_gbps},
-               {"wrong", wrong}};
+               {"wrong", wrong}, {"samples", samples},
+               {"ops_per_sample", gsync_ops_per_sample(sizes[s])}};
       if (!peer.gloo.rows.empty()) row["vs_gloo"] = vs_gloo;
       if (!peer.mpi.rows.empty()) row["vs_mpi"] = vs_mpi;
       if (peer.tcp_gbps > 0) row["tcp_fraction"] = o.hosts * busbw / peer.tcp_gbps;
