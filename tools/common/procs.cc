@@ -14,7 +14,6 @@
 #include <atomic>
 #include <chrono>
 #include <cerrno>
-#include <cstddef>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -61,26 +60,24 @@ std::string read_all(int fd) {
 // rank may be waiting, in an allreduce, for the blocked one.
 std::vector<std::string> read_all_of(const std::vector<int>& fds) {
   std::vector<std::string> out(fds.size());
-  std::vector<pollfd> open;
-  for (int fd : fds) open.push_back({fd, POLLIN, 0});
-  std::vector<size_t> which(fds.size());
-  for (size_t i = 0; i < fds.size(); i++) which[i] = i;
+  std::vector<pollfd> polls;
+  for (int fd : fds) polls.push_back({fd, POLLIN, 0});
+  size_t open = polls.size();
   char buf[4096];
-  while (!open.empty()) {
-    if (poll(open.data(), open.size(), -1) < 0) {
+  while (open > 0) {
+    if (poll(polls.data(), polls.size(), -1) < 0) {
       if (errno == EINTR) continue;
       break;
     }
-    for (size_t i = open.size(); i-- > 0;) {
-      if (!open[i].revents) continue;
-      ssize_t n = read(open[i].fd, buf, sizeof buf);
+    for (size_t i = 0; i < polls.size(); i++) {
+      if (polls[i].fd < 0 || !polls[i].revents) continue;
+      ssize_t n = read(polls[i].fd, buf, sizeof buf);
       if (n > 0) {
-        out[which[i]].append(buf, static_cast<size_t>(n));
-        continue;
+        out[i].append(buf, static_cast<size_t>(n));
+      } else if (n == 0 || errno != EINTR) {
+        polls[i].fd = -1;  // at its end (or broken): poll(2) skips negative fds
+        open--;
       }
-      if (n < 0 && errno == EINTR) continue;
-      open.erase(open.begin() + static_cast<std::ptrdiff_t>(i));
-      which.erase(which.begin() + static_cast<std::ptrdiff_t>(i));
     }
   }
   return out;

@@ -31,9 +31,9 @@ static inline int gsync_ops_per_sample(size_t bytes) {
  * choose from. */
 static inline int gsync_samples_for(int iters, size_t bytes) {
   const int k = gsync_ops_per_sample(bytes);
-  const int floor = iters < 5 ? iters : 5;
-  const int s = (iters + k - 1) / k;
-  return s < floor ? floor : (s < 1 ? 1 : s);
+  int s = (iters + k - 1) / k;
+  if (s < 5) s = iters < 5 ? iters : 5;
+  return s < 1 ? 1 : s;
 }
 
 #endif /* GSYNC_TOOLS_PEERS_SAMPLING_H_ */

@@ -168,8 +168,8 @@ int sweep_rank(const Options& o, int rank, const std::vector<uint64_t>& sizes) {
     for (int w = 0; w < o.warmup; w++)
       if (!allreduce(comm, s, step++, buf, count, o, rank)) return 1;
     std::string line = fmt::format("size {} {}", sizes[s], wrong);
-    const int k = gsync_ops_per_sample(sizes[s]);
-    for (int i = 0; i < gsync_samples_for(o.iters, sizes[s]); i++) {
+    const int k = gsync_ops_per_sample(sizes[s]), samples = gsync_samples_for(o.iters, sizes[s]);
+    for (int i = 0; i < samples; i++) {
       if (gsync_barrier(comm, barrier_step++, kBarrierTimeoutMs) != 0) {
         tools::report(fmt::format("error rank {}: {}\n", rank, gsync_last_error()));
         return 1;
@@ -306,7 +306,8 @@ double uplink_floor_bytes(const Options& o, double bytes) {
 
 // Those bytes at the nominal shaped rate: the time no algorithm can beat.
 double uplink_floor_s(const Options& o, double bytes) {
-  return uplink_floor_bytes(o, bytes) / (o.uplink_mbit * 1e6 / 8);
+  double floor_bytes = uplink_floor_bytes(o, bytes);
+  return floor_bytes > 0 ? floor_bytes / (o.uplink_mbit * 1e6 / 8) : 0;
 }
 
 int run_sweep(const Options& o, const MemoryReference& ref, const std::string& isa,
