@@ -5,6 +5,7 @@
 #include <sys/mman.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 
@@ -66,6 +67,21 @@ Status CrossHost::start() {
   h.on_peer_down = [this](int peer, const Status& why) { on_peer_down(peer, why); };
   if (Status st = net_->start(std::move(h)); !st) return st;
   loop_.add(net_->event_fd(), EPOLLIN, [this](uint32_t) { net_->poll(); });
+  if (cfg_.poll_us > 0) {
+    // While the loop polls, a peer's message is seen on the completion
+    // ring itself: no eventfd write in the sender's path, no epoll_wait
+    // and eventfd read in ours.
+    loop_.add_looker(
+        [this] {
+          if (!net_->pending()) return false;
+          net_->poll();
+          return true;
+        },
+        [this](bool on) {
+          net_->set_polled(on);
+          std::atomic_thread_fence(std::memory_order_seq_cst);
+        });
+  }
   loop_.every(std::chrono::milliseconds(1000), [this] {
     sample_rates();
     expire_early();

@@ -106,7 +106,7 @@ Status Daemon::start() {
   if (cfg_.poll_us > 0) {
     // While the loop polls it reads the submission rings itself, and the
     // clients skip the doorbell (docs/protocol.md, "Doorbells").
-    loop_.set_looker([this] { return take_all_submissions(); },
+    loop_.add_looker([this] { return take_all_submissions(); },
                      [this](bool on) {
                        for (auto& [id, s] : sessions_) s->set_polled(on);
                        std::atomic_thread_fence(std::memory_order_seq_cst);

@@ -11,6 +11,11 @@
 
 namespace gsync {
 
+namespace {
+// While polling with lookers, the fds are asked every this many rounds.
+constexpr unsigned kFdEvery = 4;
+}  // namespace
+
 EventLoop::EventLoop() : epfd_(epoll_create1(EPOLL_CLOEXEC)) {
   if (epfd_ < 0) spdlog::critical("epoll_create1: {}", strerror(errno));
 }
@@ -81,23 +86,30 @@ void EventLoop::run() {
     // slice (measured: 4 KiB across 2 hosts went from 100 us to 300-500 us).
     bool polling = poll_.count() > 0 && now - last_event_ < poll_;
     bool found = false;
-    if (look_) {
+    if (!lookers_.empty()) {
       if (polling != announced_) {
-        announce_(polling);
+        for (auto& l : lookers_) l.announce(polling);
         announced_ = polling;
       }
       // Polling: look every time round. About to sleep: one last look
       // after the producers were told, the other half of their check.
-      found = look_();
+      for (auto& l : lookers_) found |= l.look();
       if (found) {
         last_event_ = Clock::now();
         timeout_ms = 0;
       }
     }
-    int n = epoll_wait(epfd_, events, 64, polling || found ? 0 : timeout_ms);
-    if (n < 0 && errno != EINTR) {
-      spdlog::critical("epoll_wait: {}", strerror(errno));
-      return;
+    // While polling, the lookers see the work of a small op (the next
+    // submission, a peer's message) without a system call; the fds (new
+    // clients, their requests, timers, the admin socket) are asked every
+    // kFdEvery-th round only, which halves what an empty look costs.
+    int n = 0;
+    if (!polling || lookers_.empty() || ++looks_ % kFdEvery == 0) {
+      n = epoll_wait(epfd_, events, 64, polling || found ? 0 : timeout_ms);
+      if (n < 0 && errno != EINTR) {
+        spdlog::critical("epoll_wait: {}", strerror(errno));
+        return;
+      }
     }
     if (n > 0) {
       last_event_ = Clock::now();

@@ -41,15 +41,15 @@ class EventLoop {
   void set_poll(std::chrono::microseconds window) { poll_ = window; }
 
   // Work announced in memory rather than on an fd (the clients' submission
-  // rings). While the loop polls it calls look() every time round; look()
-  // handles what it finds and says whether it found anything. announce(on)
-  // tells the producers whether the loop is looking (they skip their
-  // doorbell fd while it is); after announce(false) the loop looks once
-  // more before it sleeps, so a producer that saw "looking" just before is
-  // not missed. announce() must end with a seq_cst fence.
-  void set_looker(std::function<bool()> look, std::function<void(bool)> announce) {
-    look_ = std::move(look);
-    announce_ = std::move(announce);
+  // rings, the network's completion ring). While the loop polls it calls
+  // every look() every time round; look() handles what it finds and says
+  // whether it found anything. announce(on) tells the producers whether the
+  // loop is looking (they skip their doorbell fd while it is); after
+  // announce(false) the loop looks once more before it sleeps, so a
+  // producer that saw "looking" just before is not missed. announce() must
+  // end with a seq_cst fence.
+  void add_looker(std::function<bool()> look, std::function<void(bool)> announce) {
+    lookers_.push_back(Looker{std::move(look), std::move(announce)});
   }
 
   void run();   // until stop()
@@ -73,9 +73,13 @@ class EventLoop {
   std::vector<std::function<void()>> deferred_;
   std::chrono::microseconds poll_{0};
   Clock::time_point last_event_;
-  std::function<bool()> look_;
-  std::function<void(bool)> announce_;
+  struct Looker {
+    std::function<bool()> look;
+    std::function<void(bool)> announce;
+  };
+  std::vector<Looker> lookers_;
   bool announced_ = false;
+  unsigned looks_ = 0;  // rounds polled since the fds were last asked
 };
 
 }  // namespace gsync

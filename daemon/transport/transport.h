@@ -152,6 +152,14 @@ class Context {
   virtual int event_fd() const = 0;
   // Runs everything that is ready, calling handlers; never blocks.
   virtual void poll() = 0;
+  // For a caller that polls: whether poll() has something to do, told
+  // without a system call. False where only event_fd can tell.
+  virtual bool pending() const { return false; }
+  // The caller looks at pending() every time round (on) or sleeps on
+  // event_fd (off). While on, the provider may leave event_fd unsignalled
+  // for work that pending() reports; set_polled(false) makes event_fd
+  // readable if such work is waiting.
+  virtual void set_polled(bool on) { (void)on; }
 
   virtual bool peer_up(int peer) const = 0;
   virtual PeerStats stats(int peer) const = 0;

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <functional>
 #include <random>
 #include <thread>
 
@@ -119,7 +120,7 @@ TEST(EventLoop, LookerMissesNothingAtTheEdgeOfTheWindow) {
     [[maybe_unused]] ssize_t n = read(efd, &v, sizeof v);
     take();
   });
-  loop.set_looker(take, [&](bool on) {
+  loop.add_looker(take, [&](bool on) {
     looking.store(on ? 1 : 0, std::memory_order_relaxed);
     std::atomic_thread_fence(std::memory_order_seq_cst);
   });
@@ -156,6 +157,67 @@ TEST(EventLoop, LookerMissesNothingAtTheEdgeOfTheWindow) {
   loop.stop();
   uint64_t one = 1;
   [[maybe_unused]] ssize_t n = write(efd, &one, sizeof one);
+  thread.join();
+  close(efd);
+}
+
+// Several lookers (the clients' rings, the network's completion ring) are
+// each looked at every round, and while the loop polls through them the
+// fds it asks only every few rounds are still served.
+TEST(EventLoop, EveryLookerAndTheFdsAreServedWhilePolling) {
+  EventLoop loop;
+  loop.set_poll(200ms);  // longer than the test: the loop polls throughout
+  int efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  std::atomic<uint32_t> published[2]{}, taken[2]{};
+  std::atomic<int> fd_seen{0}, looking{0};
+  for (int k = 0; k < 2; k++) {
+    loop.add_looker(
+        [&, k] {
+          uint32_t p = published[k].load(std::memory_order_acquire);
+          if (p == taken[k].load(std::memory_order_relaxed)) return false;
+          taken[k].store(p, std::memory_order_release);
+          return true;
+        },
+        [&](bool on) {
+          looking.store(on ? 1 : 0);
+          std::atomic_thread_fence(std::memory_order_seq_cst);
+        });
+  }
+  loop.add(efd, EPOLLIN, [&](uint32_t) {
+    uint64_t v;
+    [[maybe_unused]] ssize_t n = read(efd, &v, sizeof v);
+    fd_seen.fetch_add(1);
+  });
+  std::thread thread([&] { loop.run(); });
+
+  auto wait_for = [](const std::function<bool()>& done) {
+    auto deadline = std::chrono::steady_clock::now() + 2s;
+    while (!done()) {
+      if (std::chrono::steady_clock::now() > deadline) return false;
+      std::this_thread::yield();
+    }
+    return true;
+  };
+  // The first fd event starts the polling window.
+  uint64_t one = 1;
+  ASSERT_EQ(write(efd, &one, sizeof one), ssize_t(sizeof one));
+  ASSERT_TRUE(wait_for([&] { return fd_seen.load() == 1; }));
+  for (uint32_t i = 1; i <= 200; i++) {
+    int k = static_cast<int>(i % 2);
+    published[k].store(i, std::memory_order_release);
+    ASSERT_TRUE(wait_for([&] { return taken[k].load() == i; })) << "looker " << k << " item " << i;
+    if (i % 20 == 0) {
+      ASSERT_EQ(looking.load(), 1) << "the loop stopped polling";
+      ASSERT_EQ(write(efd, &one, sizeof one), ssize_t(sizeof one));
+      int want = 1 + static_cast<int>(i / 20);
+      ASSERT_TRUE(wait_for([&] { return fd_seen.load() == want; }))
+          << "an fd event was not served while the loop polled";
+    }
+  }
+
+  loop.defer([] {});
+  loop.stop();
+  ASSERT_EQ(write(efd, &one, sizeof one), ssize_t(sizeof one));
   thread.join();
   close(efd);
 }

@@ -212,6 +212,46 @@ TEST(TcpTransport, WriteToAPeerThatIsNotUpFailsAtOnce) {
   EXPECT_NE(c[0].dones[0].st.message().find("h1"), std::string::npos) << c[0].dones[0].st.message();
 }
 
+// A daemon that polls looks at pending() instead of sleeping on event_fd:
+// while it does, a message that arrives leaves event_fd alone (no eventfd
+// write in the sender's path, no epoll_wait and read in ours), and going
+// back to sleep makes event_fd readable for what is still waiting.
+TEST(TcpTransport, PolledContextReportsArrivalsThroughPendingNotItsEventFd) {
+  Cluster c(2);
+  c.start(0);
+  c.start(1);
+  ASSERT_TRUE(c.pump([&] { return c.all_up(); }));
+  Context& rx = *c[1].ctx;
+  auto fd_readable = [&] {
+    pollfd p{rx.event_fd(), POLLIN, 0};
+    return ::poll(&p, 1, 0) == 1;
+  };
+  // Runs the sender until rx has something to do.
+  auto wait_pending = [&] {
+    auto deadline = Clock::now() + std::chrono::seconds(5);
+    while (!rx.pending() && Clock::now() < deadline) c[0].ctx->poll();
+    return rx.pending();
+  };
+  rx.set_polled(true);
+  rx.poll();  // takes whatever signalled event_fd before
+  ASSERT_FALSE(fd_readable());
+
+  c[0].ctx->send_control(1, "while polled");
+  ASSERT_TRUE(wait_pending());
+  EXPECT_FALSE(fd_readable()) << "a polled context signalled event_fd for a message";
+  ASSERT_TRUE(c.pump([&] { return c[1].controls.size() == 1; }, 1000));
+  EXPECT_EQ(c[1].controls[0].second, "while polled");
+
+  c[0].ctx->send_control(1, "then asleep");
+  ASSERT_TRUE(wait_pending());
+  EXPECT_FALSE(fd_readable());
+  rx.set_polled(false);
+  EXPECT_TRUE(fd_readable()) << "set_polled(false) left a waiting message unannounced";
+  ASSERT_TRUE(c.pump([&] { return c[1].controls.size() == 2; }, 1000));
+  EXPECT_EQ(c[1].controls[1].second, "then asleep");
+  EXPECT_FALSE(rx.pending());
+}
+
 // --- Control and writes ----------------------------------------------------
 
 TEST(TcpTransport, ControlMessagesArriveInOrderBothWays) {

@@ -267,8 +267,13 @@ void TcpContext::poll() {
   if (started_) run_timers();
   reap();
   device_->submit();
-  device_->quiet(false);
+  if (!polled_) device_->quiet(false);
   in_poll_ = false;
+}
+
+void TcpContext::set_polled(bool on) {
+  polled_ = on;
+  if (!in_poll_) device_->quiet(on);
 }
 
 void TcpContext::kick() {

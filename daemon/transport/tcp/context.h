@@ -35,6 +35,8 @@ class TcpContext final : public Context {
   void send_control(int peer, std::string_view msg) override;
   int event_fd() const override { return device_->event_fd(); }
   void poll() override;
+  bool pending() const override { return device_->ready(); }
+  void set_polled(bool on) override;
   bool peer_up(int peer) const override;
   PeerStats stats(int peer) const override;
   int self() const override { return options_.self; }
@@ -91,6 +93,7 @@ class TcpContext final : public Context {
   Handlers handlers_;
   bool started_ = false;
   bool in_poll_ = false;
+  bool polled_ = false;  // set_polled(true): the ring stays quiet between polls
   uint64_t instance_id_ = 0;
   uint64_t links_ = 0;
 

@@ -242,8 +242,13 @@ void Device::wait_any(int timeout_ms) {
 }
 
 void Device::drain_event_fd() {
+  // Quiet since the last drain and no notify(): nothing wrote it, so the
+  // read (a system call per poll) is skipped.
+  if (!loud_since_drain_ && !notified_) return;
   uint64_t v;
   [[maybe_unused]] ssize_t n = read(event_fd_, &v, sizeof v);
+  loud_since_drain_ = !quiet_;
+  notified_ = false;
 }
 
 Status Device::enable() {
@@ -258,8 +263,11 @@ Status Device::enable() {
 }
 
 void Device::quiet(bool on) {
+  if (on == quiet_) return;
   io_uring_cq_eventfd_toggle(&ring_, !on);
+  quiet_ = on;
   if (on) return;
+  loud_since_drain_ = true;
   // The kernel posts a completion, then reads the flag; we store the flag,
   // then read the tail. A full fence keeps our store ahead of our load, so
   // a completion is either seen here or signalled there.
@@ -269,7 +277,13 @@ void Device::quiet(bool on) {
   if (io_uring_cq_ready(&ring_) > 0 || deferred) notify();
 }
 
+bool Device::ready() const {
+  return io_uring_cq_ready(&ring_) > 0 ||
+         (IO_URING_READ_ONCE(*ring_.sq.kflags) & IORING_SQ_TASKRUN) != 0;
+}
+
 void Device::notify() {
+  notified_ = true;
   uint64_t one = 1;
   [[maybe_unused]] ssize_t n = write(event_fd_, &one, sizeof one);
 }

@@ -105,6 +105,10 @@ class Device {
   // submit completes inline would otherwise wake the event loop once more,
   // for nothing. quiet(false) signals if a completion arrived meanwhile.
   void quiet(bool on);
+  // A completion is posted, or the kernel holds some to post at the next
+  // enter (IORING_SQ_TASKRUN): what a polling caller looks at instead of
+  // event_fd. Reads only the rings' shared memory.
+  bool ready() const;
 
   int listen_fd() const { return listen_fd_; }
   const Endpoint& listen_endpoint() const { return listen_; }
@@ -124,6 +128,9 @@ class Device {
   Endpoint listen_;
   int granted_sndbuf_ = 0, granted_rcvbuf_ = 0;
   int outstanding_ = 0;
+  bool quiet_ = false;
+  bool loud_since_drain_ = true;  // the ring may have signalled event_fd since the last drain
+  bool notified_ = false;         // notify() wrote it since the last drain
 };
 
 }  // namespace gsync::transport::tcp

@@ -51,6 +51,10 @@ class VerbsContext final : public Context {
   void send_control(int peer, std::string_view msg) override;
   int event_fd() const override { return epoll_fd_; }
   void poll() override;
+  // The inner TCP context's ring; verbs completions and wake-ups still
+  // come through event_fd.
+  bool pending() const override { return inner_->pending(); }
+  void set_polled(bool on) override { inner_->set_polled(on); }
   bool peer_up(int peer) const override;
   PeerStats stats(int peer) const override;
   std::string summary() const override;
