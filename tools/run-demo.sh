@@ -52,7 +52,9 @@ echo "== ResNet-50 gradients over $hosts hosts x $ranks ranks, $steps steps, ave
 "${perf[@]}" --workload resnet50 --steps "$steps" --op avg
 echo
 echo "== allreduce size sweep over $hosts hosts x $ranks ranks, fp32 sum"
-"${perf[@]}" --min-bytes 4K --max-bytes 64M --iters 5 --warmup 2
+# 20 timed ops per size: the time printed is a median over samples, and
+# with 5 one-op samples at 1 MiB and above one slow op moved a size's row.
+"${perf[@]}" --min-bytes 4K --max-bytes 64M --iters 20 --warmup 2
 echo
 echo "== gsyncctl peers (host 1)"
 "$build/tools/gsyncctl/gsyncctl" --socket "$admin" peers
