@@ -79,7 +79,7 @@ class EventLoop {
   };
   std::vector<Looker> lookers_;
   bool announced_ = false;
-  unsigned looks_ = 0;  // rounds polled since the fds were last asked
+  unsigned looks_ = 0;  // polling rounds, counted to ask the fds every few
 };
 
 }  // namespace gsync
