@@ -141,15 +141,12 @@ std::string CrossHost::job_missing(const Job& job) const {
 
 // ---------------------------------------------------------------- ops
 
-CrossHost::XOp* CrossHost::find(const std::string& job, const OpId& id) const {
-  auto it = ops_.find({job, id});
+CrossHost::XOp* CrossHost::find(std::string_view job, const OpId& id) const {
+  auto it = ops_.find(OpKeyView{job, id});
   return it == ops_.end() ? nullptr : it->second.get();
 }
 
-std::shared_ptr<CrossHost::XOp> CrossHost::hold(XOp& x) const {
-  auto it = ops_.find({x.job, x.id});
-  return it == ops_.end() ? nullptr : it->second;
-}
+std::shared_ptr<CrossHost::XOp> CrossHost::hold(XOp& x) const { return x.shared_from_this(); }
 
 CrossHost::Scratch CrossHost::take_scratch(uint64_t bytes) {
   // Prepare once, run many: the same mappings serve op after op.
@@ -273,11 +270,11 @@ void CrossHost::begin(const Job& job, Op& op, double weight_sum, Done done) {
     }
   }
   by_token_[x->token] = x.get();
-  ops_[{x->job, x->id}] = x;
+  ops_.insert_or_assign(OpKey{x->job, x->id}, x);
   if (!x->eager) send_ready(*x);
 
   // What came before this host was ready.
-  auto early = early_.find({x->job, x->id});
+  auto early = early_.find(OpKeyView{x->job, x->id});
   if (early != early_.end()) {
     Early e = std::move(early->second);
     early_.erase(early);
@@ -519,8 +516,7 @@ void CrossHost::complete(XOp& x, const Status& st) {
   x.finished = true;
   by_token_.erase(x.token);
   auto self = hold(x);
-  ops_.erase({x.job, x.id});
-  if (!self) return;
+  if (auto it = ops_.find(OpKeyView{x.job, x.id}); it != ops_.end()) ops_.erase(it);
   Scratch scratch = x.eager ? Scratch{} : x.scratch;
   auto finish = [this, self, st] {
     if (self->done) {
@@ -640,11 +636,11 @@ void CrossHost::on_control(int peer, std::string_view msg) {
     case cluster::kOpData: {
       cluster::OpReady m;
       if (!cluster::decode(msg, &m)) break;
-      std::string job = cluster::field(m.job, sizeof m.job);
+      std::string_view job(m.job, strnlen(m.job, sizeof m.job));
       OpId id{m.key, m.step};
       XOp* x = find(job, id);
       if (!x) {
-        auto& e = early_[{job, id}];
+        auto& e = early_[OpKey{std::string(job), id}];
         e.ready[peer] = std::string(msg);
         e.expires = Clock::now() + kEarlyLife;
         return;

@@ -142,7 +142,7 @@ class CrossHost {
   void complete(XOp& op, const Status& st);
   void fail(XOp& op, const Status& st, bool tell_peers);
   void send_abort(const std::string& job, const OpId& id, const Status& st, int host);
-  XOp* find(const std::string& job, const OpId& id) const;
+  XOp* find(std::string_view job, const OpId& id) const;
   std::shared_ptr<XOp> hold(XOp& x) const;
   Scratch take_scratch(uint64_t bytes);
   void give_scratch(Scratch s);
@@ -156,7 +156,20 @@ class CrossHost {
   uint32_t next_token_ = 1;
 
   cluster::Membership members_;
-  std::map<std::pair<std::string, OpId>, std::shared_ptr<XOp>> ops_;
+  // Ops by (job, id), found by a string_view of the job: the lookups of
+  // every message and completion copy no job name (longer ones than 15
+  // characters would cost an allocation each).
+  using OpKey = std::pair<std::string, OpId>;
+  using OpKeyView = std::pair<std::string_view, OpId>;
+  struct OpKeyLess {
+    using is_transparent = void;
+    template <typename A, typename B>
+    bool operator()(const A& a, const B& b) const {
+      int c = std::string_view(a.first).compare(std::string_view(b.first));
+      return c != 0 ? c < 0 : a.second < b.second;
+    }
+  };
+  std::map<OpKey, std::shared_ptr<XOp>, OpKeyLess> ops_;
   std::unordered_map<uint32_t, XOp*> by_token_;
   // Rendezvous and aborts that came before the local op began.
   struct Early {
@@ -164,7 +177,7 @@ class CrossHost {
     std::unique_ptr<Status> abort;
     Clock::time_point expires;
   };
-  std::map<std::pair<std::string, OpId>, Early> early_;
+  std::map<OpKey, Early, OpKeyLess> early_;
   std::vector<Scratch> free_scratch_;
   std::vector<RateMeter> sent_meter_, recv_meter_;
   std::vector<uint64_t> last_sent_, last_recv_;

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -37,7 +38,7 @@ constexpr uint16_t arrival_code(int peer, Xfer kind, uint8_t slot) {
 constexpr auto kEarlyLife = std::chrono::seconds(120);
 }  // namespace xop
 
-struct CrossHost::XOp {
+struct CrossHost::XOp : std::enable_shared_from_this<CrossHost::XOp> {
   std::string job;
   OpId id;
   uint32_t token = 0;

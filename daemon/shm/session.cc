@@ -6,6 +6,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstring>
@@ -109,7 +110,8 @@ Status Session::complete(uint64_t tag, int status, const std::string& message) {
   proto::CompleteEntry e{};
   e.tag = tag;
   e.status = status;
-  std::snprintf(e.message, sizeof e.message, "%s", message.c_str());
+  // Cut to the field, always terminated (e is zeroed).
+  std::memcpy(e.message, message.data(), std::min(message.size(), sizeof e.message - 1));
   std::memcpy(&ring[cq_tail_ & (cq_entries_ - 1)], &e, sizeof e);
   cq_tail_++;
   h->cq_tail.store(cq_tail_, std::memory_order_release);
