@@ -1,20 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "tools/testbed/testbed.h"
 
-#include <arpa/inet.h>
 #include <fcntl.h>
-#include <linux/inet_diag.h>
-#include <linux/netlink.h>
-#include <linux/sock_diag.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
-#include <poll.h>
 #include <sched.h>
-#include <spawn.h>
 #include <sys/prctl.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -35,8 +25,8 @@
 #include <thread>
 
 #include "tools/common/procs.h"
-
-extern char** environ;
+#include "tools/testbed/commands.h"
+#include "tools/testbed/probes.h"
 
 namespace gsync::testbed {
 
@@ -55,120 +45,6 @@ constexpr size_t kLogTail = 4000;
 constexpr int kPortReleaseS = 5;
 
 std::atomic<int> g_seq{0};
-
-// ---------------------------------------------------------------------------
-// Running system commands (ip, tc) with their stderr kept for the error.
-
-struct CommandResult {
-  int exit_code = -1;  // -signal when killed
-  std::string out, err;
-  std::string spawn_error;  // non-empty when it could not be started at all
-};
-
-std::string join(const std::vector<std::string>& argv) {
-  std::string s;
-  for (const auto& a : argv) {
-    if (!s.empty()) s += ' ';
-    s += a;
-  }
-  return s;
-}
-
-std::string trim(std::string s) {
-  while (!s.empty() && (s.back() == '\n' || s.back() == ' ' || s.back() == '\r')) s.pop_back();
-  return s;
-}
-
-// posix_spawn rather than fork: the caller may have threads (gtest, perf),
-// and the child must start with a clean signal mask because the CLI blocks
-// SIGINT/SIGTERM to sigwait() on them.
-CommandResult run_command(const std::vector<std::string>& argv) {
-  CommandResult res;
-  int out_pipe[2], err_pipe[2];
-  if (pipe2(out_pipe, O_CLOEXEC) != 0) {
-    res.spawn_error = std::string("pipe: ") + strerror(errno);
-    return res;
-  }
-  if (pipe2(err_pipe, O_CLOEXEC) != 0) {
-    res.spawn_error = std::string("pipe: ") + strerror(errno);
-    close(out_pipe[0]);
-    close(out_pipe[1]);
-    return res;
-  }
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-  posix_spawn_file_actions_adddup2(&fa, out_pipe[1], 1);
-  posix_spawn_file_actions_adddup2(&fa, err_pipe[1], 2);
-  posix_spawnattr_t attr;
-  posix_spawnattr_init(&attr);
-  sigset_t none, dfl;
-  sigemptyset(&none);
-  sigemptyset(&dfl);
-  sigaddset(&dfl, SIGINT);
-  sigaddset(&dfl, SIGTERM);
-  sigaddset(&dfl, SIGPIPE);
-  posix_spawnattr_setsigmask(&attr, &none);
-  posix_spawnattr_setsigdefault(&attr, &dfl);
-  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
-  std::vector<char*> cargv;
-  for (const auto& a : argv) cargv.push_back(const_cast<char*>(a.c_str()));
-  cargv.push_back(nullptr);
-  pid_t pid = -1;
-  int rc = posix_spawnp(&pid, cargv[0], &fa, &attr, cargv.data(), environ);
-  posix_spawn_file_actions_destroy(&fa);
-  posix_spawnattr_destroy(&attr);
-  close(out_pipe[1]);
-  close(err_pipe[1]);
-  if (rc != 0) {
-    res.spawn_error = strerror(rc);
-    close(out_pipe[0]);
-    close(err_pipe[0]);
-    return res;
-  }
-  pollfd fds[2] = {{out_pipe[0], POLLIN, 0}, {err_pipe[0], POLLIN, 0}};
-  std::string* bufs[2] = {&res.out, &res.err};
-  int open_fds = 2;
-  while (open_fds > 0) {
-    if (poll(fds, 2, -1) < 0) {
-      if (errno == EINTR) continue;
-      break;
-    }
-    for (int i = 0; i < 2; i++) {
-      if (fds[i].fd < 0 || !(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
-      char buf[4096];
-      ssize_t n = read(fds[i].fd, buf, sizeof buf);
-      if (n > 0) {
-        bufs[i]->append(buf, static_cast<size_t>(n));
-      } else if (n == 0 || errno != EINTR) {
-        close(fds[i].fd);
-        fds[i].fd = -1;
-        open_fds--;
-      }
-    }
-  }
-  int status = 0;
-  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-  }
-  res.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status);
-  return res;
-}
-
-// One command that must succeed: the error is "<command line> failed: <its
-// stderr>", e.g. "ip link add ... failed: RTNETLINK answers: File exists".
-Status must_run(const std::vector<std::string>& argv) {
-  CommandResult r = run_command(argv);
-  if (!r.spawn_error.empty())
-    return {GSYNC_ERR_INTERNAL, join(argv) + " could not be started: " + r.spawn_error};
-  if (r.exit_code != 0) {
-    std::string why = trim(r.err);
-    if (why.empty()) why = trim(r.out);
-    if (why.empty()) why = "(no output)";
-    return {GSYNC_ERR_INTERNAL,
-            join(argv) + " failed (exit " + std::to_string(r.exit_code) + "): " + why};
-  }
-  return Status::ok();
-}
 
 // ---------------------------------------------------------------------------
 // Small helpers.
@@ -216,176 +92,6 @@ std::string describe_status(int status) {
   if (WIFEXITED(status)) return "exited with status " + std::to_string(WEXITSTATUS(status));
   if (WIFSIGNALED(status)) return std::string("killed by ") + strsignal(WTERMSIG(status));
   return "stopped";
-}
-
-// Whether a unix socket bound to path is listening in pid's network
-// namespace, from /proc/<pid>/net/unix. Read rather than connect()ed: a probe
-// connection is a client that never says hello, and gsyncd logs a warning for
-// each one; a socket in the listening state accepts the next connect().
-bool unix_listening(pid_t pid, const std::string& path) {
-  constexpr unsigned long kAcceptCon = 0x10000;  // __SO_ACCEPTCON: listen() was called
-  std::ifstream in("/proc/" + std::to_string(pid) + "/net/unix");
-  std::string line;
-  std::getline(in, line);  // "Num RefCount Protocol Flags Type St Inode Path"
-  while (std::getline(in, line)) {
-    if (line.size() <= path.size() ||
-        line.compare(line.size() - path.size(), path.size(), path) != 0 ||
-        line[line.size() - path.size() - 1] != ' ')
-      continue;
-    std::istringstream ls(line);
-    std::string num, refs, proto, flags;
-    ls >> num >> refs >> proto >> flags;
-    if (std::stoul(flags, nullptr, 16) & kAcceptCon) return true;
-  }
-  return false;
-}
-
-// A sock_diag netlink socket in netns ("" = ours). A thread enters the
-// namespace, makes the socket and ends: a socket stays in the namespace it
-// was made in, and no thread of the caller ever changes namespace.
-int open_diag_socket(const std::string& netns) {
-  int fd = -1;
-  auto make = [&] { fd = ::socket(AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC, NETLINK_SOCK_DIAG); };
-  if (netns.empty()) {
-    make();
-    return fd;
-  }
-  int ns_fd = open(("/run/netns/" + netns).c_str(), O_RDONLY | O_CLOEXEC);
-  if (ns_fd < 0) return -1;
-  std::thread([&] {
-    if (setns(ns_fd, CLONE_NEWNET) == 0) make();
-  }).join();
-  close(ns_fd);
-  return fd;
-}
-
-// Whether a TCP socket listens on port in netns. Asked through sock_diag for
-// listeners only, which walks just the listening hash: reading
-// /proc/<pid>/net/tcp walks every established bucket too and cost 11 ms a
-// read here, too much to poll.
-bool listens_on(const std::string& netns, uint16_t port) {
-  int fd = open_diag_socket(netns);
-  if (fd < 0) return false;
-  bool found = false;
-  for (uint8_t family : {uint8_t{AF_INET}, uint8_t{AF_INET6}}) {
-    struct {
-      nlmsghdr nlh;
-      inet_diag_req_v2 req;
-    } msg{};
-    msg.nlh.nlmsg_len = sizeof msg;
-    msg.nlh.nlmsg_type = SOCK_DIAG_BY_FAMILY;
-    msg.nlh.nlmsg_flags = NLM_F_REQUEST | NLM_F_DUMP;
-    msg.req.sdiag_family = family;
-    msg.req.sdiag_protocol = IPPROTO_TCP;
-    msg.req.idiag_states = 1u << TCP_LISTEN;
-    if (send(fd, &msg, sizeof msg, 0) != static_cast<ssize_t>(sizeof msg)) break;
-    bool done = false;
-    while (!done) {
-      alignas(nlmsghdr) char buf[16384];
-      ssize_t n = recv(fd, buf, sizeof buf, 0);
-      if (n <= 0) {
-        done = true;
-        break;
-      }
-      int len = static_cast<int>(n);
-      for (auto* h = reinterpret_cast<nlmsghdr*>(buf); NLMSG_OK(h, len); h = NLMSG_NEXT(h, len)) {
-        if (h->nlmsg_type == NLMSG_DONE || h->nlmsg_type == NLMSG_ERROR) {
-          done = true;
-          break;
-        }
-        auto* d = static_cast<inet_diag_msg*>(NLMSG_DATA(h));
-        if (ntohs(d->id.idiag_sport) == port) found = true;
-      }
-    }
-  }
-  close(fd);
-  return found;
-}
-
-// "" when addr:port answers (connected or refused: either way the host's
-// kernel replied, which is all a reachability probe needs), else why not.
-std::string tcp_probe(const std::string& addr, uint16_t port, int timeout_ms) {
-  sockaddr_in sa{};
-  sa.sin_family = AF_INET;
-  sa.sin_port = htons(port);
-  if (inet_pton(AF_INET, addr.c_str(), &sa.sin_addr) != 1) return "bad address " + addr;
-  auto deadline = Clock::now() + milliseconds(timeout_ms);
-  std::string last = "timed out";
-  while (Clock::now() < deadline) {
-    int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (fd < 0) return std::string("socket: ") + strerror(errno);
-    int rc = connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa);
-    int err = rc == 0 ? 0 : errno;
-    if (err == EINPROGRESS) {
-      auto left = std::chrono::duration_cast<milliseconds>(deadline - Clock::now()).count();
-      pollfd p{fd, POLLOUT, 0};
-      if (poll(&p, 1, static_cast<int>(std::max<long>(left, 1))) == 1) {
-        socklen_t len = sizeof err;
-        getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len);
-      } else {
-        err = ETIMEDOUT;
-      }
-    }
-    close(fd);
-    if (err == 0 || err == ECONNREFUSED) return "";
-    last = strerror(err);
-    std::this_thread::sleep_for(milliseconds(50));
-  }
-  return last;
-}
-
-bool port_free(uint16_t port) {
-  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in sa{};
-  sa.sin_family = AF_INET;
-  sa.sin_port = htons(port);
-  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bool ok = bind(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa) == 0;
-  close(fd);
-  return ok;
-}
-
-// Loopback ports come from below the ephemeral range: a port the kernel hands
-// out for bind(0) may be taken as the source port of some outgoing
-// connection (one daemon dialling another) before the daemon meant to listen
-// on it has started.
-Status pick_loopback_ports(int n, std::set<uint16_t>* taken, std::vector<uint16_t>* out) {
-  int low = 32768, high = 60999;
-  std::ifstream("/proc/sys/net/ipv4/ip_local_port_range") >> low >> high;
-  const int first = 10000;
-  const int span = low - first;
-  if (span < n) return {GSYNC_ERR_INTERNAL, "no room for ports below the ephemeral range"};
-  // Start at a pid-dependent place so concurrent beds rarely probe the same ports.
-  int start = static_cast<int>(
-      (static_cast<unsigned>(getpid()) * 7919u + static_cast<unsigned>(g_seq.load()) * 104729u) %
-      static_cast<unsigned>(span));
-  for (int i = 0; i < span && static_cast<int>(out->size()) < n; i++) {
-    auto p = static_cast<uint16_t>(first + (start + i) % span);
-    if (taken->count(p) || !port_free(p)) continue;
-    taken->insert(p);
-    out->push_back(p);
-  }
-  if (static_cast<int>(out->size()) < n)
-    return {GSYNC_ERR_INTERNAL, "fewer than " + std::to_string(n) + " free loopback ports in " +
-                                    std::to_string(first) + ".." + std::to_string(low - 1)};
-  return Status::ok();
-}
-
-std::vector<pid_t> netns_pids(const std::string& ns) {
-  std::vector<pid_t> pids;
-  CommandResult r = run_command({"ip", "netns", "pids", ns});
-  std::istringstream in(r.out);
-  long p;
-  while (in >> p) pids.push_back(static_cast<pid_t>(p));
-  return pids;
-}
-
-// Deletes a namespace after SIGKILLing what still runs in it: a namespace
-// lives on, unnamed and with its veth, as long as one process is inside.
-Status delete_netns(const std::string& ns) {
-  for (pid_t p : netns_pids(ns))
-    if (p != getpid()) kill(p, SIGKILL);
-  return must_run({"ip", "netns", "del", ns});
 }
 
 // Beds alive in this process, torn down at exit() if their owners did not.
@@ -512,7 +218,10 @@ Status Testbed::plan(const Options& o) {
   std::vector<uint16_t> ports;
   if (!namespaces()) {
     std::set<uint16_t> taken;
-    if (Status st = pick_loopback_ports(total, &taken, &ports); !st) return st;
+    // A pid- and bed-dependent start, so concurrent beds rarely probe the same ports.
+    unsigned seed =
+        static_cast<unsigned>(getpid()) * 7919u + static_cast<unsigned>(g_seq.load()) * 104729u;
+    if (Status st = pick_loopback_ports(total, seed, &taken, &ports); !st) return st;
   }
   const std::vector<int> cpus = o.pin ? tools::allowed_cpus() : std::vector<int>{};
   int i = 0;
