@@ -242,13 +242,11 @@ void Device::wait_any(int timeout_ms) {
 }
 
 void Device::drain_event_fd() {
-  // Quiet since the last drain and no notify(): nothing wrote it, so the
-  // read (a system call per poll) is skipped.
-  if (!loud_since_drain_ && !notified_) return;
+  // Read even while quiet: the kernel may have signalled just before the
+  // flag took (or, before Linux 5.8, ignores the flag), and an eventfd left
+  // readable would keep the polling loop from ever going to sleep.
   uint64_t v;
   [[maybe_unused]] ssize_t n = read(event_fd_, &v, sizeof v);
-  loud_since_drain_ = !quiet_;
-  notified_ = false;
 }
 
 Status Device::enable() {
@@ -267,7 +265,6 @@ void Device::quiet(bool on) {
   io_uring_cq_eventfd_toggle(&ring_, !on);
   quiet_ = on;
   if (on) return;
-  loud_since_drain_ = true;
   // The kernel posts a completion, then reads the flag; we store the flag,
   // then read the tail. A full fence keeps our store ahead of our load, so
   // a completion is either seen here or signalled there.
@@ -283,7 +280,6 @@ bool Device::ready() const {
 }
 
 void Device::notify() {
-  notified_ = true;
   uint64_t one = 1;
   [[maybe_unused]] ssize_t n = write(event_fd_, &one, sizeof one);
 }

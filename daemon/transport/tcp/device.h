@@ -129,8 +129,6 @@ class Device {
   int granted_sndbuf_ = 0, granted_rcvbuf_ = 0;
   int outstanding_ = 0;
   bool quiet_ = false;
-  bool loud_since_drain_ = true;  // the ring may have signalled event_fd since the last drain
-  bool notified_ = false;         // notify() wrote it since the last drain
 };
 
 }  // namespace gsync::transport::tcp
