@@ -516,7 +516,9 @@ void CrossHost::complete(XOp& x, const Status& st) {
   x.finished = true;
   by_token_.erase(x.token);
   auto self = hold(x);
-  if (auto it = ops_.find(OpKeyView{x.job, x.id}); it != ops_.end()) ops_.erase(it);
+  // Only this op's entry: never one that took its key since.
+  if (auto it = ops_.find(OpKeyView{x.job, x.id}); it != ops_.end() && it->second.get() == &x)
+    ops_.erase(it);
   Scratch scratch = x.eager ? Scratch{} : x.scratch;
   auto finish = [this, self, st] {
     if (self->done) {
