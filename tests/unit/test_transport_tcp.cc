@@ -218,6 +218,10 @@ TEST(TcpTransport, WriteToAPeerThatIsNotUpFailsAtOnce) {
 // back to sleep makes event_fd readable for what is still waiting.
 TEST(TcpTransport, PolledContextReportsArrivalsThroughPendingNotItsEventFd) {
   Cluster c(2);
+  // No heartbeat or its timer during the test: only the messages it sends
+  // may make the receiver pending.
+  c.base().heartbeat_ms = 60000;
+  c.base().peer_timeout_ms = 120000;
   c.start(0);
   c.start(1);
   ASSERT_TRUE(c.pump([&] { return c.all_up(); }));
