@@ -33,13 +33,19 @@ double thread_cpu_ms(clockid_t clock) {
 // Runs a loop on its own thread and stops it from there (stop() belongs to
 // the loop's thread, as in the daemon, where a signalfd handler calls it)
 // through an eventfd of its own; joins however the test ends, a failed
-// ASSERT included.
+// ASSERT included. clock() is the loop thread's CPU-time clock.
 class LoopThread {
  public:
   explicit LoopThread(EventLoop& loop)
       : loop_(loop), stop_fd_(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {
     loop_.add(stop_fd_, EPOLLIN, [this](uint32_t) { loop_.stop(); });
-    thread_ = std::thread([this] { loop_.run(); });
+    std::atomic<bool> started{false};
+    thread_ = std::thread([this, &started] {
+      pthread_getcpuclockid(pthread_self(), &clock_);
+      started = true;
+      loop_.run();
+    });
+    while (!started) std::this_thread::yield();
   }
   ~LoopThread() {
     uint64_t one = 1;
@@ -49,10 +55,12 @@ class LoopThread {
   }
   LoopThread(const LoopThread&) = delete;
   LoopThread& operator=(const LoopThread&) = delete;
+  clockid_t clock() const { return clock_; }
 
  private:
   EventLoop& loop_;
   int stop_fd_;
+  clockid_t clock_{};
   std::thread thread_;
 };
 
@@ -61,8 +69,7 @@ struct Fixture {
   int efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   std::atomic<int> seen{0};
   std::atomic<int> ticks{0};
-  std::atomic<bool> stopping{false};
-  std::thread thread;
+  std::unique_ptr<LoopThread> running;
   clockid_t clock{};
 
   explicit Fixture(std::chrono::microseconds poll) {
@@ -70,22 +77,13 @@ struct Fixture {
     loop.add(efd, EPOLLIN, [this](uint32_t) {
       uint64_t v;
       if (read(efd, &v, sizeof v) == sizeof v) seen += static_cast<int>(v);
-      if (stopping) loop.stop();  // from the loop's own thread, as the daemon does
     });
     loop.every(5ms, [this] { ticks++; });
-    std::atomic<bool> started{false};
-    thread = std::thread([this, &started] {
-      pthread_getcpuclockid(pthread_self(), &clock);
-      started = true;
-      loop.run();
-    });
-    while (!started) std::this_thread::yield();
+    running = std::make_unique<LoopThread>(loop);
+    clock = running->clock();
   }
   ~Fixture() {
-    stopping = true;
-    uint64_t one = 1;
-    [[maybe_unused]] ssize_t n = write(efd, &one, sizeof one);
-    thread.join();
+    running.reset();
     close(efd);
   }
   void ring() {

@@ -54,10 +54,12 @@ std::string read_all(int fd) {
   return out;
 }
 
-// Reads every pipe to its end at once. One at a time would deadlock: a rank
-// whose report outgrows the pipe (64 KiB: a long sweep's timings) blocks in
-// write() while the parent waits for another rank's end of file, and that
-// rank may be waiting, in an allreduce, for the blocked one.
+}  // namespace
+
+// One at a time would deadlock: a rank whose report outgrows the pipe
+// (64 KiB: a long sweep's timings) blocks in write() while the parent waits
+// for another rank's end of file, and that rank may be waiting, in an
+// allreduce, for the blocked one.
 std::vector<std::string> read_all_of(const std::vector<int>& fds) {
   std::vector<std::string> out(fds.size());
   std::vector<pollfd> polls;
@@ -82,8 +84,6 @@ std::vector<std::string> read_all_of(const std::vector<int>& fds) {
   }
   return out;
 }
-
-}  // namespace
 
 std::string gsyncd_path() {
   const char* p = std::getenv("GSYNCD");

@@ -72,6 +72,10 @@ bool pin_to(const std::vector<int>& cpus);
 // "0-3", "0,2", "" for none.
 std::string cpu_list(const std::vector<int>& cpus);
 
+// Every fd read to its end, all at once (poll), so a writer blocked on one
+// full pipe cannot stall the others; the fds stay open. Output i is fds[i]'s.
+std::vector<std::string> read_all_of(const std::vector<int>& fds);
+
 // What a shell command prints on stdout ("" if it cannot run).
 std::string run_command(const std::string& cmd);
 

@@ -2,7 +2,6 @@
 #include "tools/testbed/commands.h"
 
 #include <fcntl.h>
-#include <poll.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
@@ -10,6 +9,8 @@
 
 #include <cerrno>
 #include <cstring>
+
+#include "tools/common/procs.h"
 
 extern char** environ;
 
@@ -76,27 +77,13 @@ CommandResult run_command(const std::vector<std::string>& argv) {
     close(err_pipe[0]);
     return res;
   }
-  pollfd fds[2] = {{out_pipe[0], POLLIN, 0}, {err_pipe[0], POLLIN, 0}};
-  std::string* bufs[2] = {&res.out, &res.err};
-  int open_fds = 2;
-  while (open_fds > 0) {
-    if (poll(fds, 2, -1) < 0) {
-      if (errno == EINTR) continue;
-      break;
-    }
-    for (int i = 0; i < 2; i++) {
-      if (fds[i].fd < 0 || !(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
-      char buf[4096];
-      ssize_t n = read(fds[i].fd, buf, sizeof buf);
-      if (n > 0) {
-        bufs[i]->append(buf, static_cast<size_t>(n));
-      } else if (n == 0 || errno != EINTR) {
-        close(fds[i].fd);
-        fds[i].fd = -1;
-        open_fds--;
-      }
-    }
-  }
+  // Both at once: a command that fills one pipe while we wait on the other
+  // would never finish.
+  std::vector<std::string> outputs = tools::read_all_of({out_pipe[0], err_pipe[0]});
+  close(out_pipe[0]);
+  close(err_pipe[0]);
+  res.out = std::move(outputs[0]);
+  res.err = std::move(outputs[1]);
   int status = 0;
   while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
