@@ -7,7 +7,7 @@
 #include <spdlog/spdlog.h>
 
 #include "daemon/config/config.h"
-#include "daemon/core/daemon.h"
+#include "daemon/gsyncd.h"
 #include "gsync_build_config.h"
 
 int main(int argc, char** argv) {
@@ -75,8 +75,8 @@ int main(int argc, char** argv) {
     return 0;
   }
   spdlog::set_level(spdlog::level::from_str(cfg.log_level));
-  gsync::Daemon::block_stop_signals();
-  gsync::Daemon daemon(cfg);
+  gsync::Gsyncd::block_stop_signals();
+  gsync::Gsyncd daemon(cfg);
   if (gsync::Status st = daemon.start(); !st) {
     spdlog::critical("cannot start: {}", st.message());
     return 1;

@@ -124,7 +124,7 @@ int gsync_allreduce(gsync_comm_t* comm, uint64_t key, uint64_t step, void* buf, 
                     int dtype, int op, double weight, gsync_request_t** req) {
   return guarded("gsync_allreduce", [&] {
     const gc::OpArgs args{.api = "gsync_allreduce",
-                          .opcode = gsync::proto::kOpAllreduce,
+                          .opcode = gsync::proto::Opcode::kAllreduce,
                           .key = key,
                           .step = step,
                           .buf = buf,
@@ -140,7 +140,7 @@ int gsync_broadcast(gsync_comm_t* comm, uint64_t key, uint64_t step, void* buf, 
                     int dtype, int root, gsync_request_t** req) {
   return guarded("gsync_broadcast", [&] {
     const gc::OpArgs args{.api = "gsync_broadcast",
-                          .opcode = gsync::proto::kOpBroadcast,
+                          .opcode = gsync::proto::Opcode::kBroadcast,
                           .key = key,
                           .step = step,
                           .buf = buf,
@@ -154,7 +154,7 @@ int gsync_broadcast(gsync_comm_t* comm, uint64_t key, uint64_t step, void* buf, 
 int gsync_ibarrier(gsync_comm_t* comm, uint64_t step, gsync_request_t** req) {
   return guarded("gsync_ibarrier", [&] {
     const gc::OpArgs args{.api = "gsync_ibarrier",
-                          .opcode = gsync::proto::kOpBarrier,
+                          .opcode = gsync::proto::Opcode::kBarrier,
                           .key = gc::kBarrierKey,
                           .step = step};
     return submit(comm, args, req);
@@ -168,7 +168,7 @@ int gsync_barrier(gsync_comm_t* comm, uint64_t step, int timeout_ms) {
     // session default in force.
     const uint32_t op_timeout = timeout_ms > 0 ? static_cast<uint32_t>(timeout_ms) : 0;
     const gc::OpArgs args{.api = "gsync_barrier",
-                          .opcode = gsync::proto::kOpBarrier,
+                          .opcode = gsync::proto::Opcode::kBarrier,
                           .key = gc::kBarrierKey,
                           .step = step,
                           .timeout_ms = op_timeout};

@@ -67,19 +67,6 @@ void drain_eventfd(int eventfd_fd) {
   } while (n < 0 && errno == EINTR);
 }
 
-const char* opcode_name(uint8_t opcode) {
-  switch (opcode) {
-    case proto::kOpAllreduce:
-      return "allreduce";
-    case proto::kOpBroadcast:
-      return "broadcast";
-    case proto::kOpBarrier:
-      return "barrier";
-    default:
-      return "op";
-  }
-}
-
 }  // namespace
 
 int Session::open(const gsync_config_t* cfg, std::shared_ptr<Session>* out) {
@@ -126,11 +113,11 @@ std::string Session::context() const {
 }
 
 std::string Session::op_name(const RequestState& st) const {
-  if (st.opcode == proto::kOpBarrier) {
+  if (st.opcode == proto::Opcode::kBarrier) {
     return format("barrier step %llu (tag %llu)", static_cast<unsigned long long>(st.step),
                   static_cast<unsigned long long>(st.tag));
   }
-  return format("%s key %llu step %llu (tag %llu)", opcode_name(st.opcode),
+  return format("%s key %llu step %llu (tag %llu)", proto::name(st.opcode),
                 static_cast<unsigned long long>(st.key), static_cast<unsigned long long>(st.step),
                 static_cast<unsigned long long>(st.tag));
 }
@@ -222,24 +209,26 @@ int Session::validate(const OpArgs& a, bool* zero_copy, uint64_t* bytes) const {
   };
   *zero_copy = false;
   *bytes = 0;
-  if (a.opcode == proto::kOpBarrier) return GSYNC_OK;
+  if (a.opcode == proto::Opcode::kBarrier) return GSYNC_OK;
   if (a.key == kBarrierKey) return bad("key 0xffffffffffffffff is reserved for barriers");
-  if (a.dtype < GSYNC_FLOAT32 || a.dtype > GSYNC_INT32) {
+  proto::DType dtype{};
+  if (!proto::dtype_from_wire(a.dtype, &dtype)) {
     return bad(format("dtype %d is not a gsync_dtype (GSYNC_FLOAT32 .. GSYNC_INT32)", a.dtype));
   }
-  if (a.opcode == proto::kOpAllreduce) {
-    if (a.redop < GSYNC_SUM || a.redop > GSYNC_MAX) {
+  if (a.opcode == proto::Opcode::kAllreduce) {
+    proto::RedOp redop{};
+    if (!proto::redop_from_wire(a.redop, &redop)) {
       return bad(format("op %d is not a gsync_redop (GSYNC_SUM .. GSYNC_MAX)", a.redop));
     }
-    if (a.redop == GSYNC_WEIGHTED_AVG && !(std::isfinite(a.weight) && a.weight >= 0)) {
+    if (redop == proto::RedOp::kWeightedAvg && !(std::isfinite(a.weight) && a.weight >= 0)) {
       return bad(format("weight %g must be finite and >= 0 for GSYNC_WEIGHTED_AVG", a.weight));
     }
   }
-  if (a.opcode == proto::kOpBroadcast && (a.root < 0 || a.root >= params_.world_size)) {
+  if (a.opcode == proto::Opcode::kBroadcast && (a.root < 0 || a.root >= params_.world_size)) {
     return bad(
         format("root %d is not a rank of the job (world_size %d)", a.root, params_.world_size));
   }
-  const size_t elem = proto::dtype_size(static_cast<uint8_t>(a.dtype));
+  const size_t elem = proto::dtype_size(dtype);
   if (a.count > SIZE_MAX / elem) {
     return bad(format("count %zu of %zu-byte elements overflows", a.count, elem));
   }
@@ -327,8 +316,8 @@ int Session::submit(const OpArgs& a, std::shared_ptr<RequestState>* out) {
     st->user_buf = a.buf;
     // A broadcast overwrites every rank's buffer with the root's: only the
     // root's data needs to go in, and only the others' needs to come out.
-    const bool is_root = a.opcode == proto::kOpBroadcast && a.root == params_.rank;
-    copy_in = a.opcode != proto::kOpBroadcast || is_root;
+    const bool is_root = a.opcode == proto::Opcode::kBroadcast && a.root == params_.rank;
+    copy_in = a.opcode != proto::Opcode::kBroadcast || is_root;
     st->copy_out = !is_root;
   }
   st->tag = next_tag_++;
@@ -371,13 +360,14 @@ int Session::publish_locked(const OpArgs& a, const std::shared_ptr<RequestState>
   }
   proto::SubmitEntry e{};
   e.tag = st->tag;
-  e.key = a.opcode == proto::kOpBarrier ? kBarrierKey : a.key;
+  e.key = a.opcode == proto::Opcode::kBarrier ? kBarrierKey : a.key;
   e.step = a.step;
   e.offset = offset;
   e.count = a.count;
-  e.weight = a.redop == GSYNC_WEIGHTED_AVG ? a.weight : 0.0;
+  e.weight = a.redop == proto::wire(proto::RedOp::kWeightedAvg) ? a.weight : 0.0;
   e.timeout_ms = a.timeout_ms;
-  e.opcode = a.opcode;
+  // dtype and redop were checked against the vocabulary by validate().
+  e.opcode = proto::wire(a.opcode);
   e.dtype = static_cast<uint8_t>(a.dtype);
   e.redop = static_cast<uint8_t>(a.redop);
   e.flags = 0;

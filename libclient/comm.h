@@ -22,6 +22,7 @@
 
 #include "gsync/gsync.h"
 #include "libclient/arena_allocator.h"
+#include "protocol/ops.h"
 #include "libclient/connect.h"
 #include "libclient/request.h"
 #include "protocol/wire.h"
@@ -34,7 +35,7 @@ using proto::kBarrierKey;
 
 struct OpArgs {
   const char* api = "";  // "gsync_allreduce", for error text
-  uint8_t opcode = 0;
+  proto::Opcode opcode = proto::Opcode::kAllreduce;
   uint64_t key = 0;
   uint64_t step = 0;
   void* buf = nullptr;

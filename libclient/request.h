@@ -10,6 +10,8 @@
 #include <memory>
 #include <string>
 
+#include "protocol/ops.h"
+
 namespace gsync::client {
 
 class Session;
@@ -19,7 +21,7 @@ struct RequestState {
   uint64_t tag = 0;
   uint64_t key = 0;
   uint64_t step = 0;
-  uint8_t opcode = 0;
+  proto::Opcode opcode = proto::Opcode::kAllreduce;
 
   bool done = false;
   bool abandoned = false;  // handle freed while pending

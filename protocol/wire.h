@@ -10,6 +10,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "protocol/ops.h"
+
 namespace gsync::proto {
 
 // Bumped on any change of the structs below. The first two fields of
@@ -52,8 +54,6 @@ struct HelloReply {
 };
 static_assert(sizeof(HelloReply) == 296);
 
-enum Opcode : uint8_t { kOpAllreduce = 1, kOpBroadcast = 2, kOpBarrier = 3 };
-
 // Barriers are matched like other ops, by (key, step), under this key; an
 // allreduce or broadcast may not use it.
 constexpr uint64_t kBarrierKey = ~uint64_t{0};
@@ -67,9 +67,9 @@ struct SubmitEntry {
   uint64_t count;   // elements
   double weight;    // GSYNC_WEIGHTED_AVG
   uint32_t timeout_ms;  // 0: session default
-  uint8_t opcode;
-  uint8_t dtype;  // enum gsync_dtype
-  uint8_t redop;  // enum gsync_redop
+  uint8_t opcode;  // proto::Opcode (protocol/ops.h)
+  uint8_t dtype;   // proto::DType = enum gsync_dtype
+  uint8_t redop;   // proto::RedOp = enum gsync_redop
   uint8_t flags;  // must be 0
   int32_t root;   // broadcast: the root's rank
   uint32_t reserved;  // must be 0
@@ -134,17 +134,6 @@ constexpr ShmLayout layout_for(uint32_t sq_entries, uint32_t cq_entries, uint64_
   l.arena_offset = align_up(l.cq_offset + uint64_t{cq_entries} * sizeof(CompleteEntry), kArenaAlign);
   l.total_bytes = l.arena_offset + align_up(arena_bytes, kPage);
   return l;
-}
-
-inline size_t dtype_size(uint8_t dtype) {
-  switch (dtype) {
-    case 0: return 4;  // GSYNC_FLOAT32
-    case 1: return 2;  // GSYNC_FLOAT16
-    case 2: return 2;  // GSYNC_BFLOAT16
-    case 3: return 8;  // GSYNC_FLOAT64
-    case 4: return 4;  // GSYNC_INT32
-    default: return 0;
-  }
 }
 
 }  // namespace gsync::proto

@@ -6,9 +6,10 @@
 
 #include <cerrno>
 
+#include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
-#include "daemon/shm/handshake.h"
+#include "daemon/core/unix_socket.h"
 
 namespace gsync {
 
@@ -32,6 +33,14 @@ Status AdminServer::listen(const std::string& path, unsigned mode) {
   path_ = path;
   loop_.add(listen_fd_, EPOLLIN, [this](uint32_t) { accept_all(); });
   return Status::ok();
+}
+
+std::string AdminServer::reply(const std::string& command) const {
+  if (auto it = reports_.find(command); it != reports_.end()) return it->second();
+  std::string known;
+  for (const auto& [name, report] : reports_) known += (known.empty() ? "" : ", ") + name;
+  return nlohmann::json{{"error", "unknown admin command '" + command + "'; known: " + known}}
+      .dump();
 }
 
 void AdminServer::accept_all() {
@@ -58,7 +67,7 @@ void AdminServer::on_event(int fd, uint32_t events) {
     if (nl != std::string::npos && c.out.empty()) {
       std::string cmd = c.in.substr(0, nl);
       if (!cmd.empty() && cmd.back() == '\r') cmd.pop_back();
-      c.out = handler_(cmd) + "\n";
+      c.out = reply(cmd) + "\n";
       loop_.modify(fd, EPOLLOUT | EPOLLRDHUP);
     } else if (n == 0 && c.out.empty()) {
       return drop(fd);

@@ -3,10 +3,14 @@
 // The admin socket gsyncctl talks to: a client writes one command line
 // ("status\n"), gets one JSON document, and the daemon closes. Connections
 // are non-blocking and bounded, so a stuck admin client cannot stall the
-// event loop that serves the jobs.
+// event loop that serves the jobs. What each command answers is not known
+// here: every layer registers the report it owns (the jobs layer "jobs",
+// the client listener "clients", the control plane "peers", the daemon
+// "status"), so this folder depends on none of them.
 #pragma once
 
 #include <functional>
+#include <map>
 #include <string>
 #include <unordered_map>
 
@@ -17,12 +21,15 @@ namespace gsync {
 
 class AdminServer {
  public:
-  // Returns the reply document for a command (JSON text).
-  using Handler = std::function<std::string(const std::string& command)>;
+  // The reply document of a command (JSON text).
+  using Report = std::function<std::string()>;
 
-  AdminServer(EventLoop& loop, Handler handler) : loop_(loop), handler_(std::move(handler)) {}
+  explicit AdminServer(EventLoop& loop) : loop_(loop) {}
   ~AdminServer();
   Status listen(const std::string& path, unsigned mode);
+  void add(const std::string& command, Report report) { reports_[command] = std::move(report); }
+  // The reply to one command line; unknown commands get {"error": "..."}.
+  std::string reply(const std::string& command) const;
 
  private:
   struct Conn {
@@ -34,7 +41,7 @@ class AdminServer {
   void drop(int fd);
 
   EventLoop& loop_;
-  Handler handler_;
+  std::map<std::string, Report> reports_;
   int listen_fd_ = -1;
   std::string path_;
   std::unordered_map<int, Conn> conns_;

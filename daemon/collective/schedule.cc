@@ -27,6 +27,13 @@ bool parse_algo(const std::string& name, Algo* out) {
   return true;
 }
 
+bool algo_from_wire(uint8_t v, Algo* out) {
+  if (v < static_cast<uint8_t>(Algo::kRing) || v > static_cast<uint8_t>(Algo::kDoubling))
+    return false;
+  *out = static_cast<Algo>(v);
+  return true;
+}
+
 namespace {
 
 // Chunk c belongs to segment floor(c * n / chunks): n contiguous segments

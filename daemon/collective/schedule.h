@@ -20,6 +20,8 @@ namespace gsync::collective {
 enum class Algo : uint8_t { kRing = 1, kHier = 2, kDirect = 3, kTree = 4, kDoubling = 5 };
 const char* algo_name(Algo a);
 bool parse_algo(const std::string& name, Algo* out);  // "ring" "hier" "direct" "tree" "doubling"
+// A byte off the wire (OpReady::algo); false when it names no algorithm.
+bool algo_from_wire(uint8_t v, Algo* out);
 
 // kReduce lands in one of the receiver's scratch slots and is folded there;
 // kCopy lands in the receiver's data (a final value).

@@ -20,7 +20,8 @@ class RateMeter {
     buckets_[sec % kBuckets] += bytes;
   }
   // Bytes per second over the last kWindow whole seconds plus the current one.
-  double rate(std::chrono::steady_clock::time_point now) {
+  // Const: reading rolls the buckets forward, which changes no rate.
+  double rate(std::chrono::steady_clock::time_point now) const {
     int64_t sec = seconds(now);
     roll(sec);
     uint64_t sum = 0;
@@ -34,13 +35,13 @@ class RateMeter {
   static int64_t seconds(std::chrono::steady_clock::time_point t) {
     return std::chrono::duration_cast<std::chrono::seconds>(t.time_since_epoch()).count();
   }
-  void roll(int64_t sec) {
+  void roll(int64_t sec) const {
     if (last_ == 0) last_ = sec;
     for (int64_t s = last_ + 1; s <= sec && s <= last_ + kBuckets; s++) buckets_[s % kBuckets] = 0;
     if (sec > last_) last_ = sec;
   }
-  std::array<uint64_t, kBuckets> buckets_{};
-  int64_t last_ = 0;
+  mutable std::array<uint64_t, kBuckets> buckets_{};
+  mutable int64_t last_ = 0;
 };
 
 }  // namespace gsync

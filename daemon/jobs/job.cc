@@ -3,14 +3,14 @@
 
 #include <fmt/format.h>
 
-#include "protocol/wire.h"
-
 namespace gsync {
 
-uint64_t Op::bytes() const { return count * proto::dtype_size(dtype); }
+std::string JobOp::describe(const std::string& job) const {
+  return fmt::format("job {} {} key {} step {}", job, proto::name(shape.opcode), id.key, id.step);
+}
 
-std::string Op::describe(const std::string& job) const {
-  return fmt::format("job {} {} key {} step {}", job, opcode_name(opcode), id.key, id.step);
+bool BspPolicy::ready(const Job& job, const JobOp& op) const {
+  return op.arrived == job.local_size;
 }
 
 int Job::live_ranks() const {
@@ -18,6 +18,13 @@ int Job::live_ranks() const {
   for (const auto& s : slots)
     if (s.session) n++;
   return n;
+}
+
+std::vector<int> Job::live_rank_ids() const {
+  std::vector<int> ranks;
+  for (const auto& s : slots)
+    if (s.session) ranks.push_back(s.session->rank);
+  return ranks;
 }
 
 const RankSlot* Job::first_dead() const {
@@ -30,25 +37,6 @@ const Job::Tombstone* Job::find_tombstone(const OpId& id) const {
   for (const auto& t : tombstones)
     if (t.id == id) return &t;
   return nullptr;
-}
-
-const char* opcode_name(uint8_t opcode) {
-  switch (opcode) {
-    case proto::kOpAllreduce: return "allreduce";
-    case proto::kOpBroadcast: return "broadcast";
-    case proto::kOpBarrier: return "barrier";
-    default: return "unknown-op";
-  }
-}
-
-const char* dtype_name(uint8_t dtype) {
-  static const char* names[] = {"float32", "float16", "bfloat16", "float64", "int32"};
-  return dtype < 5 ? names[dtype] : "unknown-dtype";
-}
-
-const char* redop_name(uint8_t redop) {
-  static const char* names[] = {"sum", "avg", "weighted_avg", "min", "max"};
-  return redop < 5 ? names[redop] : "unknown-redop";
 }
 
 }  // namespace gsync

@@ -6,7 +6,6 @@
 // different orders. Owned by the event thread.
 #pragma once
 
-#include <chrono>
 #include <cstdint>
 #include <deque>
 #include <memory>
@@ -14,22 +13,17 @@
 #include <unordered_map>
 #include <vector>
 
+#include "daemon/core/clock.h"
 #include "daemon/core/meter.h"
 #include "daemon/core/status.h"
+#include "daemon/jobs/sync_policy.h"
 #include "daemon/shm/session.h"
+#include "protocol/ops.h"
 
 namespace gsync {
 
-using Clock = std::chrono::steady_clock;
-
-struct OpId {
-  uint64_t key = 0;
-  uint64_t step = 0;
-  auto operator<=>(const OpId&) const = default;
-};
-struct OpIdHash {
-  size_t operator()(const OpId& o) const { return o.key * 0x9e3779b97f4a7c15ull ^ o.step; }
-};
+using proto::OpId;
+using proto::OpIdHash;
 
 // One rank's part of an op: where its tensor is and whom to tell.
 struct Arrival {
@@ -39,42 +33,20 @@ struct Arrival {
   double weight = 0;
 };
 
-struct Op {
+struct JobOp {
   OpId id;
-  uint8_t opcode = 0, dtype = 0, redop = 0;
-  uint64_t count = 0;
-  int32_t root = -1;
-  int first = -1;  // local rank whose submission fixed the shape above
+  proto::OpShape shape;
+  int first = -1;  // local rank whose submission fixed the shape
   std::vector<Arrival> arrivals;  // by local rank
   int arrived = 0;
   Clock::time_point started, deadline;
   uint32_t timeout_ms = 0;
-  bool running = false;  // handed to the executor; its buffers are in use
-  Status fail_after_run;  // set when the op must fail once the executor is done
-  // A job that spans hosts: fold the local ranks into host_data, reduce that
-  // across hosts, store it into every local rank (docs/algorithms.md).
-  enum class Stage : uint8_t { kLocal, kFold, kCross, kStore } stage = Stage::kLocal;
-  void* host_data = nullptr;  // local rank 0's tensor, or the broadcast root's
-  int world_size = 0;
-  double weight_total = 0;
-  // Elements per cross-host chunk when the fold is pipelined with the
-  // cross-host step (the fold reports each finished chunk); 0: not.
-  size_t pipeline_elems = 0;
-  // Pipelined store: each chunk is stored as soon as the cross-host step has
-  // its final value, by pool tasks that may still run when the step ends.
-  bool store_by_chunk = false, cross_done = false;
-  int store_tasks = 0;  // chunk stores still running
-  // Stable storage for the executor while it runs. The store has its own,
-  // set up once: chunk stores run while the fold may still be running and
-  // while later chunks' stores are being submitted.
-  std::vector<const void*> inputs;
-  std::vector<void*> outputs;
-  std::vector<double> weights;
-  std::vector<const void*> store_inputs;
-  std::vector<void*> store_outputs;
-  bool store_planned = false;
+  // The pipeline's serial once the op runs (its buffers are in use until
+  // it is done); 0 while it waits for ranks or hosts.
+  uint64_t serial = 0;
 
-  uint64_t bytes() const;  // one rank's tensor
+  bool running() const { return serial != 0; }
+  uint64_t bytes() const { return shape.bytes(); }  // one rank's tensor
   std::string describe(const std::string& job) const;  // "job j allreduce key 3 step 7"
 };
 
@@ -89,14 +61,15 @@ struct RankSlot {
 };
 
 struct Job {
-  Job(std::string id, int world, int local) : id(std::move(id)), world_size(world), local_size(local),
-      slots(static_cast<size_t>(local)) {}
+  Job(std::string id, int world, int local)
+      : id(std::move(id)), world_size(world), local_size(local), slots(static_cast<size_t>(local)),
+        policy(std::make_unique<BspPolicy>()) {}
 
   std::string id;
   int world_size;
   int local_size;
   std::vector<RankSlot> slots;  // by local rank
-  std::unordered_map<OpId, std::unique_ptr<Op>, OpIdHash> ops;
+  std::unordered_map<OpId, std::unique_ptr<JobOp>, OpIdHash> ops;
   // Failed ops remembered for a while, so a rank that arrives late gets the
   // same error instead of waiting for ranks that will never come.
   struct Tombstone {
@@ -105,6 +78,7 @@ struct Job {
     Clock::time_point expires;
   };
   std::deque<Tombstone> tombstones;
+  std::unique_ptr<SyncPolicy> policy;
 
   uint64_t ops_completed = 0, ops_failed = 0, bytes_reduced = 0;
   RateMeter meter;
@@ -114,13 +88,11 @@ struct Job {
   // replace it). Ops fail with it until the host announces the job again.
   Status remote_broken;
 
+  bool multi_host() const { return world_size > local_size; }
   int live_ranks() const;
+  std::vector<int> live_rank_ids() const;  // global ranks of the connected slots
   const RankSlot* first_dead() const;
   const Tombstone* find_tombstone(const OpId& id) const;
 };
-
-const char* opcode_name(uint8_t opcode);
-const char* dtype_name(uint8_t dtype);
-const char* redop_name(uint8_t redop);
 
 }  // namespace gsync

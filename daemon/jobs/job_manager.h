@@ -1,53 +1,46 @@
 // SPDX-License-Identifier: Apache-2.0
 //
 // Admission of clients into jobs, matching of submissions into ops, and every
-// way an op can end: completed, mismatched, timed out, or failed because a
-// rank of its job died. All on the event thread.
+// way an op can end before or around the pipeline: completed, mismatched,
+// timed out, or failed because a rank of its job died. The ops themselves run
+// in the op pipeline (daemon/pipeline/); this layer decides when one starts
+// (the job's sync policy) and tells the ranks how it ended. All on the event
+// thread.
 #pragma once
 
 #include <functional>
 #include <map>
 #include <memory>
 #include <string>
-#include <unordered_map>
 
-#include "daemon/collective/cross_host.h"
-#include "daemon/collective/local_executor.h"
+#include <nlohmann/json_fwd.hpp>
+
+#include "daemon/cluster/control_plane.h"
 #include "daemon/config/config.h"
 #include "daemon/jobs/job.h"
+#include "daemon/pipeline/pipeline.h"
+#include "daemon/shm/client_listener.h"
 #include "protocol/wire.h"
 
 namespace gsync {
-
-struct JoinRequest {
-  std::string job_id;
-  int world_size = 0, rank = -1, local_rank = -1, local_size = 0;
-};
 
 struct GlobalStats {
   uint64_t ops_completed = 0, ops_failed = 0, bytes_reduced = 0;
   RateMeter meter;
 };
 
-class JobManager {
+class JobManager final : public ClientSink {
  public:
-  JobManager(const DaemonConfig& cfg, LocalExecutor& executor) : cfg_(cfg), executor_(executor) {}
+  // control: this daemon's cluster, or null on a single host.
+  JobManager(const DaemonConfig& cfg, pipeline::Pipeline& pipeline, cluster::ControlPlane* control);
 
-  // The cross-host step, when this daemon is part of a cluster.
-  void set_cross_host(CrossHost* cross);
+  // ClientSink.
+  Status check_join(const JoinRequest& req) override;
+  void attach(const std::shared_ptr<Session>& s) override;
+  void detach(const std::shared_ptr<Session>& s, const std::string& reason) override;
+  void submit(const std::shared_ptr<Session>& s, const proto::SubmitEntry& e) override;
 
-  // May a client with this identity join? Changes nothing.
-  Status check_join(const JoinRequest& req) const;
-  // Puts a session (identity already set) into its job's slot.
-  void attach(const std::shared_ptr<Session>& s);
-  // The client is gone (closed, killed, or cut off for a protocol violation).
-  void detach(const std::shared_ptr<Session>& s, const std::string& reason);
-
-  void submit(const std::shared_ptr<Session>& s, const proto::SubmitEntry& e);
   void check_timeouts(Clock::time_point now);
-  void executor_done(uint64_t task_id);
-  // [0, done) elements of a running executor task are finished.
-  void executor_progress(uint64_t task_id, size_t done);
 
   // Called when a completion cannot be posted (the client broke the ring
   // protocol); the daemon closes that session.
@@ -56,39 +49,36 @@ class JobManager {
   const std::map<std::string, std::unique_ptr<Job>>& jobs() const { return jobs_; }
   GlobalStats& stats() { return stats_; }
   uint64_t in_flight() const;
+  // gsyncctl jobs (job_report.cc).
+  nlohmann::json jobs_report() const;
 
  private:
-  Status validate(const Session& s, const Job& job, const proto::SubmitEntry& e, void** data) const;
-  Status check_shape(const Job& job, const Op& op, const Session& s, const proto::SubmitEntry& e) const;
-  void start(Job& job, Op& op);
-  void start_multi(Job& job, Op& op);
-  void run_stage(Job& job, Op& op);
-  // The op (and its job) if both still exist.
-  Op* find_op(const std::string& job_id, const OpId& id, Job** job = nullptr);
-  void store_chunk(const std::string& job_id, const OpId& id, uint64_t begin, uint64_t end,
-                   double weight_total);
-  void stage_done(Job& job, Op& op);
-  // Every host of the multi-host job has announced its ranks; clears a
-  // remote departure recorded before.
+  Status validate(const Session& s, const Job& job, const proto::SubmitEntry& e,
+                  proto::OpShape* shape, void** data) const;
+  Status check_shape(const Job& job, const JobOp& op, const Session& s,
+                     const proto::OpShape& shape) const;
+  JobOp& op_for(Job& job, const Session& s, const proto::SubmitEntry& e,
+                const proto::OpShape& shape);
+  void start(Job& job, JobOp& op);
+  void run(Job& job, JobOp& op);
+  pipeline::OpRequest request(const Job& job, const JobOp& op) const;
+  void op_done(const std::string& job_id, const OpId& id, uint64_t serial, const Status& st);
   bool cross_ready(Job& job);
   void job_ready(const std::string& job_id);
+  void job_broken(const std::string& job_id, const Status& why);
+  void rank_died(Job& job, const Session& s, const std::string& reason);
   void finish(Job& job, const OpId& id, const Status& st);
   void fail_pending(Job& job, const Status& st);
   void reply(const std::shared_ptr<Session>& s, uint64_t tag, const Status& st);
   void remember_failure(Job& job, const OpId& id, const Status& st);
   void maybe_erase(const std::string& job_id);
-  std::string missing_ranks(const Job& job, const Op& op) const;
+  std::string missing_ranks(const Job& job, const JobOp& op) const;
+  void expire(Job& job, Clock::time_point now);
 
   const DaemonConfig& cfg_;
-  LocalExecutor& executor_;
-  CrossHost* cross_ = nullptr;
+  pipeline::Pipeline& pipeline_;
+  cluster::ControlPlane* control_;
   std::map<std::string, std::unique_ptr<Job>> jobs_;
-  struct Running {
-    std::string job;
-    OpId id;
-    bool chunk_store = false;  // one chunk of a pipelined store
-  };
-  std::unordered_map<uint64_t, Running> running_;  // pool task id -> op
   GlobalStats stats_;
 };
 

@@ -58,25 +58,15 @@ Isa detected_isa() {
 
 }  // namespace
 
-size_t dtype_size(DType t) {
-  switch (t) {
-    case DType::kF32:
-    case DType::kI32:
-      return 4;
-    case DType::kF16:
-    case DType::kBF16:
-      return 2;
-    case DType::kF64:
-      return 8;
-  }
-  return 0;  // not a DType (a corrupt value off the wire)
-}
-
 bool supported(DType t, Op op) {
-  if (dtype_size(t) == 0 || static_cast<uint8_t>(op) > static_cast<uint8_t>(Op::kMax)) {
+  // Values off the wire are checked before they become enums; a corrupt
+  // one that got here anyway names nothing.
+  DType known_t{};
+  Op known_op{};
+  if (!proto::dtype_from_wire(static_cast<int>(t), &known_t) ||
+      !proto::redop_from_wire(static_cast<int>(op), &known_op))
     return false;
-  }
-  return !(t == DType::kI32 && op == Op::kWeightedAvg);
+  return proto::defined(t, op);
 }
 
 void reduce_range(const ReduceArgs& args, size_t begin, size_t end) {

@@ -21,10 +21,15 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "protocol/ops.h"
+
 namespace gsync::reduce {
 
-enum class DType : uint8_t { kF32 = 0, kF16 = 1, kBF16 = 2, kF64 = 3, kI32 = 4 };
-enum class Op : uint8_t { kSum = 0, kAvg = 1, kWeightedAvg = 2, kMin = 3, kMax = 4 };
+// The element types and reduction ops of the wire vocabulary
+// (protocol/ops.h): a kernel's op is the reduction it computes.
+using DType = proto::DType;
+using Op = proto::RedOp;
+using proto::dtype_size;
 enum class Isa : uint8_t { kScalar = 0, kAvx2 = 1, kAvx512 = 2 };
 
 struct ReduceArgs {
@@ -43,7 +48,6 @@ struct ReduceArgs {
   double scale = 1.0;             // float dtypes: the result times this, before the store
 };
 
-size_t dtype_size(DType t);
 // False for combinations that have no meaning (kWeightedAvg on kI32).
 bool supported(DType t, Op op);
 

@@ -9,14 +9,17 @@
 #include <vector>
 
 #include "daemon/core/status.h"
+#include "daemon/core/unix_socket.h"
 #include "daemon/shm/session.h"
 #include "protocol/wire.h"
 
 namespace gsync {
 
-// Binds a unix socket at path (replacing a stale socket file, never another
-// kind of file), listens, and sets mode on it. Returns the fd or -1 + *err.
-int listen_unix(const std::string& path, int type, unsigned mode, Status* err);
+// Who a client says it is in its hello: the job and its place in it.
+struct JoinRequest {
+  std::string job_id;
+  int world_size = 0, rank = -1, local_rank = -1, local_size = 0;
+};
 
 // SO_PEERCRED of a connected unix socket.
 bool peer_credentials(int fd, Peer* peer);

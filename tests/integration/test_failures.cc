@@ -206,7 +206,7 @@ TEST(Failures, GarbageInTheRingGetsErrorCompletionsNotACrash) {
   auto entry = [](uint64_t tag) {
     proto::SubmitEntry e{};
     e.tag = tag;
-    e.opcode = proto::kOpAllreduce;
+    e.opcode = proto::wire(proto::Opcode::kAllreduce);
     e.count = 16;
     return e;
   };
@@ -224,7 +224,7 @@ TEST(Failures, GarbageInTheRingGetsErrorCompletionsNotACrash) {
   cases.push_back({"flags set", entry(6), GSYNC_ERR_PROTOCOL, "must be 0"});
   cases.back().e.flags = 1;
   cases.push_back({"bad root", entry(7), GSYNC_ERR_INVALID, "root"});
-  cases.back().e.opcode = proto::kOpBroadcast;
+  cases.back().e.opcode = proto::wire(proto::Opcode::kBroadcast);
   cases.back().e.root = 5;
   cases.push_back({"nan weight", entry(8), GSYNC_ERR_INVALID, "weight"});
   cases.back().e.redop = GSYNC_WEIGHTED_AVG;

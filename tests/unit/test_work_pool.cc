@@ -18,7 +18,7 @@
 #include <thread>
 #include <vector>
 
-#include "daemon/collective/work_pool.h"
+#include "daemon/pipeline/work_pool.h"
 
 namespace gsync {
 namespace {

@@ -42,21 +42,31 @@ class WorkPool {
   // With progress_step, the task also reports how much of it is done from
   // the start on, each time that grew by progress_step (not at the end: the
   // finished task says that), so a later stage can start on the front of a
-  // range while its back is still being worked on.
-  uint64_t submit(size_t total, size_t grain, RangeFn fn, size_t progress_step = 0);
+  // range while its back is still being worked on. tag comes back with
+  // every event of the task: the caller's own name for it (the pipeline
+  // puts the op's serial and stage there, so an event needs no lookup of
+  // the task id).
+  uint64_t submit(size_t total, size_t grain, RangeFn fn, size_t progress_step = 0,
+                  uint64_t tag = 0);
   struct Progress {
     uint64_t task;
     size_t done;  // [0, done) of the task's range is finished; done < total
+    uint64_t tag = 0;
+  };
+  struct Finished {
+    uint64_t task;
+    uint64_t tag;
   };
   // Readable when take_events() has something.
   int done_fd() const { return done_fd_; }
-  // Progress reports (in order) and then the ids of finished tasks.
+  // Progress reports (in order) and then the finished tasks.
+  void take_events(std::vector<Progress>* progress, std::vector<Finished>* finished);
   void take_events(std::vector<Progress>* progress, std::vector<uint64_t>* finished);
   unsigned threads() const { return static_cast<unsigned>(workers_.size()); }
 
  private:
   struct Task {
-    uint64_t id;
+    uint64_t id, tag;
     size_t total, grain, pieces;
     size_t next = 0, done = 0;
     RangeFn fn;
@@ -69,7 +79,7 @@ class WorkPool {
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<std::shared_ptr<Task>> queue_;
-  std::vector<uint64_t> finished_;
+  std::vector<Finished> finished_;
   std::vector<Progress> progress_;
   bool stopping_ = false;
   uint64_t next_id_ = 1;

@@ -4,23 +4,23 @@
 // of the op's schedule (daemon/collective/schedule.h) is one OpData control
 // message that carries the sender's data as it is when the phase starts;
 // the receiver puts it where the write would have landed (a scratch slot,
-// or its data for a final value) and the schedule engine in cross_host.cc
-// goes on exactly as for writes. One message per transfer instead of a
+// or its data for a final value) and the schedule engine (chunks.cc) goes
+// on exactly as for writes. One message per transfer instead of a
 // rendezvous round and then the writes: the latency of direct, tree and
 // doubling for tensors up to transport::kMaxControl.
 //
 // Weights (weighted average) travel with the data: each message carries the
 // weight of what its data holds (the sender's own, then what it folded in),
 // so the host that ends with the whole sum also holds the whole weight.
-#include <spdlog/spdlog.h>
-
 #include <cstddef>
 #include <cstring>
 
-#include "daemon/collective/cross_host.h"
-#include "daemon/collective/cross_host_op.h"
+#include <spdlog/spdlog.h>
 
-namespace gsync {
+#include "daemon/collective/engine.h"
+#include "daemon/collective/engine_op.h"
+
+namespace gsync::collective {
 
 using xop::arrival_code;
 
@@ -33,22 +33,23 @@ constexpr auto kTimeoutGrace = std::chrono::milliseconds(250);
 const char* xfer_name(Xfer k) { return k == Xfer::kCopy ? "final sum" : "partial sum"; }
 }  // namespace
 
-void CrossHost::send_eager(XOp& x, const Phase& p) {
+void Engine::send_eager(XOp& x, const Phase& p) {
   if (p.sends.empty()) return;
   // One message for the phase (a tree's root sends the same sum to every
   // child); only the transfer's kind and slot differ from send to send.
   cluster::OpReady m = op_message(x, cluster::kOpData, x.weight_acc);
   std::string msg(cluster::as_bytes(m));
-  msg.append(reinterpret_cast<const char*>(x.data), x.bytes);
+  msg.append(reinterpret_cast<const char*>(x.data), x.p().shape.bytes());
   for (const auto& t : p.sends) {
     msg[offsetof(cluster::OpReady, xfer)] = static_cast<char>(t.kind);
     msg[offsetof(cluster::OpReady, slot)] = static_cast<char>(t.slot);
-    net_->send_control(x.hosts[size_t(t.peer)], msg);
+    cp_.send(x.p().hosts[size_t(t.peer)], msg);
   }
 }
 
-void CrossHost::on_eager_data(XOp& x, int peer, const cluster::OpReady& m, std::string_view data) {
-  const std::string& from = cluster_.hosts[size_t(peer)].id;
+void Engine::on_eager_data(XOp& x, int peer, const cluster::OpReady& m, std::string_view data) {
+  const std::string& from = host_id(peer);
+  const Plan& p = x.p();
   auto bad = [&](const std::string& what) {
     fail(x, Status(GSYNC_ERR_PROTOCOL, fmt::format("{}: host {} {}", x.describe(), from, what)),
          true);
@@ -59,14 +60,14 @@ void CrossHost::on_eager_data(XOp& x, int peer, const cluster::OpReady& m, std::
     fail(x, st, true);
     return;
   }
-  if (!x.eager) return bad("sent eager data; this op goes by rendezvous");
-  if (data.size() != x.bytes)
-    return bad(fmt::format("sent {} bytes of data, expected {}", data.size(), x.bytes));
-  auto kind = static_cast<Xfer>(m.xfer);
+  if (!p.eager) return bad("sent eager data; this op goes by rendezvous");
+  if (data.size() != p.shape.bytes())
+    return bad(fmt::format("sent {} bytes of data, expected {}", data.size(), p.shape.bytes()));
   if (m.xfer > static_cast<uint8_t>(Xfer::kCopy))
     return bad(fmt::format("sent a transfer of unknown kind {}", m.xfer));
+  auto kind = static_cast<Xfer>(m.xfer);
   // Which phase of this host's schedule expects it.
-  const auto& phases = x.sched.chunks[0];
+  const auto& phases = x.sched->chunks[0];
   Chunk& ch = x.chunks[0];
   size_t at = phases.size();
   for (size_t ph = 0; ph < phases.size() && at == phases.size(); ph++)
@@ -75,7 +76,7 @@ void CrossHost::on_eager_data(XOp& x, int peer, const cluster::OpReady& m, std::
   uint16_t code = arrival_code(j, kind, kind == Xfer::kCopy ? 0 : m.slot);
   if (at == phases.size())
     return bad(fmt::format("sent a {} (slot {}) that this host's {} schedule does not expect",
-                           xfer_name(kind), m.slot, collective::algo_name(x.sched.algo)));
+                           xfer_name(kind), m.slot, algo_name(p.algo)));
   if (at < ch.phase || std::find(ch.arrived.begin(), ch.arrived.end(), code) != ch.arrived.end())
     return bad(fmt::format("sent its {} twice", xfer_name(kind)));
   if (kind == Xfer::kCopy) {
@@ -83,45 +84,45 @@ void CrossHost::on_eager_data(XOp& x, int peer, const cluster::OpReady& m, std::
     // the schedule sends before it (the sum needed it).
     if (!x.running || at != ch.phase || !ch.sent)
       return bad("sent the final sum before this host sent its part");
-    std::memcpy(x.data, data.data(), x.bytes);
+    std::memcpy(x.data, data.data(), p.shape.bytes());
     x.weight_acc = m.weight_sum;
   } else {
-    std::memcpy(x.scratch.base + size_t(m.slot) * x.slot_bytes, data.data(), x.bytes);
+    std::memcpy(x.scratch + size_t(m.slot) * p.slot_bytes, data.data(), p.shape.bytes());
     x.slot_weight[m.slot] = m.weight_sum;
   }
-  x.ready[size_t(j)] = PeerReady{true, m};
+  x.ready[size_t(j)] = XOp::PeerReady{true, m};
   ch.arrived.push_back(code);
   if (x.running) {
-    auto keep = hold(x);
+    auto keep = x.hold();
     progress(x, 0);
   }
 }
 
-bool CrossHost::eager_waits_on(const XOp& x, int participant) const {
-  if (x.sched.chunks.empty()) return false;
-  for (const auto& p : x.sched.chunks[0])
+bool Engine::eager_waits_on(const XOp& x, int participant) const {
+  if (x.sched->chunks.empty()) return false;
+  for (const auto& p : x.sched->chunks[0])
     for (const auto& r : p.recvs)
       if (r.peer == participant) return true;
   return false;
 }
 
-std::string CrossHost::eager_waiting_for(const XOp& x) const {
+std::string Engine::eager_waiting_for(const XOp& x) const {
   if (!x.local_ready) return "the local ranks";
-  if (x.sched.chunks.empty() || x.chunks[0].phase >= x.sched.chunks[0].size()) return "nothing";
+  if (x.sched->chunks.empty() || x.chunks[0].phase >= x.sched->chunks[0].size()) return "nothing";
   const Chunk& ch = x.chunks[0];
   std::string hosts;
   bool final_sum = false;
-  for (const auto& r : x.sched.chunks[0][ch.phase].recvs) {
+  for (const auto& r : x.sched->chunks[0][ch.phase].recvs) {
     if (std::find(ch.arrived.begin(), ch.arrived.end(), arrival_code(r.peer, r.kind, r.slot)) !=
         ch.arrived.end())
       continue;
     final_sum |= r.kind == Xfer::kCopy;
-    hosts += (hosts.empty() ? "" : ", ") + cluster_.hosts[size_t(x.hosts[size_t(r.peer)])].id;
+    hosts += (hosts.empty() ? "" : ", ") + host_id(x.p().hosts[size_t(r.peer)]);
   }
   return fmt::format("the {} from host{} {} ({}, step {} of {})",
-                     final_sum ? "final sum" : "partial sums", hosts.find(',') == std::string::npos ? "" : "s",
-                     hosts, collective::algo_name(x.sched.algo), ch.phase + 1,
-                     x.sched.chunks[0].size());
+                     final_sum ? "final sum" : "partial sums",
+                     hosts.find(',') == std::string::npos ? "" : "s", hosts, algo_name(x.p().algo),
+                     ch.phase + 1, x.sched->chunks[0].size());
 }
 
 // The hosts that wait directly for the host that never came know its name;
@@ -129,10 +130,10 @@ std::string CrossHost::eager_waiting_for(const XOp& x) const {
 // schedule before the one it waits in (Phase::step), so the first to time
 // out are those whose wait is on the missing host itself, and their abort
 // names it to everyone (OpAbort).
-std::chrono::milliseconds CrossHost::eager_timeout_grace(const XOp& x) const {
-  if (x.sched.chunks.empty() || x.chunks[0].phase >= x.sched.chunks[0].size())
+std::chrono::milliseconds Engine::eager_timeout_grace(const XOp& x) const {
+  if (x.sched->chunks.empty() || x.chunks[0].phase >= x.sched->chunks[0].size())
     return std::chrono::milliseconds(0);
-  return kTimeoutGrace * x.sched.chunks[0][x.chunks[0].phase].step;
+  return kTimeoutGrace * x.sched->chunks[0][x.chunks[0].phase].step;
 }
 
-}  // namespace gsync
+}  // namespace gsync::collective

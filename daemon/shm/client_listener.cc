@@ -1,9 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "daemon/core/daemon.h"
+#include "daemon/shm/client_listener.h"
 
 #include <poll.h>
-#include <signal.h>
-#include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -11,98 +9,33 @@
 #include <atomic>
 #include <cerrno>
 #include <cstring>
-#include <thread>
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
-
-#include "daemon/admin/reports.h"
-#include "gsync_build_config.h"
-#include "daemon/core/notify.h"
-#include "daemon/reduce/reduce.h"
-#include "daemon/shm/handshake.h"
 
 namespace gsync {
 
 namespace {
 constexpr auto kHandshakeTimeout = std::chrono::seconds(5);
-constexpr auto kTick = std::chrono::milliseconds(20);
-
-unsigned pool_threads(const DaemonConfig& cfg) {
-  if (cfg.reduce_threads) return cfg.reduce_threads;
-  return std::max(1u, std::thread::hardware_concurrency());
-}
 }  // namespace
 
-Daemon::Daemon(DaemonConfig cfg)
-    : cfg_(std::move(cfg)),
-      pool_(pool_threads(cfg_)),
-      executor_(pool_, cfg_.inline_reduce_bytes),
-      jobs_(cfg_, executor_),
-      admin_(loop_, [this](const std::string& cmd) { return admin_reply(*this, cmd); }),
-      started_at_(std::chrono::steady_clock::now()) {
-  // Closing a session from inside a completion would pull jobs out from
-  // under the loop that is completing ops: defer it to the next iteration.
-  jobs_.on_broken_session = [this](const std::shared_ptr<Session>& s, const Status& err) {
-    spdlog::error("{}", err.message());
-    loop_.defer([this, s, msg = err.message()] { close_session(s, "broke the ring protocol: " + msg); });
-  };
-}
+ClientListener::ClientListener(const DaemonConfig& cfg, EventLoop& loop, ClientSink& sink)
+    : cfg_(cfg), loop_(loop), sink_(sink) {}
 
-Daemon::~Daemon() {
+ClientListener::~ClientListener() {
   for (auto& [id, s] : sessions_) s->closed = true;
   for (auto& [fd, deadline] : handshakes_) close(fd);
   if (listen_fd_ >= 0) {
     close(listen_fd_);
     unlink(cfg_.socket_path.c_str());
   }
-  if (signal_fd_ >= 0) close(signal_fd_);
 }
 
-void Daemon::block_stop_signals() {
-  sigset_t mask = stop_signals();
-  pthread_sigmask(SIG_BLOCK, &mask, nullptr);
-  signal(SIGPIPE, SIG_IGN);
-}
-
-sigset_t Daemon::stop_signals() {
-  sigset_t mask;
-  sigemptyset(&mask);
-  sigaddset(&mask, SIGTERM);
-  sigaddset(&mask, SIGINT);
-  return mask;
-}
-
-Status Daemon::start() {
-  sigset_t mask = stop_signals();
-  signal_fd_ = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
-  loop_.add(signal_fd_, EPOLLIN, [this](uint32_t) {
-    signalfd_siginfo si{};
-    if (read(signal_fd_, &si, sizeof si) == sizeof si)
-      spdlog::info("signal {} received; stopping", strsignal(static_cast<int>(si.ssi_signo)));
-    loop_.stop();
-  });
-
-  if (!cfg_.cluster_file.empty()) {
-    ClusterFile cluster;
-    if (Status st = load_cluster_file(cfg_.cluster_file, cfg_.host_id, &cluster); !st) return st;
-    cross_ = std::make_unique<CrossHost>(cfg_, std::move(cluster), loop_);
-    if (Status st = cross_->start(); !st) return st;
-    jobs_.set_cross_host(cross_.get());
-  }
+Status ClientListener::start() {
   Status err;
   listen_fd_ = listen_unix(cfg_.socket_path, SOCK_SEQPACKET, cfg_.socket_mode, &err);
   if (listen_fd_ < 0) return err;
   loop_.add(listen_fd_, EPOLLIN, [this](uint32_t) { accept_clients(); });
-  if (Status st = admin_.listen(cfg_.admin_socket_path, 0666); !st) return st;
-  loop_.add(pool_.done_fd(), EPOLLIN, [this](uint32_t) {
-    std::vector<WorkPool::Progress> progress;
-    std::vector<uint64_t> finished;
-    pool_.take_events(&progress, &finished);
-    for (const auto& p : progress) jobs_.executor_progress(p.task, p.done);
-    for (uint64_t id : finished) jobs_.executor_done(id);
-  });
-  loop_.set_poll(std::chrono::microseconds(cfg_.poll_us));
   if (cfg_.poll_us > 0) {
     // While the loop polls it reads the submission rings itself, and the
     // clients skip the doorbell (docs/protocol.md, "Doorbells").
@@ -112,27 +45,10 @@ Status Daemon::start() {
                        std::atomic_thread_fence(std::memory_order_seq_cst);
                      });
   }
-  loop_.every(kTick, [this] { tick(); });
-  watchdog_period_ = watchdog_period();
   return Status::ok();
 }
 
-int Daemon::run() {
-  spdlog::info("gsyncd {} serving clients on {} (admin {}), protocol {}, reduce kernels {}, {} "
-               "reduce threads, config from {}",
-               GSYNC_VERSION_STRING, cfg_.socket_path,
-               cfg_.admin_socket_path, proto::kVersion, reduce::isa_name(reduce::active_isa()),
-               pool_.threads(), cfg_.source);
-  notify_ready(fmt::format("serving on {}", cfg_.socket_path));
-  loop_.run();
-  notify_stopping();
-  spdlog::info("gsyncd stopping: {} sessions, {} jobs", sessions_.size(), jobs_.jobs().size());
-  return 0;
-}
-
-void Daemon::tick() {
-  auto now = std::chrono::steady_clock::now();
-  jobs_.check_timeouts(now);
+void ClientListener::tick(std::chrono::steady_clock::time_point now) {
   for (auto it = handshakes_.begin(); it != handshakes_.end();) {
     if (now < it->second) {
       ++it;
@@ -144,15 +60,9 @@ void Daemon::tick() {
     close(it->first);
     it = handshakes_.erase(it);
   }
-  // Pinged from the loop thread on purpose: a wedged loop stops the pings
-  // and systemd restarts the daemon.
-  if (watchdog_period_.count() && now >= next_watchdog_) {
-    notify_watchdog();
-    next_watchdog_ = now + watchdog_period_;
-  }
 }
 
-void Daemon::accept_clients() {
+void ClientListener::accept_clients() {
   for (;;) {
     int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
     if (fd < 0) {
@@ -165,7 +75,7 @@ void Daemon::accept_clients() {
   }
 }
 
-bool Daemon::allowed(const Peer& peer) const {
+bool ClientListener::allowed(const Peer& peer) const {
   if (peer.uid == 0 || peer.uid == getuid()) return true;
   if (std::find(cfg_.allowed_uids.begin(), cfg_.allowed_uids.end(), peer.uid) !=
       cfg_.allowed_uids.end())
@@ -174,7 +84,13 @@ bool Daemon::allowed(const Peer& peer) const {
          cfg_.allowed_gids.end();
 }
 
-void Daemon::on_hello(int fd) {
+void ClientListener::refuse(int fd, const Peer& peer, const Status& st) {
+  spdlog::warn("refused client pid {} uid {}: {}", peer.pid, peer.uid, st.message());
+  send_reply(fd, refusal(st), {});
+  close(fd);
+}
+
+void ClientListener::on_hello(int fd) {
   handshakes_.erase(fd);
   loop_.remove(fd);
   Peer peer;
@@ -194,21 +110,15 @@ void Daemon::on_hello(int fd) {
   } else {
     st = hello_st;
   }
-  if (st) {
-    if (sessions_.size() >= cfg_.max_clients)
-      st = Status(GSYNC_ERR_REFUSED, fmt::format("daemon is at its limit of {} clients "
-                                                 "([limits] max_clients)", cfg_.max_clients));
-  }
-  if (!st) {
-    spdlog::warn("refused client pid {} uid {}: {}", peer.pid, peer.uid, st.message());
-    send_reply(fd, refusal(st), {});
-    close(fd);
-    return;
-  }
+  if (st && sessions_.size() >= cfg_.max_clients)
+    st = Status(GSYNC_ERR_REFUSED, fmt::format("daemon is at its limit of {} clients "
+                                               "([limits] max_clients)",
+                                               cfg_.max_clients));
+  if (!st) return refuse(fd, peer, st);
   open_session(fd, peer, hello);
 }
 
-void Daemon::open_session(int fd, const Peer& peer, const proto::HelloRequest& hello) {
+void ClientListener::open_session(int fd, const Peer& peer, const proto::HelloRequest& hello) {
   JoinRequest join;
   join.job_id = hello.job_id;
   join.world_size = hello.world_size;
@@ -217,19 +127,14 @@ void Daemon::open_session(int fd, const Peer& peer, const proto::HelloRequest& h
   join.local_size = hello.local_size;
   uint64_t arena = hello.arena_bytes ? hello.arena_bytes : cfg_.default_arena_bytes;
   reap_stale_holder(join);
-  Status st = jobs_.check_join(join);
+  Status st = sink_.check_join(join);
   if (st && arena > cfg_.max_arena_bytes)
     st = Status(GSYNC_ERR_NOMEM, fmt::format("job {} rank {} asked for a {}-byte arena; this "
                                              "daemon allows at most {} ([limits] max_arena)",
                                              join.job_id, join.rank, arena, cfg_.max_arena_bytes));
   std::unique_ptr<Session> created;
   if (st) st = Session::create(next_session_, cfg_.ring_entries, arena, &created);
-  if (!st) {
-    spdlog::warn("refused client pid {} uid {}: {}", peer.pid, peer.uid, st.message());
-    send_reply(fd, refusal(st), {});
-    close(fd);
-    return;
-  }
+  if (!st) return refuse(fd, peer, st);
   std::shared_ptr<Session> s(std::move(created));
   next_session_++;
   s->socket_fd = fd;
@@ -252,30 +157,33 @@ void Daemon::open_session(int fd, const Peer& peer, const proto::HelloRequest& h
     return;  // the Session destructor closes everything
   }
   sessions_[s->id()] = s;
-  jobs_.attach(s);
-  loop_.add(s->sq_doorbell(), EPOLLIN, [this, s](uint32_t) { on_doorbell(s); });
-  // The socket carries nothing after the hello; its hangup is how a client's
-  // death (even SIGKILL) reaches us.
-  loop_.add(fd, EPOLLIN | EPOLLRDHUP, [this, s](uint32_t ev) {
-    char buf[64];
-    ssize_t n = recv(s->socket_fd, buf, sizeof buf, MSG_DONTWAIT);
-    if (n == 0 || (ev & (EPOLLHUP | EPOLLRDHUP | EPOLLERR)) || (n < 0 && errno != EAGAIN)) {
-      close_session(s, "disconnected (its connection closed: exited or killed)");
-    }
-  });
+  sink_.attach(s);
+  watch(s);
   spdlog::info("{} connected: session {}, uid {}, arena {} MiB", s->describe(), s->id(), peer.uid,
                s->arena_bytes() >> 20);
 }
 
-void Daemon::reap_stale_holder(const JoinRequest& join) {
+void ClientListener::watch(const std::shared_ptr<Session>& s) {
+  loop_.add(s->sq_doorbell(), EPOLLIN, [this, s](uint32_t) { on_doorbell(s); });
+  // The socket carries nothing after the hello; its hangup is how a client's
+  // death (even SIGKILL) reaches us.
+  loop_.add(s->socket_fd, EPOLLIN | EPOLLRDHUP, [this, s](uint32_t ev) {
+    char buf[64];
+    ssize_t n = recv(s->socket_fd, buf, sizeof buf, MSG_DONTWAIT);
+    if (n == 0 || (ev & (EPOLLHUP | EPOLLRDHUP | EPOLLERR)) || (n < 0 && errno != EAGAIN))
+      close_session(s, "disconnected (its connection closed: exited or killed)");
+  });
+}
+
+void ClientListener::reap_stale_holder(const JoinRequest& join) {
   // A restarted rank can reconnect before the loop has seen its old
   // connection hang up (the two sockets' events are not ordered). Look now,
   // so the new process is not refused for a slot held by a dead one.
-  auto it = jobs_.jobs().find(join.job_id);
-  if (it == jobs_.jobs().end()) return;
-  for (const auto& slot : it->second->slots) {
-    std::shared_ptr<Session> s = slot.session;
-    if (!s || (s->local_rank != join.local_rank && s->rank != join.rank)) continue;
+  for (const auto& [id, held] : sessions_) {
+    if (held->job_id != join.job_id ||
+        (held->local_rank != join.local_rank && held->rank != join.rank))
+      continue;
+    std::shared_ptr<Session> s = held;
     pollfd p{s->socket_fd, POLLIN | POLLRDHUP, 0};
     if (poll(&p, 1, 0) == 1 && (p.revents & (POLLHUP | POLLRDHUP | POLLERR)))
       close_session(s, "disconnected (its connection closed: exited or killed)");
@@ -283,7 +191,7 @@ void Daemon::reap_stale_holder(const JoinRequest& join) {
   }
 }
 
-bool Daemon::take_all_submissions() {
+bool ClientListener::take_all_submissions() {
   // Handling a submission can close sessions (a corrupt ring), so the ones
   // with work are picked out first.
   std::vector<std::shared_ptr<Session>> ready;
@@ -293,15 +201,15 @@ bool Daemon::take_all_submissions() {
   return !ready.empty();
 }
 
-void Daemon::on_doorbell(const std::shared_ptr<Session>& s) {
+void ClientListener::on_doorbell(const std::shared_ptr<Session>& s) {
   s->drain_doorbell();
   take_submissions(s);
 }
 
-void Daemon::take_submissions(const std::shared_ptr<Session>& s) {
+void ClientListener::take_submissions(const std::shared_ptr<Session>& s) {
   proto::SubmitEntry e;
   Status err;
-  while (!s->closed && s->pop(&e, &err)) jobs_.submit(s, e);
+  while (!s->closed && s->pop(&e, &err)) sink_.submit(s, e);
   if (!err.is_ok()) {
     spdlog::error("{}", err.message());
     [[maybe_unused]] Status ignored = s->complete(0, err.code(), err.message());
@@ -309,14 +217,14 @@ void Daemon::take_submissions(const std::shared_ptr<Session>& s) {
   }
 }
 
-void Daemon::close_session(const std::shared_ptr<Session>& s, const std::string& reason) {
+void ClientListener::close_session(const std::shared_ptr<Session>& s, const std::string& reason) {
   if (s->closed) return;
   s->closed = true;
   loop_.remove(s->sq_doorbell());
   loop_.remove(s->socket_fd);
   sessions_.erase(s->id());
   spdlog::info("{} {}", s->describe(), reason);
-  jobs_.detach(s, reason);
+  sink_.detach(s, reason);
   // The mapping stays until the last op holding the session lets go of it.
 }
 

@@ -1,15 +1,15 @@
 // SPDX-License-Identifier: Apache-2.0
 //
-// The cross-host step as gsyncctl peers sees it: link state and traffic each
-// way per peer, sampled once a second.
+// The peer links as gsyncctl peers sees them: state and traffic each way per
+// peer, sampled once a second.
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "daemon/collective/cross_host.h"
+#include "daemon/cluster/control_plane.h"
 
-namespace gsync {
+namespace gsync::cluster {
 
-void CrossHost::sample_rates() {
+void ControlPlane::sample_rates() {
   auto now = Clock::now();
   for (int h = 0; h < static_cast<int>(cluster_.hosts.size()); h++) {
     if (h == cluster_.self) continue;
@@ -21,7 +21,7 @@ void CrossHost::sample_rates() {
   }
 }
 
-std::string CrossHost::peers_json() const {
+nlohmann::json ControlPlane::peers_report() const {
   using nlohmann::json;
   auto now = Clock::now();
   json peers = json::array();
@@ -40,8 +40,8 @@ std::string CrossHost::peers_json() const {
                      {"streams", st.streams},
                      {"bytes_sent", st.bytes_sent},
                      {"bytes_received", st.bytes_received},
-                     {"send_gbps", const_cast<RateMeter&>(sent_meter_[size_t(h)]).rate(now) / 1e9},
-                     {"recv_gbps", const_cast<RateMeter&>(recv_meter_[size_t(h)]).rate(now) / 1e9},
+                     {"send_gbps", sent_meter_[size_t(h)].rate(now) / 1e9},
+                     {"recv_gbps", recv_meter_[size_t(h)].rate(now) / 1e9},
                      {"connects", st.connects},
                      {"last_error", st.last_error},
                      // Seconds since last_error happened; null when there is none.
@@ -62,8 +62,7 @@ std::string CrossHost::peers_json() const {
               {"self", {{"host", me.id}, {"address", fmt::format("{}:{}", me.address, me.port)},
                         {"rack", me.rack}}},
               {"epoch", epoch_},
-              {"peers", peers}}
-      .dump();
+              {"peers", peers}};
 }
 
-}  // namespace gsync
+}  // namespace gsync::cluster

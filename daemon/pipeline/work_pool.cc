@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "daemon/collective/work_pool.h"
+#include "daemon/pipeline/work_pool.h"
 
 #include <sys/eventfd.h>
 #include <sys/resource.h>
@@ -26,8 +26,10 @@ WorkPool::~WorkPool() {
   if (done_fd_ >= 0) close(done_fd_);
 }
 
-uint64_t WorkPool::submit(size_t total, size_t grain, RangeFn fn, size_t progress_step) {
+uint64_t WorkPool::submit(size_t total, size_t grain, RangeFn fn, size_t progress_step,
+                          uint64_t tag) {
   auto task = std::make_shared<Task>();
+  task->tag = tag;
   grain = std::max<size_t>(grain, 1);
   task->total = total;
   task->grain = grain;
@@ -45,12 +47,21 @@ uint64_t WorkPool::submit(size_t total, size_t grain, RangeFn fn, size_t progres
   return id;
 }
 
-void WorkPool::take_events(std::vector<Progress>* progress, std::vector<uint64_t>* finished) {
+void WorkPool::take_events(std::vector<Progress>* progress, std::vector<Finished>* finished) {
   uint64_t v;
   [[maybe_unused]] ssize_t n = read(done_fd_, &v, sizeof v);
+  progress->clear();
+  finished->clear();
   std::lock_guard<std::mutex> lock(mu_);
-  *progress = std::exchange(progress_, {});
-  *finished = std::exchange(finished_, {});
+  progress->swap(progress_);
+  finished->swap(finished_);
+}
+
+void WorkPool::take_events(std::vector<Progress>* progress, std::vector<uint64_t>* finished) {
+  std::vector<Finished> done;
+  take_events(progress, &done);
+  finished->clear();
+  for (const auto& f : done) finished->push_back(f.task);
 }
 
 void WorkPool::worker() {
@@ -87,14 +98,14 @@ void WorkPool::worker() {
       size_t done = std::min(task->total, task->prefix * task->grain);
       if (done < task->total && done >= task->reported + task->step) {
         task->reported = done;
-        progress_.push_back({task->id, done});
+        progress_.push_back({task->id, done, task->tag});
         uint64_t one = 1;
         [[maybe_unused]] ssize_t n = write(done_fd_, &one, sizeof one);
       }
     }
     if (++task->done == task->pieces) {
       queue_.erase(std::find(queue_.begin(), queue_.end(), task));
-      finished_.push_back(task->id);
+      finished_.push_back({task->id, task->tag});
       uint64_t one = 1;
       [[maybe_unused]] ssize_t n = write(done_fd_, &one, sizeof one);
     }

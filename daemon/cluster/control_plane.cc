@@ -1,0 +1,221 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "daemon/cluster/control_plane.h"
+
+#include <algorithm>
+#include <atomic>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include "gsync_build_config.h"
+
+namespace gsync::cluster {
+
+ControlPlane::ControlPlane(const DaemonConfig& cfg, ClusterFile cluster, EventLoop& loop)
+    : cfg_(cfg), cluster_(std::move(cluster)), loop_(loop), members_(cluster_.self) {
+  size_t n = cluster_.hosts.size();
+  sent_meter_.resize(n);
+  recv_meter_.resize(n);
+  last_sent_.assign(n, 0);
+  last_recv_.assign(n, 0);
+}
+
+ControlPlane::~ControlPlane() = default;
+
+Status ControlPlane::start() {
+  transport::ContextOptions o;
+  o.identity.cluster_name = cluster_.name;
+  o.identity.protocol_version = kProtocolVersion;
+  o.identity.build_id = GSYNC_VERSION_STRING;
+  for (const auto& h : cluster_.hosts) o.hosts.push_back({h.id, h.address, h.port, h.rack});
+  o.self = cluster_.self;
+  o.streams = static_cast<int>(cfg_.tcp_streams);
+  o.cross_rack_streams = static_cast<int>(cfg_.tcp_streams_cross_rack);
+  o.socket_buffer_bytes = static_cast<int>(cfg_.tcp_buffer_kib << 10);
+  o.peer_timeout_ms = cfg_.peer_timeout_ms;
+  o.heartbeat_ms = std::max<uint32_t>(cfg_.peer_timeout_ms / 10, 20);
+  o.verbs.required = cfg_.transport == "verbs";
+  Status err;
+  net_ = transport::make_context(o, cfg_.transport != "tcp", &err);
+  if (!net_) return err;
+  transport::Handlers h;
+  h.on_control = [this](int peer, std::string_view msg) { on_control(peer, msg); };
+  h.on_write = [this](int peer, uint32_t region, uint64_t off, uint64_t len, uint64_t imm) {
+    if (traffic_) traffic_->on_write(peer, region, off, len, imm);
+  };
+  h.on_write_done = [this](int peer, uint64_t cookie, const Status& st) {
+    if (traffic_) traffic_->on_write_done(peer, cookie, st);
+  };
+  h.on_peer_up = [this](int peer) { on_peer_up(peer); };
+  h.on_peer_down = [this](int peer, const Status& why) { on_peer_down(peer, why); };
+  if (Status st = net_->start(std::move(h)); !st) return st;
+  loop_.add(net_->event_fd(), EPOLLIN, [this](uint32_t) { net_->poll(); });
+  if (cfg_.poll_us > 0) {
+    // While the loop polls, a peer's message is seen on the completion
+    // ring itself: no eventfd write in the sender's path, no epoll_wait
+    // and eventfd read in ours.
+    loop_.add_looker(
+        [this] {
+          if (!net_->pending()) return false;
+          net_->poll();
+          return true;
+        },
+        [this](bool on) {
+          net_->set_polled(on);
+          std::atomic_thread_fence(std::memory_order_seq_cst);
+        });
+  }
+  loop_.every(std::chrono::milliseconds(1000), [this] { sample_rates(); });
+  log_started();
+  return Status::ok();
+}
+
+void ControlPlane::log_started() const {
+  const auto& me = cluster_.hosts[size_t(cluster_.self)];
+  spdlog::info("cluster {}: this daemon is {} ({}:{}, rack {}), {} hosts, links over {}, {} tcp "
+               "streams per peer in the rack, {} across racks",
+               cluster_.name, me.id, me.address, me.port, me.rack, cluster_.hosts.size(),
+               net_->self() >= 0 && cluster_.hosts.size() > 1
+                   ? net_->stats(cluster_.self == 0 ? 1 : 0).transport
+                   : std::string("tcp"),
+               cfg_.tcp_streams,
+               cfg_.tcp_streams_cross_rack ? cfg_.tcp_streams_cross_rack : cfg_.tcp_streams);
+}
+
+std::string ControlPlane::transport_summary() const { return net_ ? net_->summary() : "tcp"; }
+
+bool ControlPlane::peer_up(int host) const { return net_->peer_up(host); }
+
+void ControlPlane::send(int host, std::string_view msg) {
+  if (host != cluster_.self) net_->send_control(host, msg);
+}
+
+void ControlPlane::send_all(std::string_view msg) {
+  for (int h = 0; h < static_cast<int>(cluster_.hosts.size()); h++)
+    if (h != cluster_.self && net_->peer_up(h)) net_->send_control(h, msg);
+}
+
+// ---------------------------------------------------------------- jobs
+
+void ControlPlane::local_job_complete(const std::string& job, int world, std::vector<int> ranks) {
+  send_all(encode_announce(job, world, ranks));
+  members_.set_local(job, world, std::move(ranks));
+  if (job_ready(job, world) && on_job_ready) on_job_ready(job);
+}
+
+void ControlPlane::local_rank_left(const std::string& job, int rank, pid_t pid,
+                                   const std::string& reason) {
+  members_.clear_local(job);
+  JobLeave m;
+  m.rank = rank;
+  m.pid = pid;
+  set_field(m.job, sizeof m.job, job);
+  set_field(m.reason, sizeof m.reason, reason);
+  std::vector<OpKey> open;
+  if (traffic_) open = traffic_->open_ops(job);
+  send_all(encode_leave(m, open));
+}
+
+bool ControlPlane::job_ready(const std::string& job, int world) const {
+  return members_.ready(job, world);
+}
+
+std::string ControlPlane::job_missing(const std::string& job, int world,
+                                      const std::vector<int>& live) const {
+  std::vector<int> hosts;
+  std::string missing = members_.missing(job, world, live, &hosts);
+  std::string names = self_id();
+  for (int h : hosts) names += ", " + host_id(h);
+  return fmt::format("ranks not on any host yet: {}; hosts with ranks so far: {}",
+                     missing.empty() ? "none" : missing, names);
+}
+
+std::vector<int> ControlPlane::participants(const std::string& job) const {
+  return members_.participants(job);
+}
+
+int ControlPlane::host_of(const std::string& job, int rank) const {
+  return members_.host_of(job, rank);
+}
+
+// ---------------------------------------------------------------- messages
+
+void ControlPlane::on_control(int peer, std::string_view msg) {
+  if (msg.empty()) return;
+  switch (static_cast<uint8_t>(msg[0])) {
+    case kJobAnnounce:
+      on_announce(peer, msg);
+      return;
+    case kJobLeave:
+      on_leave(peer, msg);
+      return;
+    case kOpReady:
+    case kOpData:
+    case kOpAbort:
+      if (traffic_) traffic_->on_op_message(peer, msg);
+      return;
+    default:
+      break;
+  }
+  spdlog::error("host {}: control message of unknown type {} ({} bytes); ignored", host_id(peer),
+                static_cast<int>(static_cast<uint8_t>(msg[0])), msg.size());
+}
+
+void ControlPlane::on_announce(int peer, std::string_view msg) {
+  JobAnnounce a;
+  std::vector<int> ranks;
+  if (!decode_announce(msg, &a, &ranks)) {
+    spdlog::error("host {}: malformed JobAnnounce ({} bytes); ignored", host_id(peer), msg.size());
+    return;
+  }
+  std::string job = field(a.job, sizeof a.job);
+  spdlog::info("job {}: host {} has {} ranks of {}", job, host_id(peer), ranks.size(),
+               a.world_size);
+  members_.set_remote(job, peer, a.world_size, std::move(ranks));
+  if (members_.has_local(job) && on_job_ready) on_job_ready(job);
+}
+
+void ControlPlane::on_leave(int peer, std::string_view msg) {
+  JobLeave m;
+  std::vector<OpKey> open;
+  if (!decode_leave(msg, &m, &open)) {
+    spdlog::error("host {}: malformed JobLeave ({} bytes); ignored", host_id(peer), msg.size());
+    return;
+  }
+  std::string job = field(m.job, sizeof m.job);
+  members_.clear_remote(job, peer);
+  Status st(GSYNC_ERR_RANK_DEAD, fmt::format("job {}: rank {} (pid {}) on host {} {}", job, m.rank,
+                                             m.pid, host_id(peer),
+                                             field(m.reason, sizeof m.reason)));
+  std::sort(open.begin(), open.end());
+  if (traffic_) traffic_->on_peer_left_job(job, peer, std::move(open), st);
+  if (on_job_broken) on_job_broken(job, st);
+}
+
+void ControlPlane::bump_epoch() {
+  epoch_++;
+  if (on_epoch) on_epoch(epoch_);
+}
+
+void ControlPlane::on_peer_up(int peer) {
+  bump_epoch();
+  const auto& h = cluster_.hosts[size_t(peer)];
+  spdlog::info("peer {} ({}:{}, rack {}) is up; cluster epoch {}", h.id, h.address, h.port, h.rack,
+               epoch_);
+  for (const auto& [job, wr] : members_.local())
+    net_->send_control(peer, encode_announce(job, wr.first, wr.second));
+}
+
+void ControlPlane::on_peer_down(int peer, const Status& why) {
+  bump_epoch();
+  const auto& h = cluster_.hosts[size_t(peer)];
+  std::string what = fmt::format("lost host {} ({}:{}, rack {}): {}; cluster epoch {}", h.id,
+                                 h.address, h.port, h.rack, why.message(), epoch_);
+  spdlog::warn("{}", what);
+  if (traffic_) traffic_->on_peer_lost(peer, Status(GSYNC_ERR_HOST_LOST, what));
+  for (const auto& job : members_.remove_host(peer))
+    if (on_job_broken)
+      on_job_broken(job, Status(GSYNC_ERR_HOST_LOST, fmt::format("job {}: {}", job, what)));
+}
+
+}  // namespace gsync::cluster

@@ -1,0 +1,123 @@
+// SPDX-License-Identifier: Apache-2.0
+//
+// The peer control plane: this daemon's links to the other daemons of the
+// cluster (it owns the transport context), which host has which ranks of
+// each multi-host job (JobAnnounce / JobLeave), peers coming and going, and
+// the membership epoch that every such change bumps. Ops are not its
+// business: their messages and one-sided writes go to the OpTraffic the op
+// engine registers (collective/engine.h), and the jobs layer hears of jobs
+// that became ready or broke through two callbacks. Runs on the event
+// thread; transport handlers are called from the context's poll().
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "daemon/cluster/cluster_file.h"
+#include "daemon/cluster/membership.h"
+#include "daemon/cluster/messages.h"
+#include "daemon/config/config.h"
+#include "daemon/core/clock.h"
+#include "daemon/core/event_loop.h"
+#include "daemon/core/meter.h"
+#include "daemon/transport/transport.h"
+
+namespace gsync::cluster {
+
+// What the op engine hears from the control plane.
+class OpTraffic {
+ public:
+  virtual ~OpTraffic() = default;
+  // An OpReady, OpData or OpAbort from a peer.
+  virtual void on_op_message(int peer, std::string_view msg) = 0;
+  virtual void on_write(int peer, uint32_t region, uint64_t offset, uint64_t len, uint64_t imm) = 0;
+  virtual void on_write_done(int peer, uint64_t cookie, const Status& st) = 0;
+  // The link to peer is gone: every op it takes part in fails.
+  virtual void on_peer_lost(int peer, const Status& why) = 0;
+  // A rank of `peer` left the job: ops that host never joined (not on its
+  // open list) can never get its part.
+  virtual void on_peer_left_job(std::string_view job, int peer, std::vector<OpKey> open,
+                                const Status& why) = 0;
+  // The ops of the job this host has begun and not finished (JobLeave).
+  virtual std::vector<OpKey> open_ops(std::string_view job) const = 0;
+};
+
+class ControlPlane {
+ public:
+  ControlPlane(const DaemonConfig& cfg, ClusterFile cluster, EventLoop& loop);
+  ~ControlPlane();
+  ControlPlane(const ControlPlane&) = delete;
+  ControlPlane& operator=(const ControlPlane&) = delete;
+
+  // Opens the transport: listens and starts connecting to every peer.
+  Status start();
+
+  const ClusterFile& cluster() const { return cluster_; }
+  int self() const { return cluster_.self; }
+  const std::string& self_id() const { return host_id(cluster_.self); }
+  const std::string& host_id(int host) const { return cluster_.hosts[size_t(host)].id; }
+  const std::string& rack_of(int host) const { return cluster_.hosts[size_t(host)].rack; }
+  // Bumped by every peer that comes up or goes down.
+  uint64_t epoch() const { return epoch_; }
+  transport::Context& net() { return *net_; }
+  std::string transport_summary() const;
+
+  void set_op_traffic(OpTraffic* t) { traffic_ = t; }
+  // Called after every epoch change (plans built for the old one go).
+  std::function<void(uint64_t epoch)> on_epoch;
+
+  // --- Jobs: the cluster-wide rank map.
+  // All local ranks of the job are connected: tell every peer.
+  void local_job_complete(const std::string& job, int world, std::vector<int> ranks);
+  // A local rank left (died or closed): tell every peer, with the ops this
+  // host has begun and still finishes.
+  void local_rank_left(const std::string& job, int rank, pid_t pid, const std::string& reason);
+  // Every rank of the world is accounted for by some host.
+  bool job_ready(const std::string& job, int world) const;
+  // For timeouts: which ranks no host has announced ("ranks not on any
+  // host yet: 3; hosts with ranks so far: h1, h2").
+  std::string job_missing(const std::string& job, int world, const std::vector<int>& live) const;
+  // This host and every host with ranks of the job, in cluster order.
+  std::vector<int> participants(const std::string& job) const;
+  int host_of(const std::string& job, int rank) const;
+  // A job became ready (start its queued ops); a remote rank of a job left
+  // or its host was lost (fail its pending ops).
+  std::function<void(const std::string& job)> on_job_ready;
+  std::function<void(const std::string& job, const Status& why)> on_job_broken;
+
+  // --- Messages to peers (ops use them for their rendezvous and aborts).
+  bool peer_up(int host) const;
+  void send(int host, std::string_view msg);
+  void send_all(std::string_view msg);
+
+  // gsyncctl peers (peer_report.cc).
+  nlohmann::json peers_report() const;
+
+ private:
+  void on_control(int peer, std::string_view msg);
+  void on_announce(int peer, std::string_view msg);
+  void on_leave(int peer, std::string_view msg);
+  void on_peer_up(int peer);
+  void on_peer_down(int peer, const Status& why);
+  void bump_epoch();
+  void sample_rates();
+  void log_started() const;
+
+  const DaemonConfig& cfg_;
+  ClusterFile cluster_;
+  EventLoop& loop_;
+  std::unique_ptr<transport::Context> net_;
+  OpTraffic* traffic_ = nullptr;
+  uint64_t epoch_ = 1;
+  Membership members_;
+  std::vector<RateMeter> sent_meter_, recv_meter_;
+  std::vector<uint64_t> last_sent_, last_recv_;
+};
+
+}  // namespace gsync::cluster

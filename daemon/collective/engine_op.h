@@ -1,0 +1,81 @@
+// SPDX-License-Identifier: Apache-2.0
+//
+// One op's state in the engine, shared by its files (engine.cc: the
+// rendezvous and the op's life; chunks.cc: the chunk schedule; eager.cc:
+// transfers that ride in control messages). Private to daemon/collective/.
+#pragma once
+
+#include <algorithm>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "daemon/collective/engine.h"
+
+namespace gsync::collective {
+
+namespace xop {
+// Immediate of a write: the receiver's op token, the chunk, and what the
+// write is (kind bit and scratch slot).
+constexpr uint64_t imm_of(uint32_t token, size_t chunk, Xfer kind, uint8_t slot) {
+  return (uint64_t{token} << 32) | (uint64_t{chunk & 0xffffff} << 8) |
+         (uint64_t{kind == Xfer::kCopy} << 7) | (slot & 0x7f);
+}
+// A transfer that landed, as a chunk's `arrived` list keeps it.
+constexpr uint16_t arrival_code(int peer, Xfer kind, uint8_t slot) {
+  return static_cast<uint16_t>((peer << 8) | ((kind == Xfer::kCopy) << 7) | (slot & 0x7f));
+}
+// How long messages for an op this host has not begun are kept.
+constexpr auto kEarlyLife = std::chrono::seconds(120);
+}  // namespace xop
+
+struct Engine::Chunk {
+  size_t phase = 0;
+  bool sent = false, done = false;
+  int pending_sends = 0;
+  std::vector<uint16_t> arrived;  // arrival_code of the transfers that landed
+};
+
+struct Engine::XOp : std::enable_shared_from_this<Engine::XOp> {
+  std::string job;
+  proto::OpId id;
+  uint32_t token = 0;
+  std::shared_ptr<Plan> plan;  // alive as long as the op, even once retired
+  const Schedule* sched = nullptr;
+  uint8_t* data = nullptr;
+  uint8_t* scratch = nullptr;  // slot j at j * plan->slot_bytes
+  double weight_local = 0, weight_total = 0;
+  struct PeerReady {
+    bool seen = false;
+    cluster::OpReady msg;
+  };
+  std::vector<PeerReady> ready;  // by participant
+  int ready_count = 0;
+  bool local_ready = false, running = false, finished = false;
+  uint64_t local_elems = 0;  // [0, local_elems) of data holds the local fold
+  // Eager: the weight of what landed in each slot, and of what data holds.
+  std::vector<double> slot_weight;
+  double weight_acc = 0;
+  std::vector<Chunk> chunks;
+  size_t chunks_done = 0;
+  // Chunks from done_prefix (the lowest chunk not done yet) + window on
+  // wait to start their schedule (Engine::window_end).
+  size_t done_prefix = 0;
+  EngineCallbacks cb;
+  Clock::time_point started;
+
+  const Plan& p() const { return *plan; }
+  std::string describe() const {
+    return fmt::format("job {} {} key {} step {}", job, proto::name(plan->shape.opcode), id.key,
+                       id.step);
+  }
+  int participant_of(int host) const {
+    auto it = std::find(plan->hosts.begin(), plan->hosts.end(), host);
+    return it == plan->hosts.end() ? -1 : static_cast<int>(it - plan->hosts.begin());
+  }
+  std::shared_ptr<XOp> hold() { return shared_from_this(); }
+};
+
+}  // namespace gsync::collective

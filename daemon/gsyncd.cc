@@ -1,0 +1,176 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "daemon/gsyncd.h"
+
+#include <sys/signalfd.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <thread>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
+
+#include "daemon/config/config_json.h"
+#include "daemon/core/notify.h"
+#include "daemon/pipeline/plan_cache.h"
+#include "daemon/reduce/reduce.h"
+#include "gsync_build_config.h"
+
+namespace gsync {
+
+namespace {
+constexpr auto kTick = std::chrono::milliseconds(20);
+
+unsigned pool_threads(const DaemonConfig& cfg) {
+  if (cfg.reduce_threads) return cfg.reduce_threads;
+  return std::max(1u, std::thread::hardware_concurrency());
+}
+}  // namespace
+
+Gsyncd::Gsyncd(DaemonConfig cfg)
+    : cfg_(std::move(cfg)),
+      admin_(loop_),
+      pool_(pool_threads(cfg_)),
+      started_at_(std::chrono::steady_clock::now()) {}
+
+Gsyncd::~Gsyncd() {
+  if (signal_fd_ >= 0) close(signal_fd_);
+}
+
+void Gsyncd::block_stop_signals() {
+  sigset_t mask = stop_signals();
+  pthread_sigmask(SIG_BLOCK, &mask, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+}
+
+sigset_t Gsyncd::stop_signals() {
+  sigset_t mask;
+  sigemptyset(&mask);
+  sigaddset(&mask, SIGTERM);
+  sigaddset(&mask, SIGINT);
+  return mask;
+}
+
+Status Gsyncd::start_cluster() {
+  ClusterFile cluster;
+  if (Status st = load_cluster_file(cfg_.cluster_file, cfg_.host_id, &cluster); !st) return st;
+  control_ = std::make_unique<cluster::ControlPlane>(cfg_, std::move(cluster), loop_);
+  if (Status st = control_->start(); !st) return st;
+  engine_ = std::make_unique<collective::Engine>(*control_, loop_);
+  return Status::ok();
+}
+
+Status Gsyncd::start() {
+  sigset_t mask = stop_signals();
+  signal_fd_ = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
+  loop_.add(signal_fd_, EPOLLIN, [this](uint32_t) {
+    signalfd_siginfo si{};
+    if (read(signal_fd_, &si, sizeof si) == sizeof si)
+      spdlog::info("signal {} received; stopping", strsignal(static_cast<int>(si.ssi_signo)));
+    loop_.stop();
+  });
+  if (!cfg_.cluster_file.empty())
+    if (Status st = start_cluster(); !st) return st;
+
+  pipeline::PipelineOptions po;
+  po.inline_bytes = cfg_.inline_reduce_bytes;
+  po.algorithm = cfg_.algorithm;
+  po.chunk_bytes = cfg_.chunk_bytes;
+  pipeline_ = std::make_unique<pipeline::Pipeline>(loop_, pool_, po, engine_.get(), control_.get());
+  if (control_)
+    control_->on_epoch = [this](uint64_t epoch) { pipeline_->plans()->epoch_changed(epoch); };
+  loop_.add(pool_.done_fd(), EPOLLIN, [this](uint32_t) { pipeline_->on_pool_events(); });
+
+  jobs_ = std::make_unique<JobManager>(cfg_, *pipeline_, control_.get());
+  clients_ = std::make_unique<ClientListener>(cfg_, loop_, *jobs_);
+  // Closing a session from inside a completion would pull jobs out from
+  // under the loop that is completing ops: defer it to the next iteration.
+  jobs_->on_broken_session = [this](const std::shared_ptr<Session>& s, const Status& err) {
+    spdlog::error("{}", err.message());
+    loop_.defer([this, s, msg = err.message()] {
+      clients_->close_session(s, "broke the ring protocol: " + msg);
+    });
+  };
+  if (Status st = clients_->start(); !st) return st;
+  register_reports();
+  if (Status st = admin_.listen(cfg_.admin_socket_path, 0666); !st) return st;
+  loop_.set_poll(std::chrono::microseconds(cfg_.poll_us));
+  loop_.every(kTick, [this] { tick(); });
+  watchdog_period_ = watchdog_period();
+  return Status::ok();
+}
+
+void Gsyncd::register_reports() {
+  admin_.add("status", [this] { return status_report(); });
+  admin_.add("jobs", [this] { return jobs_->jobs_report().dump(); });
+  admin_.add("clients", [this] { return clients_->clients_report().dump(); });
+  admin_.add("peers", [this] {
+    if (control_) return control_->peers_report().dump();
+    return nlohmann::json{{"cluster", nullptr}, {"epoch", 0}, {"peers", nlohmann::json::array()}}
+        .dump();
+  });
+}
+
+std::string Gsyncd::status_report() const {
+  using nlohmann::json;
+  auto now = std::chrono::steady_clock::now();
+  auto& g = jobs_->stats();
+  json plans = nullptr;
+  if (pipeline_->plans()) {
+    auto s = pipeline_->plans()->stats();
+    plans = {{"idle", s.idle}, {"leased", s.leased}, {"hits", s.hits}, {"misses", s.misses},
+             {"evictions", s.evictions}, {"retiring", s.retiring}};
+  }
+  return json{
+      {"version", GSYNC_VERSION_STRING},
+      {"protocol", proto::kVersion},
+      {"pid", getpid()},
+      {"uptime_s", std::chrono::duration<double>(now - started_at_).count()},
+      {"isa", reduce::isa_name(reduce::active_isa())},
+      {"reduce_threads", pool_.threads()},
+      {"config_source", cfg_.source},
+      {"config", config_to_json(cfg_)},
+      {"clients", clients_->sessions().size()},
+      {"jobs", jobs_->jobs().size()},
+      {"ops",
+       {{"completed", g.ops_completed}, {"failed", g.ops_failed}, {"in_flight", jobs_->in_flight()}}},
+      {"bytes_reduced", g.bytes_reduced},
+      {"throughput_gbps", g.meter.rate(now) / 1e9},
+      {"transport", control_ ? fmt::format("{} (cluster {}, host {}, {} hosts)",
+                                           control_->transport_summary(), control_->cluster().name,
+                                           control_->self_id(), control_->cluster().hosts.size())
+                             : "local (single host)"},
+      {"epoch", control_ ? control_->epoch() : 0},
+      {"plans", plans},
+  }
+      .dump();
+}
+
+int Gsyncd::run() {
+  spdlog::info("gsyncd {} serving clients on {} (admin {}), protocol {}, reduce kernels {}, {} "
+               "reduce threads, config from {}",
+               GSYNC_VERSION_STRING, cfg_.socket_path, cfg_.admin_socket_path, proto::kVersion,
+               reduce::isa_name(reduce::active_isa()), pool_.threads(), cfg_.source);
+  notify_ready(fmt::format("serving on {}", cfg_.socket_path));
+  loop_.run();
+  notify_stopping();
+  spdlog::info("gsyncd stopping: {} sessions, {} jobs", clients_->sessions().size(),
+               jobs_->jobs().size());
+  return 0;
+}
+
+void Gsyncd::tick() {
+  auto now = std::chrono::steady_clock::now();
+  jobs_->check_timeouts(now);
+  clients_->tick(now);
+  // Pinged from the loop thread on purpose: a wedged loop stops the pings
+  // and systemd restarts the daemon.
+  if (watchdog_period_.count() && now >= next_watchdog_) {
+    notify_watchdog();
+    next_watchdog_ = now + watchdog_period_;
+  }
+}
+
+}  // namespace gsync

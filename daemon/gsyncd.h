@@ -1,0 +1,69 @@
+// SPDX-License-Identifier: Apache-2.0
+//
+// gsyncd's wiring: the layers of daemon/ put together on one event loop.
+// Lifetimes in one place: members are acquired in the order below and
+// released in reverse; the work pool goes first on the way down, so no
+// worker still runs a task of an op whose stages are gone.
+//
+//   clients (shm/)  ->  jobs (jobs/)  ->  pipeline (pipeline/)
+//                                            -> engine (collective/) -> control plane (cluster/)
+//                                            -> work pool, reduce kernels
+//   admin (admin/): the reports every layer registers
+#pragma once
+
+#include <signal.h>
+
+#include <chrono>
+#include <memory>
+
+#include "daemon/admin/admin_server.h"
+#include "daemon/cluster/control_plane.h"
+#include "daemon/collective/engine.h"
+#include "daemon/config/config.h"
+#include "daemon/core/event_loop.h"
+#include "daemon/jobs/job_manager.h"
+#include "daemon/pipeline/pipeline.h"
+#include "daemon/pipeline/work_pool.h"
+#include "daemon/shm/client_listener.h"
+
+namespace gsync {
+
+class Gsyncd {
+ public:
+  // Must run before any thread exists (the daemon's workers included):
+  // threads inherit the mask, and SIGTERM must reach only the signalfd.
+  static void block_stop_signals();
+
+  explicit Gsyncd(DaemonConfig cfg);
+  ~Gsyncd();
+  Gsyncd(const Gsyncd&) = delete;
+  Gsyncd& operator=(const Gsyncd&) = delete;
+
+  // Joins the cluster (if one is configured) and opens the sockets. Then
+  // run() serves until SIGTERM/SIGINT.
+  Status start();
+  int run();
+
+ private:
+  Status start_cluster();
+  void register_reports();
+  std::string status_report() const;
+  void tick();
+  static sigset_t stop_signals();
+
+  DaemonConfig cfg_;
+  EventLoop loop_;
+  std::unique_ptr<cluster::ControlPlane> control_;
+  std::unique_ptr<collective::Engine> engine_;
+  std::unique_ptr<pipeline::Pipeline> pipeline_;
+  std::unique_ptr<JobManager> jobs_;
+  std::unique_ptr<ClientListener> clients_;
+  AdminServer admin_;
+  WorkPool pool_;  // declared last: destroyed (its workers joined) first
+  int signal_fd_ = -1;
+  std::chrono::steady_clock::time_point started_at_;
+  std::chrono::steady_clock::time_point next_watchdog_{};
+  std::chrono::milliseconds watchdog_period_{0};
+};
+
+}  // namespace gsync

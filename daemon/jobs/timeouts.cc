@@ -1,0 +1,77 @@
+// SPDX-License-Identifier: Apache-2.0
+//
+// Ops that outlive their timeout, and what their error names: the local
+// ranks that have not arrived, the ranks no host has announced, or what the
+// cross-host stage still waits for. Checked every tick.
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include "daemon/jobs/job_manager.h"
+
+namespace gsync {
+
+std::string JobManager::missing_ranks(const Job& job, const JobOp& op) const {
+  std::string out;
+  for (size_t l = 0; l < op.arrivals.size(); l++) {
+    if (op.arrivals[l].session) continue;
+    if (!out.empty()) out += ", ";
+    const auto& s = job.slots[l].session;
+    if (s)
+      out += fmt::format("rank {} (local {}, pid {})", s->rank, l, s->peer.pid);
+    else
+      out += fmt::format("local rank {} (not connected)", l);
+  }
+  return out;
+}
+
+void JobManager::check_timeouts(Clock::time_point now) {
+  // Failing an op can end its job (and erase it): walk a copy of the names.
+  std::vector<std::string> names;
+  for (const auto& [name, job] : jobs_) names.push_back(name);
+  for (const auto& name : names) {
+    auto jit = jobs_.find(name);
+    if (jit != jobs_.end()) expire(*jit->second, now);
+  }
+}
+
+void JobManager::expire(Job& job, Clock::time_point now) {
+  std::vector<std::pair<OpId, Status>> expired;
+  std::vector<std::pair<uint64_t, Status>> cross_expired;
+  for (const auto& [id, op] : job.ops) {
+    if (now < op->deadline) continue;
+    if (op->running()) {
+      // Only a stage that waits on other hosts can hang; fold and store end
+      // on their own. The host that knows who is missing speaks first.
+      if (!pipeline_.waits_on_peers(op->serial) ||
+          now < op->deadline + pipeline_.timeout_grace(op->serial))
+        continue;
+      cross_expired.emplace_back(
+          op->serial, Status(GSYNC_ERR_TIMEOUT,
+                             fmt::format("{} timed out after {} ms in the cross-host step: {}",
+                                         op->describe(job.id), op->timeout_ms,
+                                         pipeline_.waiting_for(op->serial))));
+      continue;
+    }
+    std::string missing =
+        op->arrived < job.local_size
+            ? fmt::format("{} of {} local ranks arrived; not arrived: {}", op->arrived,
+                          job.local_size, missing_ranks(job, *op))
+            : fmt::format("all {} local ranks arrived, but the job is not complete across hosts: {}",
+                          job.local_size, control_ ? control_->job_missing(job.id, job.world_size,
+                                                                           job.live_rank_ids())
+                                                   : "");
+    expired.emplace_back(id, Status(GSYNC_ERR_TIMEOUT,
+                                    fmt::format("{} timed out after {} ms: {}",
+                                                op->describe(job.id), op->timeout_ms, missing)));
+  }
+  for (auto& [id, st] : expired) {
+    spdlog::warn("{}", st.message());
+    finish(job, id, st);
+  }
+  for (auto& [serial, st] : cross_expired) {
+    spdlog::warn("{}", st.message());
+    pipeline_.abort(serial, st);
+  }
+}
+
+}  // namespace gsync

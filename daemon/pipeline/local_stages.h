@@ -1,0 +1,121 @@
+// SPDX-License-Identifier: Apache-2.0
+//
+// The stages that run on this host's memory alone, with the reduce kernels
+// (daemon/reduce/): small ranges inline on the event thread (a hop to a
+// worker costs more than the work), large ones cut into grains for the work
+// pool so one big tensor uses every core.
+//
+//   LocalReduce  a job on this host only: every rank's tensor folded and
+//                stored back into every one of them in one pass (or the
+//                root's copied, for a broadcast); the whole op
+//   Fold         a job on several hosts: the local ranks folded into the
+//                host's contribution (sums stay sums, weights applied but
+//                not normalized), reported chunk by chunk as it goes
+//   Store        the final value copied into the other local ranks, an
+//                average divided by the world once, a weighted average
+//                scaled by 1 / the sum of all weights; chunk by chunk as
+//                the cross-host stage finishes them
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "daemon/pipeline/op.h"
+#include "daemon/pipeline/stage.h"
+#include "daemon/pipeline/work_pool.h"
+#include "daemon/reduce/reduce.h"
+
+namespace gsync::pipeline {
+
+// Runs reduce or copy work inline or on the pool, for one stage, and counts
+// the tasks in flight. Pointer arrays it is given stay valid meanwhile: the
+// stage that owns this keeps them.
+class LocalWork {
+ public:
+  LocalWork(WorkPool& pool, uint64_t inline_bytes) : pool_(pool), inline_bytes_(inline_bytes) {}
+  // Elements [begin, end) of a; copy_src set: plain copies into a.outputs
+  // instead. Returns the pool task, or 0 when it ran inline.
+  uint64_t run(const reduce::ReduceArgs& a, const void* copy_src, uint64_t begin, uint64_t end,
+               uint64_t progress_step, uint64_t tag);
+  int in_flight() const { return in_flight_; }
+  void task_done() { in_flight_--; }
+
+ private:
+  WorkPool& pool_;
+  uint64_t inline_bytes_;
+  int in_flight_ = 0;
+};
+
+// Common to the three: the pointer storage, abort and quiet.
+class LocalStage : public Stage {
+ public:
+  LocalStage(StageLink link, WorkPool& pool, uint64_t inline_bytes)
+      : Stage(link), work_(pool, inline_bytes) {}
+  void abort(const Status& why) override;
+  void task_done(uint64_t task) override;
+  std::string waiting_for() const override;
+
+ protected:
+  // A task (or an inline run) of this stage ended; true when the op is
+  // being aborted and the stage is quiet now.
+  virtual void on_task_done() {}
+  reduce::ReduceArgs args_;
+  std::vector<const void*> inputs_;
+  std::vector<void*> outputs_;
+  std::vector<double> weights_;
+  const void* copy_src_ = nullptr;
+  LocalWork work_;
+  bool aborting_ = false;
+  bool input_done_ = false;
+};
+
+class LocalReduceStage final : public LocalStage {
+ public:
+  LocalReduceStage(StageLink link, WorkPool& pool, uint64_t inline_bytes);
+  const char* name() const override { return "local"; }
+  void ready(uint64_t begin, uint64_t end) override;
+  void input_done() override;
+
+ private:
+  void on_task_done() override;
+};
+
+class FoldStage final : public LocalStage {
+ public:
+  // unit: the downstream's granularity (progress is reported by it).
+  FoldStage(StageLink link, WorkPool& pool, uint64_t inline_bytes, uint64_t unit);
+  const char* name() const override { return "fold"; }
+  void ready(uint64_t begin, uint64_t end) override;
+  void input_done() override;
+  void task_progress(uint64_t task, uint64_t done) override;
+
+  // Whether a multi-host op needs a fold at all (one local rank and no
+  // weight to apply: its tensor already is the host's contribution).
+  static bool needed(const OpRequest& req);
+
+ private:
+  void on_task_done() override;
+  uint64_t unit_;
+  uint64_t emitted_ = 0;
+};
+
+class StoreStage final : public LocalStage {
+ public:
+  StoreStage(StageLink link, WorkPool& pool, uint64_t inline_bytes);
+  const char* name() const override { return "store"; }
+  void ready(uint64_t begin, uint64_t end) override;
+  void input_done() override;
+
+ private:
+  void on_task_done() override;
+  void plan_once();
+  bool planned_ = false;
+  bool nothing_ = false;  // no buffer needs the result written
+};
+
+// The tensor that holds this host's contribution and, after the cross-host
+// stage, its result: local rank 0's, or the broadcast root's where the root
+// is on this host.
+const Buffer& host_buffer(const OpRequest& req);
+
+}  // namespace gsync::pipeline

@@ -1,0 +1,291 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "daemon/pipeline/pipeline.h"
+
+#include <algorithm>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include "daemon/cluster/control_plane.h"
+#include "daemon/collective/engine.h"
+#include "daemon/pipeline/cross_stage.h"
+#include "daemon/pipeline/plan_cache.h"
+#include "daemon/pipeline/local_stages.h"
+
+namespace gsync::pipeline {
+
+// The pipeline's record of one op.
+class Op {
+ public:
+  enum class State : uint8_t { kIdle, kActive, kFinished, kAborting, kQuiet };
+  struct StageState {
+    State state = State::kIdle;
+    StageTimes times;
+  };
+
+  Op(Pipeline& p, uint64_t serial, OpRequest req, Pipeline::Done done)
+      : pipeline(p), serial(serial), req(std::move(req)), done(std::move(done)),
+        started(Clock::now()) {}
+
+  Pipeline& pipeline;
+  const uint64_t serial;
+  const OpRequest req;
+  Pipeline::Done done;
+  std::vector<std::unique_ptr<Stage>> stages;
+  std::vector<StageState> states;
+  Status status;
+  bool failing = false, ended = false;
+  double weight_total = 0;
+  Clock::time_point started;
+
+  StageLink link(int index) { return StageLink(*this, index); }
+  // The first stage not finished; -1 when all are.
+  int current() const {
+    for (size_t i = 0; i < states.size(); i++)
+      if (states[i].state != State::kFinished) return static_cast<int>(i);
+    return -1;
+  }
+};
+
+std::string OpRequest::describe() const {
+  return fmt::format("job {} {} key {} step {}", job, proto::name(shape.opcode), id.key, id.step);
+}
+
+// ---------------------------------------------------------------- StageLink
+
+const OpRequest& StageLink::request() const { return op_.req; }
+uint64_t StageLink::serial() const { return op_.serial; }
+double StageLink::weight_total() const { return op_.weight_total; }
+void StageLink::set_weight_total(double w) { op_.weight_total = w; }
+uint64_t StageLink::pool_tag() const { return (op_.serial << 8) | static_cast<uint64_t>(index_); }
+void StageLink::emit(uint64_t begin, uint64_t end) { op_.pipeline.emit(op_, index_, begin, end); }
+void StageLink::finished() { op_.pipeline.stage_finished(op_, index_); }
+void StageLink::failed(const Status& st) { op_.pipeline.stage_failed(op_, index_, st); }
+void StageLink::quiet() { op_.pipeline.stage_quiet(op_, index_); }
+
+// ---------------------------------------------------------------- Pipeline
+
+Pipeline::Pipeline(EventLoop& loop, WorkPool& pool, PipelineOptions options,
+                   collective::Engine* engine, cluster::ControlPlane* control)
+    : loop_(loop), pool_(pool), options_(std::move(options)), engine_(engine), control_(control) {
+  if (engine_) {
+    plans_ = std::make_unique<PlanCache>(*engine_);
+    plans_->epoch_changed(control_->epoch());
+  }
+}
+
+Pipeline::~Pipeline() = default;
+
+Op* Pipeline::find(uint64_t serial) const {
+  auto it = ops_.find(serial);
+  return it == ops_.end() ? nullptr : it->second.get();
+}
+
+uint64_t Pipeline::start(OpRequest request, Done done) {
+  // Serials stay below 2^56 (a pool tag keeps the stage in the low byte)
+  // and their low 32 bits, the token in the immediates, are never 0.
+  uint64_t serial = next_serial_++;
+  if (static_cast<uint32_t>(serial) == 0) serial = next_serial_++;
+  auto owned = std::make_unique<Op>(*this, serial, std::move(request), std::move(done));
+  Op& op = *owned;
+  ops_.emplace(serial, std::move(owned));
+  build_stages(op);
+  run(op);
+  return serial;
+}
+
+void Pipeline::build_stages(Op& op) {
+  const OpRequest& r = op.req;
+  uint64_t inline_bytes = options_.inline_bytes;
+  if (!r.multi_host()) {
+    op.stages.push_back(std::make_unique<LocalReduceStage>(op.link(0), pool_, inline_bytes));
+  } else {
+    add_cross_stage(op);
+  }
+  op.states.resize(op.stages.size());
+}
+
+void Pipeline::add_cross_stage(Op& op) {
+  const OpRequest& r = op.req;
+  collective::PlanInputs in;
+  in.shape = r.shape;
+  for (int h : r.hosts) {
+    if (h == control_->self()) in.self = static_cast<int>(in.parts.size());
+    if (h == r.root_host) in.root_participant = static_cast<int>(in.parts.size());
+    in.parts.push_back({h, control_->rack_of(h)});
+  }
+  in.algorithm = options_.algorithm;
+  in.chunk_bytes = options_.chunk_bytes;
+  PlanKey key{r.job, r.id.key, r.shape, r.epoch};
+  Status err;
+  PlanLease lease = plans_->lease(key, in, host_buffer(r), &err);
+  if (!lease) {
+    op.failing = true;
+    op.status = Status(err.code(), fmt::format("{}: {}", r.describe(), err.message()));
+    return;
+  }
+  const collective::Plan& plan = *lease.plan;
+  bool fold = FoldStage::needed(r);
+  bool store = r.shape.opcode != proto::Opcode::kBarrier && r.shape.count > 0;
+  int at = 0;
+  uint64_t unit = !plan.eager && plan.nchunks > 1 ? plan.chunk_elems : 0;
+  if (fold)
+    op.stages.push_back(
+        std::make_unique<FoldStage>(op.link(at++), pool_, options_.inline_bytes, unit));
+  op.stages.push_back(
+      std::make_unique<CrossStage>(op.link(at++), *engine_, *plans_, std::move(lease)));
+  if (store)
+    op.stages.push_back(std::make_unique<StoreStage>(op.link(at++), pool_, options_.inline_bytes));
+}
+
+void Pipeline::run(Op& op) {
+  // Last first: each stage's downstream is ready before it produces (the
+  // cross-host stage's rendezvous goes out before the fold starts).
+  auto now = Clock::now();
+  for (int i = static_cast<int>(op.stages.size()) - 1; i >= 0 && !op.failing; i--) {
+    op.states[size_t(i)].state = Op::State::kActive;
+    op.states[size_t(i)].times.begun = now;
+    op.stages[size_t(i)]->begin();
+  }
+  if (!op.failing && !op.stages.empty()) {
+    op.states[0].times.first_input = now;
+    op.stages[0]->ready(0, op.req.shape.count);
+    if (!op.failing) op.stages[0]->input_done();
+  }
+  maybe_end(op);
+}
+
+void Pipeline::emit(Op& op, int stage, uint64_t begin, uint64_t end) {
+  size_t next = size_t(stage) + 1;
+  if (op.failing || next >= op.stages.size()) return;
+  auto& times = op.states[next].times;
+  if (times.first_input == Clock::time_point{}) times.first_input = Clock::now();
+  op.stages[next]->ready(begin, end);
+}
+
+void Pipeline::stage_finished(Op& op, int stage) {
+  auto& st = op.states[size_t(stage)];
+  if (st.state != Op::State::kActive && st.state != Op::State::kAborting) return;
+  st.state = op.failing ? Op::State::kQuiet : Op::State::kFinished;
+  st.times.finished = Clock::now();
+  size_t next = size_t(stage) + 1;
+  if (!op.failing && next < op.stages.size()) op.stages[next]->input_done();
+  maybe_end(op);
+}
+
+void Pipeline::stage_failed(Op& op, int stage, const Status& st) {
+  (void)stage;
+  if (!op.failing) {
+    op.failing = true;
+    op.status = st;
+  }
+  for (size_t i = 0; i < op.stages.size(); i++) {
+    if (op.states[i].state != Op::State::kActive) continue;
+    op.states[i].state = Op::State::kAborting;
+    op.stages[i]->abort(op.status);
+  }
+  maybe_end(op);
+}
+
+void Pipeline::stage_quiet(Op& op, int stage) {
+  auto& st = op.states[size_t(stage)];
+  if (st.state == Op::State::kFinished) return;
+  st.state = Op::State::kQuiet;
+  maybe_end(op);
+}
+
+void Pipeline::maybe_end(Op& op) {
+  if (op.ended) return;
+  for (const auto& s : op.states) {
+    if (op.failing ? s.state == Op::State::kActive || s.state == Op::State::kAborting
+                   : s.state != Op::State::kFinished)
+      return;
+  }
+  op.ended = true;
+  ended_.push_back(op.serial);
+  if (!reap_scheduled_) {
+    reap_scheduled_ = true;
+    loop_.defer([this] { reap(); });
+  }
+}
+
+void Pipeline::reap() {
+  reap_scheduled_ = false;
+  std::vector<uint64_t> ended;
+  ended.swap(ended_);
+  for (uint64_t serial : ended) {
+    auto it = ops_.find(serial);
+    if (it == ops_.end()) continue;
+    std::unique_ptr<Op> op = std::move(it->second);
+    ops_.erase(it);
+    Done done = std::move(op->done);
+    Status st = op->status;
+    op.reset();  // stages go first: a cached plan is back before the next step starts
+    if (done) done(serial, st);
+  }
+}
+
+void Pipeline::abort(uint64_t serial, const Status& why) {
+  if (Op* op = find(serial)) stage_failed(*op, -1, why);
+}
+
+void Pipeline::abort_unbegun(const std::string& job, const proto::OpId& id, const Status& why) {
+  if (engine_) engine_->abort_unbegun(job, id, why);
+}
+
+bool Pipeline::waits_on_peers(uint64_t serial) const {
+  Op* op = find(serial);
+  if (!op || op->failing) return false;
+  int c = op->current();
+  return c >= 0 && op->stages[size_t(c)]->waits_on_peers();
+}
+
+std::string Pipeline::waiting_for(uint64_t serial) const {
+  Op* op = find(serial);
+  if (!op) return "";
+  int c = op->current();
+  return c < 0 ? "nothing" : op->stages[size_t(c)]->waiting_for();
+}
+
+std::chrono::milliseconds Pipeline::timeout_grace(uint64_t serial) const {
+  Op* op = find(serial);
+  if (!op) return {};
+  int c = op->current();
+  return c < 0 ? std::chrono::milliseconds(0) : op->stages[size_t(c)]->timeout_grace();
+}
+
+OpView Pipeline::view(uint64_t serial) const {
+  OpView v;
+  Op* op = find(serial);
+  if (!op) return v;
+  v.serial = serial;
+  v.started = op->started;
+  int c = op->current();
+  v.stage = op->failing ? "failing" : c < 0 ? "done" : op->stages[size_t(c)]->name();
+  v.waiting_for = c < 0 ? "" : op->stages[size_t(c)]->waiting_for();
+  return v;
+}
+
+void Pipeline::on_pool_events() {
+  pool_.take_events(&progress_, &finished_);
+  for (const auto& p : progress_) {
+    Op* op = find(p.tag >> 8);
+    size_t stage = p.tag & 0xff;
+    if (op && stage < op->stages.size()) op->stages[stage]->task_progress(p.task, p.done);
+  }
+  for (const auto& f : finished_) {
+    Op* op = find(f.tag >> 8);
+    size_t stage = f.tag & 0xff;
+    if (op && stage < op->stages.size()) op->stages[stage]->task_done(f.task);
+  }
+}
+
+void Pipeline::arena_closed(uint64_t arena) {
+  if (plans_) plans_->arena_closed(arena);
+}
+
+void Pipeline::job_closed(const std::string& job) {
+  if (plans_) plans_->job_closed(job);
+}
+
+}  // namespace gsync::pipeline

@@ -1,0 +1,133 @@
+// SPDX-License-Identifier: Apache-2.0
+//
+// The op pipeline: one owner for every operation's life (UCC's schedule of
+// tasks). An op is a list of stages (stage.h), built when the jobs layer
+// starts it: a job on this host alone is LocalReduce; a job on several
+// hosts is Fold -> CrossHost -> Store (each omitted where it has nothing to
+// do). The pipeline begins the stages, passes each one's finished ranges
+// to the next, and is the one place where an op completes or fails: on a
+// failure it aborts every stage still running and reports the op only once
+// all of them are quiet (no buffer in use, no peer write can land), so the
+// client never gets its buffer back while anything still writes into it.
+//
+// Every callback finds its op by the op's serial, unique for the daemon's
+// life: pool events carry it in their tag, transport events in the token
+// of their immediates (its low 32 bits), timers ask by serial. A step
+// resubmitted after a failure is a new op with a new serial, so a stale
+// callback of the failed one can never reach it. Ops are reported done
+// from the event loop's next turn (defer), never from inside a stage's
+// own call, so no stage is destroyed while it runs. docs/architecture.md,
+// "The op pipeline", has the state diagram.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "daemon/core/clock.h"
+#include "daemon/core/event_loop.h"
+#include "daemon/core/status.h"
+#include "daemon/pipeline/op.h"
+#include "daemon/pipeline/stage.h"
+#include "daemon/pipeline/work_pool.h"
+
+// The layers below that the pipeline drives; the layers above (jobs) see
+// the pipeline only.
+namespace gsync::collective {
+class Engine;
+}
+namespace gsync::cluster {
+class ControlPlane;
+}
+
+namespace gsync::pipeline {
+
+class PlanCache;
+
+struct PipelineOptions {
+  uint64_t inline_bytes = 256 << 10;  // local work up to this runs on the event thread
+  std::string algorithm = "auto";     // cross-host algorithm, or auto
+  uint64_t chunk_bytes = 0;           // cross-host chunk size; 0 picks per tensor
+};
+
+// Times of one stage of one op, for the trace and the metrics.
+struct StageTimes {
+  Clock::time_point begun{}, first_input{}, finished{};
+};
+
+// What the admin reports show of a running op.
+struct OpView {
+  uint64_t serial = 0;
+  std::string stage;  // the first stage not finished
+  std::string waiting_for;
+  Clock::time_point started{};
+};
+
+class Pipeline {
+ public:
+  using Done = std::function<void(uint64_t serial, const Status&)>;
+
+  // engine and control: null on a daemon without a cluster.
+  Pipeline(EventLoop& loop, WorkPool& pool, PipelineOptions options,
+           collective::Engine* engine, cluster::ControlPlane* control);
+  ~Pipeline();
+  Pipeline(const Pipeline&) = delete;
+  Pipeline& operator=(const Pipeline&) = delete;
+
+  // Starts the op; done runs once, from a later turn of the event loop.
+  // Returns the op's serial.
+  uint64_t start(OpRequest request, Done done);
+  // Fails the op (timeout, a rank died); done runs once it is quiet.
+  void abort(uint64_t serial, const Status& why);
+  // An op this host fails before starting it (a remote rank had left):
+  // the hosts that began it hear of it now rather than at their timeout.
+  void abort_unbegun(const std::string& job, const proto::OpId& id, const Status& why);
+  // While the op's current stage waits on other hosts it may be timed
+  // out; a local stage ends on its own.
+  bool waits_on_peers(uint64_t serial) const;
+  std::string waiting_for(uint64_t serial) const;
+  std::chrono::milliseconds timeout_grace(uint64_t serial) const;
+  OpView view(uint64_t serial) const;
+
+  // The work pool's done fd is readable.
+  void on_pool_events();
+  // The mapping named arena (a session's) goes: plans over it are evicted.
+  void arena_closed(uint64_t arena);
+  void job_closed(const std::string& job);
+
+  size_t in_flight() const { return ops_.size(); }
+  PlanCache* plans() { return plans_.get(); }
+
+ private:
+  friend class StageLink;
+  friend class Op;
+  Op* find(uint64_t serial) const;
+  void build_stages(Op& op);
+  void add_cross_stage(Op& op);
+  void run(Op& op);
+  void emit(Op& op, int stage, uint64_t begin, uint64_t end);
+  void stage_finished(Op& op, int stage);
+  void stage_failed(Op& op, int stage, const Status& st);
+  void stage_quiet(Op& op, int stage);
+  void maybe_end(Op& op);
+  void reap();
+
+  EventLoop& loop_;
+  WorkPool& pool_;
+  PipelineOptions options_;
+  collective::Engine* engine_;
+  cluster::ControlPlane* control_;
+  std::unique_ptr<PlanCache> plans_;
+  uint64_t next_serial_ = 1;
+  std::unordered_map<uint64_t, std::unique_ptr<Op>> ops_;
+  std::vector<uint64_t> ended_;  // reported on the loop's next turn
+  bool reap_scheduled_ = false;
+  std::vector<WorkPool::Progress> progress_;
+  std::vector<WorkPool::Finished> finished_;
+};
+
+}  // namespace gsync::pipeline

@@ -1,0 +1,141 @@
+// SPDX-License-Identifier: Apache-2.0
+//
+// The wire vocabulary of an operation, written once: opcodes, element types
+// and reduction ops as typed enums, their names, and the only conversions
+// from the raw bytes of a submission or a peer's message. Shared by
+// libgsync, every daemon layer and the tools. A byte off the wire becomes
+// one of these through *_from_wire, which refuses values it does not know,
+// and is compared as an enum from then on; nothing else casts a raw byte
+// into them (NCCL's ncclDataType_t and its one ncclDatatypeToString).
+#pragma once
+
+#include <compare>
+#include <cstddef>
+#include <cstdint>
+
+#include "gsync/gsync.h"
+
+namespace gsync::proto {
+
+enum class Opcode : uint8_t { kAllreduce = 1, kBroadcast = 2, kBarrier = 3 };
+enum class DType : uint8_t { kF32 = 0, kF16 = 1, kBF16 = 2, kF64 = 3, kI32 = 4 };
+enum class RedOp : uint8_t { kSum = 0, kAvg = 1, kWeightedAvg = 2, kMin = 3, kMax = 4 };
+
+// The public C enums (gsync.h) are the same numbers: checked here, once.
+static_assert(static_cast<int>(DType::kF32) == GSYNC_FLOAT32 &&
+              static_cast<int>(DType::kF16) == GSYNC_FLOAT16 &&
+              static_cast<int>(DType::kBF16) == GSYNC_BFLOAT16 &&
+              static_cast<int>(DType::kF64) == GSYNC_FLOAT64 &&
+              static_cast<int>(DType::kI32) == GSYNC_INT32);
+static_assert(static_cast<int>(RedOp::kSum) == GSYNC_SUM &&
+              static_cast<int>(RedOp::kAvg) == GSYNC_AVG &&
+              static_cast<int>(RedOp::kWeightedAvg) == GSYNC_WEIGHTED_AVG &&
+              static_cast<int>(RedOp::kMin) == GSYNC_MIN &&
+              static_cast<int>(RedOp::kMax) == GSYNC_MAX);
+
+// The byte that goes on the wire.
+constexpr uint8_t wire(Opcode v) { return static_cast<uint8_t>(v); }
+constexpr uint8_t wire(DType v) { return static_cast<uint8_t>(v); }
+constexpr uint8_t wire(RedOp v) { return static_cast<uint8_t>(v); }
+
+// A byte from the wire (or an int from the C API); false for a value that
+// names nothing, and *out is left alone.
+constexpr bool opcode_from_wire(int v, Opcode* out) {
+  if (v < 1 || v > 3) return false;
+  *out = static_cast<Opcode>(v);
+  return true;
+}
+constexpr bool dtype_from_wire(int v, DType* out) {
+  if (v < 0 || v > 4) return false;
+  *out = static_cast<DType>(v);
+  return true;
+}
+constexpr bool redop_from_wire(int v, RedOp* out) {
+  if (v < 0 || v > 4) return false;
+  *out = static_cast<RedOp>(v);
+  return true;
+}
+
+constexpr const char* name(Opcode v) {
+  switch (v) {
+    case Opcode::kAllreduce: return "allreduce";
+    case Opcode::kBroadcast: return "broadcast";
+    case Opcode::kBarrier: return "barrier";
+  }
+  return "unknown-op";
+}
+constexpr const char* name(DType v) {
+  switch (v) {
+    case DType::kF32: return "float32";
+    case DType::kF16: return "float16";
+    case DType::kBF16: return "bfloat16";
+    case DType::kF64: return "float64";
+    case DType::kI32: return "int32";
+  }
+  return "unknown-dtype";
+}
+constexpr const char* name(RedOp v) {
+  switch (v) {
+    case RedOp::kSum: return "sum";
+    case RedOp::kAvg: return "avg";
+    case RedOp::kWeightedAvg: return "weighted_avg";
+    case RedOp::kMin: return "min";
+    case RedOp::kMax: return "max";
+  }
+  return "unknown-redop";
+}
+
+// The name of a raw value as it came, for messages about bad input.
+constexpr const char* opcode_name(int v) {
+  Opcode o{};
+  return opcode_from_wire(v, &o) ? name(o) : "unknown-op";
+}
+constexpr const char* dtype_name(int v) {
+  DType d{};
+  return dtype_from_wire(v, &d) ? name(d) : "unknown-dtype";
+}
+constexpr const char* redop_name(int v) {
+  RedOp r{};
+  return redop_from_wire(v, &r) ? name(r) : "unknown-redop";
+}
+
+constexpr size_t dtype_size(DType v) {
+  switch (v) {
+    case DType::kF32:
+    case DType::kI32: return 4;
+    case DType::kF16:
+    case DType::kBF16: return 2;
+    case DType::kF64: return 8;
+  }
+  return 0;
+}
+
+
+// Whether a reduction has a meaning on an element type (a weighted average
+// of integers has none).
+constexpr bool defined(DType t, RedOp op) { return !(t == DType::kI32 && op == RedOp::kWeightedAvg); }
+
+// What every rank and every host of an op must agree on before any data
+// moves.
+struct OpShape {
+  Opcode opcode = Opcode::kAllreduce;
+  DType dtype = DType::kF32;
+  RedOp redop = RedOp::kSum;
+  uint64_t count = 0;  // elements; 0 for a barrier
+  int32_t root = -1;   // broadcast: the root's rank
+  size_t elem() const { return dtype_size(dtype); }
+  uint64_t bytes() const { return count * elem(); }
+  bool operator==(const OpShape&) const = default;
+};
+
+// Ops of a job are matched across ranks and hosts by (tensor key, step).
+struct OpId {
+  uint64_t key = 0;
+  uint64_t step = 0;
+  auto operator<=>(const OpId&) const = default;
+};
+struct OpIdHash {
+  size_t operator()(const OpId& o) const { return o.key * 0x9e3779b97f4a7c15ull ^ o.step; }
+};
+
+}  // namespace gsync::proto
