@@ -99,115 +99,111 @@ int tree_root(int n, uint64_t key, uint64_t step) {
   return n <= 0 ? 0 : static_cast<int>((key * 0x9e3779b97f4a7c15ull + step) % uint64_t(n));
 }
 
-Schedule build_schedule(Algo algo, const std::vector<Participant>& parts, int self,
-                        size_t chunks, int root) {
-  Schedule s;
-  s.algo = algo;
-  s.self = self;
-  s.chunks.resize(chunks);
+namespace {
+
+void direct_schedule(int n, int self, Schedule* out) {
+  Schedule& s = *out;
+  // One phase: everyone sends its chunk to everyone, and folds all n in
+  // participant order. One hop of latency; (n-1) x S on the wire each way.
+  s.slots = n;
+  Phase p;
+  for (int j = 0; j < n; j++) {
+    p.fold.push_back(j);
+    if (j == self) continue;
+    p.sends.push_back({j, Xfer::kReduce, static_cast<uint8_t>(self)});
+    p.recvs.push_back({j, Xfer::kReduce, static_cast<uint8_t>(j)});
+  }
+  for (auto& c : s.chunks) c = {p};
+}
+
+void tree_schedule(int n, int self, int root, Schedule* out) {
+  Schedule& s = *out;
+  // Up the tree: gather the children's partial sums into scratch slots
+  // (slot = the child's ordinal), fold [self, children...], send the
+  // result to the parent; down the tree: the parent's final sum lands in
+  // the data and is passed on to the children. Only the root computes the
+  // final sum, so every host ends with its bits. 2(n-1) transfers of S,
+  // 2 x depth steps.
+  TreeLinks t = tree_links(n, root, self);
+  s.slots = static_cast<int>(t.children.size());
+  // Steps: a node waits for its children at height - 1, then (after the
+  // deepest up-sweep, at tree height H) for its parent's sum at H + depth.
+  int v = ((self - root) % n + n) % n;
+  int height = heap_height(v, n), top = heap_height(0, n), depth = 0;
+  for (int u = v; u > 0; u = (u - 1) / kTreeFanout) depth++;
+  std::vector<Phase> phases;
+  if (!t.children.empty()) {
+    Phase up;
+    up.step = height - 1;
+    up.fold.push_back(self);
+    for (size_t i = 0; i < t.children.size(); i++) {
+      up.recvs.push_back({t.children[i], Xfer::kReduce, static_cast<uint8_t>(i)});
+      up.fold.push_back(t.children[i]);
+    }
+    phases.push_back(std::move(up));
+  }
+  if (t.parent >= 0)
+    phases.push_back(Phase{{{t.parent, Xfer::kReduce, static_cast<uint8_t>(t.ordinal)}},
+                           {{t.parent, Xfer::kCopy, 0}},
+                           {},
+                           top + depth});
+  if (!t.children.empty()) {
+    Phase down;
+    down.step = top + depth + 1;
+    for (int c : t.children) down.sends.push_back({c, Xfer::kCopy, 0});
+    phases.push_back(std::move(down));
+  }
+  for (auto& c : s.chunks) c = phases;
+}
+
+void doubling_schedule(int n, int self, Schedule* out) {
+  Schedule& s = *out;
+  // Recursive doubling among the first p = 2^k hosts: in round r each
+  // exchanges its partial sum with host self ^ 2^r (scratch slot 1 + r)
+  // and both fold [lower, higher], so the pair holds the same bits. The
+  // n - p hosts beyond p first hand their part to host self - p (slot 0)
+  // and get the final sum back from it. k rounds (+2 beyond a power of
+  // two); every host sends k x S, no host does more than its share.
+  int p = 1, k = 0;
+  while (p * 2 <= n) p *= 2, k++;
+  s.slots = 1 + k;
+  int first_round = n > p ? 1 : 0;  // step 0 is the hand-in when there are extra hosts
+  std::vector<Phase> phases;
+  if (self >= p) {
+    phases.push_back(Phase{{{self - p, Xfer::kReduce, 0}}, {}, {}, 0});
+    phases.push_back(Phase{{}, {{self - p, Xfer::kCopy, 0}}, {}, first_round + k});
+  } else {
+    if (self + p < n)
+      phases.push_back(Phase{{}, {{self + p, Xfer::kReduce, 0}}, {self, self + p}, 0});
+    for (int r = 0; r < k; r++) {
+      int partner = self ^ (1 << r);
+      auto slot = static_cast<uint8_t>(1 + r);
+      phases.push_back(Phase{{{partner, Xfer::kReduce, slot}},
+                             {{partner, Xfer::kReduce, slot}},
+                             {std::min(self, partner), std::max(self, partner)},
+                             first_round + r});
+    }
+    if (self + p < n) phases.push_back(Phase{{{self + p, Xfer::kCopy, 0}}, {}, {}, first_round + k});
+  }
+  for (auto& c : s.chunks) c = phases;
+}
+
+void ring_schedule(int n, int self, size_t chunks, Schedule* out) {
+  Schedule& s = *out;
+  std::vector<int> all(static_cast<size_t>(n));
+  for (int i = 0; i < n; i++) all[static_cast<size_t>(i)] = i;
+  s.slots = 1;
+  for (size_t c = 0; c < chunks; c++) {
+    std::vector<Phase> rs, ag;
+    ring_phases(all, self, segment_of(c, n, chunks), 0, &rs, &ag);
+    rs.insert(rs.end(), ag.begin(), ag.end());
+    s.chunks[c] = std::move(rs);
+  }
+}
+
+void hier_schedule(const std::vector<Participant>& parts, int self, size_t chunks, Schedule* out) {
+  Schedule& s = *out;
   int n = static_cast<int>(parts.size());
-  if (n <= 1 || chunks == 0) return s;
-
-  if (algo == Algo::kDirect) {
-    // One phase: everyone sends its chunk to everyone, and folds all n in
-    // participant order. One hop of latency; (n-1) x S on the wire each way.
-    s.slots = n;
-    Phase p;
-    for (int j = 0; j < n; j++) {
-      p.fold.push_back(j);
-      if (j == self) continue;
-      p.sends.push_back({j, Xfer::kReduce, static_cast<uint8_t>(self)});
-      p.recvs.push_back({j, Xfer::kReduce, static_cast<uint8_t>(j)});
-    }
-    for (auto& c : s.chunks) c = {p};
-    return s;
-  }
-
-  if (algo == Algo::kTree) {
-    // Up the tree: gather the children's partial sums into scratch slots
-    // (slot = the child's ordinal), fold [self, children...], send the
-    // result to the parent; down the tree: the parent's final sum lands in
-    // the data and is passed on to the children. Only the root computes the
-    // final sum, so every host ends with its bits. 2(n-1) transfers of S,
-    // 2 x depth steps.
-    TreeLinks t = tree_links(n, root, self);
-    s.slots = static_cast<int>(t.children.size());
-    // Steps: a node waits for its children at height - 1, then (after the
-    // deepest up-sweep, at tree height H) for its parent's sum at H + depth.
-    int v = ((self - root) % n + n) % n;
-    int height = heap_height(v, n), top = heap_height(0, n), depth = 0;
-    for (int u = v; u > 0; u = (u - 1) / kTreeFanout) depth++;
-    std::vector<Phase> phases;
-    if (!t.children.empty()) {
-      Phase up;
-      up.step = height - 1;
-      up.fold.push_back(self);
-      for (size_t i = 0; i < t.children.size(); i++) {
-        up.recvs.push_back({t.children[i], Xfer::kReduce, static_cast<uint8_t>(i)});
-        up.fold.push_back(t.children[i]);
-      }
-      phases.push_back(std::move(up));
-    }
-    if (t.parent >= 0)
-      phases.push_back(Phase{{{t.parent, Xfer::kReduce, static_cast<uint8_t>(t.ordinal)}},
-                             {{t.parent, Xfer::kCopy, 0}},
-                             {},
-                             top + depth});
-    if (!t.children.empty()) {
-      Phase down;
-      down.step = top + depth + 1;
-      for (int c : t.children) down.sends.push_back({c, Xfer::kCopy, 0});
-      phases.push_back(std::move(down));
-    }
-    for (auto& c : s.chunks) c = phases;
-    return s;
-  }
-
-  if (algo == Algo::kDoubling) {
-    // Recursive doubling among the first p = 2^k hosts: in round r each
-    // exchanges its partial sum with host self ^ 2^r (scratch slot 1 + r)
-    // and both fold [lower, higher], so the pair holds the same bits. The
-    // n - p hosts beyond p first hand their part to host self - p (slot 0)
-    // and get the final sum back from it. k rounds (+2 beyond a power of
-    // two); every host sends k x S, no host does more than its share.
-    int p = 1, k = 0;
-    while (p * 2 <= n) p *= 2, k++;
-    s.slots = 1 + k;
-    int first_round = n > p ? 1 : 0;  // step 0 is the hand-in when there are extra hosts
-    std::vector<Phase> phases;
-    if (self >= p) {
-      phases.push_back(Phase{{{self - p, Xfer::kReduce, 0}}, {}, {}, 0});
-      phases.push_back(Phase{{}, {{self - p, Xfer::kCopy, 0}}, {}, first_round + k});
-    } else {
-      if (self + p < n)
-        phases.push_back(Phase{{}, {{self + p, Xfer::kReduce, 0}}, {self, self + p}, 0});
-      for (int r = 0; r < k; r++) {
-        int partner = self ^ (1 << r);
-        auto slot = static_cast<uint8_t>(1 + r);
-        phases.push_back(Phase{{{partner, Xfer::kReduce, slot}},
-                               {{partner, Xfer::kReduce, slot}},
-                               {std::min(self, partner), std::max(self, partner)},
-                               first_round + r});
-      }
-      if (self + p < n) phases.push_back(Phase{{{self + p, Xfer::kCopy, 0}}, {}, {}, first_round + k});
-    }
-    for (auto& c : s.chunks) c = phases;
-    return s;
-  }
-
-  if (algo == Algo::kRing) {
-    std::vector<int> all(static_cast<size_t>(n));
-    for (int i = 0; i < n; i++) all[static_cast<size_t>(i)] = i;
-    s.slots = 1;
-    for (size_t c = 0; c < chunks; c++) {
-      std::vector<Phase> rs, ag;
-      ring_phases(all, self, segment_of(c, n, chunks), 0, &rs, &ag);
-      rs.insert(rs.end(), ag.begin(), ag.end());
-      s.chunks[c] = std::move(rs);
-    }
-    return s;
-  }
-
   // Hierarchical: racks in order of first appearance.
   std::vector<std::string> rack_names;
   std::map<std::string, std::vector<int>> racks;
@@ -245,6 +241,25 @@ Schedule build_schedule(Algo algo, const std::vector<Participant>& parts, int se
     }
     rs.insert(rs.end(), ag.begin(), ag.end());
     s.chunks[c] = std::move(rs);
+  }
+}
+
+}  // namespace
+
+Schedule build_schedule(Algo algo, const std::vector<Participant>& parts, int self,
+                        size_t chunks, int root) {
+  Schedule s;
+  s.algo = algo;
+  s.self = self;
+  s.chunks.resize(chunks);
+  int n = static_cast<int>(parts.size());
+  if (n <= 1 || chunks == 0) return s;
+  switch (algo) {
+    case Algo::kDirect: direct_schedule(n, self, &s); break;
+    case Algo::kTree: tree_schedule(n, self, root, &s); break;
+    case Algo::kDoubling: doubling_schedule(n, self, &s); break;
+    case Algo::kRing: ring_schedule(n, self, chunks, &s); break;
+    case Algo::kHier: hier_schedule(parts, self, chunks, &s); break;
   }
   return s;
 }

@@ -1,0 +1,175 @@
+// SPDX-License-Identifier: Apache-2.0
+//
+// TcpContext's inbound half: accepting connections and identifying them by
+// their HELLO (cluster name, protocol version, build id, which host, which
+// stream), then handing each to its peer's Pair or refusing it with a
+// REFUSE that names both sides' values.
+#include <sys/socket.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include "daemon/transport/tcp/context.h"
+
+namespace gsync::transport::tcp {
+
+namespace {
+// How long a refused connection may take to receive its REFUSE.
+constexpr auto kRefuseLinger = std::chrono::seconds(1);
+constexpr auto kAcceptRetry = std::chrono::milliseconds(100);
+}  // namespace
+
+// --- Accepting and identifying ------------------------------------------------
+
+void TcpContext::post_accept() {
+  accept_len_ = sizeof accept_addr_;
+  io_uring_sqe* s = device_->sqe(make_tag(nullptr, Op::kAccept));
+  io_uring_prep_accept(s, device_->listen_fd(), reinterpret_cast<sockaddr*>(&accept_addr_),
+                       &accept_len_, SOCK_CLOEXEC);
+  accept_posted_ = true;
+}
+
+void TcpContext::on_accept(int res) {
+  if (res < 0) {
+    // EMFILE and friends: retry later rather than spin on the error.
+    spdlog::warn("tcp transport: accept on {}: {}; retrying", device_->listen_endpoint().text,
+                 strerror(-res));
+    accept_retry_at_ = Clock::now() + kAcceptRetry;
+    return;
+  }
+  std::string remote = endpoint_text(reinterpret_cast<sockaddr*>(&accept_addr_), accept_len_);
+  post_accept();
+  Status st = tune_socket(res, options_.socket_buffer_bytes);
+  if (!st) spdlog::warn("tcp transport: connection from {}: {}", remote, st.message());
+  Connection* c = new_connection(res, false, remote);
+  c->deadline = Clock::now() + std::chrono::milliseconds(handshake_timeout_ms());
+  unidentified_.push_back(c);
+  c->expect_header();
+}
+
+void TcpContext::on_unidentified(Connection* c) {
+  if (c->close_after_send) {
+    // Refused: whatever it sends now is not read.
+    return;
+  }
+  if (c->rx_stage() == Connection::RxStage::kHeader) {
+    const FrameHeader& h = c->header();
+    if (h.magic != kFrameMagic) {
+      drop_unidentified(c, fmt::format("bad frame magic 0x{:08x} in its first frame (not a gsync "
+                                       "daemon?)",
+                                       h.magic));
+    } else if (h.version != kFrameVersion) {
+      refuse(c, -1,
+             fmt::format("frame version mismatch: the daemon at {} speaks frame version {}, "
+                         "this daemon {} speaks {}",
+                         c->remote(), h.version,
+                         options_.hosts[static_cast<size_t>(self())].host_id, kFrameVersion));
+    } else if (h.type != static_cast<uint8_t>(FrameType::kHello)) {
+      drop_unidentified(c, fmt::format("a {} frame before HELLO", frame_type_name(h.type)));
+    } else if (h.length == 0 || h.length > kMaxHello) {
+      drop_unidentified(c, fmt::format("a HELLO of {} bytes (at most {})", h.length, kMaxHello));
+    } else {
+      c->expect_small(h.length);
+    }
+    return;
+  }
+  Hello hello;
+  std::string why;
+  std::string_view p = c->small_payload();
+  if (!decode_hello(reinterpret_cast<const uint8_t*>(p.data()), p.size(), &hello, &why)) {
+    drop_unidentified(c, "malformed HELLO: " + why);
+    return;
+  }
+  int index =
+      hello.host_index < static_cast<uint32_t>(size()) ? static_cast<int>(hello.host_index) : -1;
+  std::string refusal = check_hello(hello);
+  if (refusal.empty()) refusal = pairs_[static_cast<size_t>(index)]->adopt(c, hello);
+  if (!refusal.empty()) {
+    refuse(c, index, refusal);
+    return;
+  }
+  unidentified_.erase(std::find(unidentified_.begin(), unidentified_.end(), c));
+}
+
+std::string TcpContext::check_hello(const Hello& h) const {
+  const Identity& me = options_.identity;
+  const std::string& my_id = options_.hosts[static_cast<size_t>(self())].host_id;
+  bool known = h.host_index < static_cast<uint32_t>(size()) &&
+               options_.hosts[h.host_index].host_id == h.host_id;
+  std::string them = known ? describe_host(static_cast<int>(h.host_index))
+                           : fmt::format("{} (host index {})", h.host_id, h.host_index);
+  // Cluster first: a daemon of another cluster is best told so, whatever
+  // else differs.
+  if (h.identity.cluster_name != me.cluster_name)
+    return fmt::format("cluster name mismatch: {} is in cluster '{}', this daemon {} is in '{}'",
+                       them, h.identity.cluster_name, my_id, me.cluster_name);
+  if (h.identity.protocol_version != me.protocol_version)
+    return fmt::format("protocol version mismatch: {} speaks version {}, this daemon {} speaks {}",
+                       them, h.identity.protocol_version, my_id, me.protocol_version);
+  if (h.identity.build_id != me.build_id)
+    return fmt::format("build id mismatch: {} runs build '{}', this daemon {} runs build '{}'",
+                       them, h.identity.build_id, my_id, me.build_id);
+  if (h.host_index >= static_cast<uint32_t>(size()))
+    return fmt::format(
+        "host index mismatch: {} says it is host index {}, but the hosts table of "
+        "this daemon {} has {} hosts",
+        h.host_id, h.host_index, my_id, size());
+  if (!known)
+    return fmt::format(
+        "host id mismatch: the connecting daemon says it is {} at host index {}, "
+        "but in the hosts table of this daemon {} index {} is {}",
+        h.host_id, h.host_index, my_id, h.host_index,
+        describe_host(static_cast<int>(h.host_index)));
+  if (static_cast<int>(h.host_index) == self())
+    return fmt::format(
+        "{} connected to itself (a connection claimed this daemon's own host "
+        "index {})",
+        them, h.host_index);
+  if (static_cast<int>(h.host_index) > self())
+    return fmt::format(
+        "direction mismatch: {} (host index {}) connected to this daemon {} (host "
+        "index {}), but the lower index connects; are the hosts tables the same?",
+        them, h.host_index, my_id, self());
+  if (int want = streams_for(static_cast<int>(h.host_index));
+      h.streams != static_cast<uint32_t>(want))
+    return fmt::format("streams mismatch: {} opens {} streams to this daemon, this daemon {} "
+                       "expects {} (streams within a rack and across racks must be set the same "
+                       "on every host)",
+                       them, h.streams, my_id, want);
+  if (h.stream >= h.streams)
+    return fmt::format("{} sent stream index {} of {} streams", them, h.stream, h.streams);
+  return "";
+}
+
+void TcpContext::refuse(Connection* c, int claimed_index, const std::string& reason) {
+  // Once per distinct reason: a misconfigured peer retries forever.
+  if (logged_refusals_.size() > 256) logged_refusals_.clear();
+  if (logged_refusals_.insert(reason).second)
+    spdlog::error("tcp transport: refused a connection from {}: {}", c->remote(), reason);
+  else
+    spdlog::debug("tcp transport: refused a connection from {}: {}", c->remote(), reason);
+  if (claimed_index >= 0 && claimed_index != self())
+    pairs_[static_cast<size_t>(claimed_index)]->note_refusal(reason);
+  SendItem* it = c->item();
+  it->header.type = static_cast<uint8_t>(FrameType::kRefuse);
+  it->owned.assign(reason.substr(0, kMaxRefuse));
+  it->use_owned = true;
+  it->header.length = static_cast<uint32_t>(it->owned.size());
+  c->push(it);
+  c->close_after_send = true;
+  c->deadline = Clock::now() + kRefuseLinger;
+  c->post_send();
+}
+
+void TcpContext::drop_unidentified(Connection* c, const std::string& why) {
+  if (!why.empty())
+    spdlog::error("tcp transport: dropping the connection from {}: {}", c->remote(), why);
+  auto it = std::find(unidentified_.begin(), unidentified_.end(), c);
+  if (it != unidentified_.end()) unidentified_.erase(it);
+  retire(c);
+}
+
+}  // namespace gsync::transport::tcp
