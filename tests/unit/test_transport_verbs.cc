@@ -13,6 +13,7 @@
 #include <sstream>
 #include <vector>
 
+#include "daemon/transport/composite/frame.h"
 #include "daemon/transport/transport.h"
 #include "daemon/transport/verbs/buffer.h"
 #include "daemon/transport/verbs/device.h"
@@ -230,7 +231,7 @@ TEST(VerbsFrames, RoundTrip) {
   EXPECT_EQ(g2.rkey, g.rkey);
   EXPECT_EQ(g2.error, "no memory");
   uint32_t id = 0;
-  ASSERT_TRUE(verbs::decode_id(verbs::encode_id(verbs::Ctl::kRetire, 42), &id));
+  ASSERT_TRUE(composite::decode_id(composite::encode_id(composite::Ctl::kRetire, 42), &id));
   EXPECT_EQ(id, 42u);
   EXPECT_FALSE(verbs::decode(std::string_view("Q\1\2"), &q2));  // short
 }

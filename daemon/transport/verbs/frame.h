@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 //
-// The verbs provider's two message formats. On the internal TCP link
-// (control, in order): the QP parameters, region announcements and
-// retirements, and the user's control messages. On the RC queue pair (SEND):
-// the descriptor that follows each RDMA WRITE, and credit returns.
+// The verbs provider's two message formats. On the bootstrap TCP link
+// (in order, beside the composite context's own messages): the QP
+// parameters and region announcements. On the RC queue pair (SEND): the
+// descriptor that follows each RDMA WRITE, and credit returns.
 // docs/transport.md, "The verbs provider".
 #pragma once
 
@@ -13,25 +13,12 @@
 
 namespace gsync::transport::verbs {
 
-// First byte of every message on the internal TCP link.
-enum class Ctl : uint8_t {
-  kCaps = 'C',      // first on every link: can this side run a verbs link?
-  kUser = 'U',      // a user control message (or its last part)
-  kUserPart = 'F',  // a part of one, more follow (the tag costs a byte)
-  kQpInfo = 'Q',    // this side's queue pair: connect to it
-  kReady = 'R',     // this side's QP is RTS and connected to yours
-  kRegion = 'G',    // a region peers may write into (address, rkey)
-  kRetire = 'X',    // the region is gone: stop writing, acknowledge
-  kRetireAck = 'A', // no write into the region is in flight any more
-};
-
-// Sent by both sides as the first message of every (re)connected link. A
-// link carries its writes over RDMA only when both sides offer verbs and
-// both are in the same rack (the hosts table says so on both ends); else
-// over the TCP link itself.
-struct Caps {
-  bool verbs = false;
-  std::string detail;  // the device ("rxe0 port 1 gid 1"), or why there is none
+// First byte of the provider's messages on the bootstrap link (the
+// composite context's own tags are in composite/frame.h).
+enum class Tag : uint8_t {
+  kQpInfo = 'Q',  // this side's queue pair: connect to it
+  kReady = 'R',   // this side's QP is RTS and connected to yours
+  kRegion = 'G',  // a region peers may write into (address, rkey)
 };
 
 struct QpInfo {
@@ -57,17 +44,13 @@ struct RegionInfo {
   std::string error;  // registration failed here: writes into it fail with this
 };
 
-std::string encode(const Caps& m);
 std::string encode(const QpInfo& m);
 std::string encode(const Ready& m);
 std::string encode(const RegionInfo& m);
-std::string encode_id(Ctl kind, uint32_t id);  // kRetire, kRetireAck
 
-bool decode(std::string_view in, Caps* m);
 bool decode(std::string_view in, QpInfo* m);
 bool decode(std::string_view in, Ready* m);
 bool decode(std::string_view in, RegionInfo* m);
-bool decode_id(std::string_view in, uint32_t* id);
 
 // On the queue pair. Fixed size, so one receive slot holds any of them and a
 // short SEND can go inline.

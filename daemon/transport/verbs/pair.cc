@@ -11,29 +11,29 @@
 #include "daemon/transport/verbs/context.h"
 
 namespace gsync::transport::verbs {
-Pair::Pair(VerbsContext& ctx, int peer)
-    : ctx_(ctx),
+Pair::Pair(VerbsLinks& links, int peer)
+    : links_(links),
       peer_(peer),
-      describe_(ctx.describe_host(peer)),
-      self_(ctx.describe_host(ctx.self())),
+      describe_(links.host().describe_host(peer)),
+      self_(links.host().describe_host(links.host().options().self)),
       slots_(kRecvSlots + kSendDepth) {
-  Status st = ctx_.device().register_memory(reinterpret_cast<uint8_t*>(slots_.data()),
+  Status st = links_.device().register_memory(reinterpret_cast<uint8_t*>(slots_.data()),
                                             slots_.size() * sizeof(Descriptor), -1, &slots_mr_);
   if (!st) last_error_.set(st.message());  // create_qp() refuses to run and says so
 }
 
 Pair::~Pair() {
   destroy_qp();
-  ctx_.device().deregister_memory(slots_mr_);
-  for (auto& [id, w] : posted_) ctx_.mrs().release(w.mr);
-  for (auto& w : queued_) ctx_.mrs().release(w.mr);
+  links_.device().deregister_memory(slots_mr_);
+  for (auto& [id, w] : posted_) links_.mrs().release(w.mr);
+  for (auto& w : queued_) links_.mrs().release(w.mr);
 }
 
 // ---------------------------------------------------------------- the QP
 
 Status Pair::create_qp() {
   destroy_qp();
-  Device& d = ctx_.device();
+  Device& d = links_.device();
   if (slots_mr_.handle == nullptr)
     return Status(GSYNC_ERR_NOMEM, fmt::format("verbs link {} -> {}: {}", self_, describe_, last_error_.text));
   int cqe = static_cast<int>(kSendDepth + kRecvSlots + 8);
@@ -95,7 +95,7 @@ void Pair::destroy_qp() {
 }
 
 Status Pair::connect_qp(const QpInfo& r) {
-  Device& d = ctx_.device();
+  Device& d = links_.device();
   ibv_qp_attr a{};
   a.qp_state = IBV_QPS_RTR;
   a.path_mtu = static_cast<ibv_mtu>(std::min<int>(d.port_attr().active_mtu, r.mtu));
@@ -142,7 +142,7 @@ void Pair::post_recv(uint32_t slot) {
                   qp_->qp_num, strerror(e));
 }
 
-void Pair::send_ctl(const std::string& msg) { ctx_.send_internal(peer_, msg); }
+void Pair::send_ctl(const std::string& msg) { links_.host().send_bootstrap(peer_, msg); }
 
 // ---------------------------------------------------------------- bring-up
 
@@ -162,10 +162,10 @@ void Pair::start_qp() {
   QpInfo m;
   m.qpn = qp_->qp_num;
   m.psn = psn_;
-  m.lid = ctx_.device().port_attr().lid;
-  std::memcpy(m.gid, ctx_.device().gid().raw, 16);
-  m.mtu = uint8_t(ctx_.device().port_attr().active_mtu);
-  m.link_layer = ctx_.device().port_attr().link_layer;
+  m.lid = links_.device().port_attr().lid;
+  std::memcpy(m.gid, links_.device().gid().raw, 16);
+  m.mtu = uint8_t(links_.device().port_attr().active_mtu);
+  m.link_layer = links_.device().port_attr().link_layer;
   m.recv_slots = kCreditSlots;
   send_ctl(encode(m));
 }
@@ -213,11 +213,11 @@ void Pair::maybe_up() {
   user_up_ = true;
   connects_++;
   spdlog::info("verbs link {} -> {} up: {} port {} GID[{}] {}, QPN {} <-> {}, MTU {}, inline {}",
-               self_, describe_, ctx_.device().choice().device, ctx_.device().choice().port,
-               ctx_.device().choice().gid_index, ctx_.device().choice().gid_text, qp_->qp_num,
-               remote_.qpn, 128 << std::min<int>(ctx_.device().port_attr().active_mtu, remote_.mtu),
+               self_, describe_, links_.device().choice().device, links_.device().choice().port,
+               links_.device().choice().gid_index, links_.device().choice().gid_text, qp_->qp_num,
+               remote_.qpn, 128 << std::min<int>(links_.device().port_attr().active_mtu, remote_.mtu),
                max_inline_);
-  ctx_.post_peer_up(peer_);
+  links_.host().post_peer_up(peer_);
   flush();
 }
 
@@ -232,7 +232,7 @@ void Pair::on_retire(uint32_t id) {
   auto it = remote_regions_.find(id);
   if (it == remote_regions_.end() || it->second.inflight == 0) {
     if (it != remote_regions_.end()) remote_regions_.erase(it);
-    send_ctl(encode_id(Ctl::kRetireAck, id));
+    links_.host().ack_retire(peer_, id);
     return;
   }
   it->second.retiring = true;  // acked when its last write completes
@@ -243,7 +243,7 @@ void Pair::finish_remote(uint32_t region) {
   if (it == remote_regions_.end()) return;
   if (--it->second.inflight > 0 || !it->second.retiring) return;
   remote_regions_.erase(it);
-  if (link_up_) send_ctl(encode_id(Ctl::kRetireAck, region));
+  if (link_up_) links_.host().ack_retire(peer_, region);
 }
 
 // ---------------------------------------------------------------- writes
@@ -251,7 +251,7 @@ void Pair::finish_remote(uint32_t region) {
 void Pair::write(const void* src, uint64_t len, uint32_t region, uint64_t offset, uint64_t imm,
                  uint64_t cookie) {
   if (!user_up_) {
-    ctx_.post_write_done(peer_, cookie,
+    links_.host().post_write_done(peer_, cookie,
                          Status(GSYNC_ERR_HOST_LOST,
                                 fmt::format("write to {}: the verbs link is not up{}{}", describe_,
                                             last_error_.empty() ? "" : " (last error: ",
@@ -262,10 +262,10 @@ void Pair::write(const void* src, uint64_t len, uint32_t region, uint64_t offset
   if (it == remote_regions_.end()) {
     if (region != 0 && region <= max_remote_region_) {
       // Retired by the peer: like TCP, a late write is dropped, not an error.
-      ctx_.post_write_done(peer_, cookie, Status::ok());
+      links_.host().post_write_done(peer_, cookie, Status::ok());
       return;
     }
-    ctx_.post_write_done(peer_, cookie,
+    links_.host().post_write_done(peer_, cookie,
                          Status(GSYNC_ERR_PROTOCOL,
                                 fmt::format("write {} -> {}: region {} was never announced by the peer",
                                             self_, describe_, region)));
@@ -273,18 +273,18 @@ void Pair::write(const void* src, uint64_t len, uint32_t region, uint64_t offset
   }
   RemoteRegion& rr = it->second;
   if (rr.retiring) {
-    ctx_.post_write_done(peer_, cookie, Status::ok());
+    links_.host().post_write_done(peer_, cookie, Status::ok());
     return;
   }
   if (!rr.info.error.empty()) {
-    ctx_.post_write_done(peer_, cookie,
+    links_.host().post_write_done(peer_, cookie,
                          Status(GSYNC_ERR_NOMEM, fmt::format("write {} -> {}: region {} could not be "
                                                              "registered there: {}",
                                                              self_, describe_, region, rr.info.error)));
     return;
   }
   if (offset > rr.info.bytes || len > rr.info.bytes - offset) {
-    ctx_.post_write_done(
+    links_.host().post_write_done(
         peer_, cookie,
         Status(GSYNC_ERR_INVALID,
                fmt::format("write {} -> {} on QPN {}: {} bytes at offset {} do not fit region {} "
@@ -304,9 +304,9 @@ void Pair::write(const void* src, uint64_t len, uint32_t region, uint64_t offset
   w.raddr = rr.info.addr + offset;
   if (len > 0) {
     Status err;
-    w.mr = ctx_.mrs().acquire(src, len, &err);
+    w.mr = links_.mrs().acquire(src, len, &err);
     if (w.mr == nullptr) {
-      ctx_.post_write_done(peer_, cookie,
+      links_.host().post_write_done(peer_, cookie,
                            Status(err.code(), fmt::format("write {} -> {}: source: {}", self_,
                                                           describe_, err.message())));
       return;
@@ -491,9 +491,9 @@ void Pair::on_send_done(uint64_t wr_id) {
   sq_used_ -= w.wrs;
   bytes_sent_ += w.len;
   writes_sent_++;
-  ctx_.mrs().release(w.mr);
+  links_.mrs().release(w.mr);
   finish_remote(w.region);
-  ctx_.post_write_done(peer_, w.cookie, Status::ok());
+  links_.host().post_write_done(peer_, w.cookie, Status::ok());
 }
 
 void Pair::on_recv(const ibv_wc& wc) {
@@ -509,9 +509,9 @@ void Pair::on_recv(const ibv_wc& wc) {
   credits_ += d.credits;
   if (d.kind == uint8_t(DescKind::kCredit)) return;  // spent none of ours
   owed_++;
-  const LocalRegion* r = ctx_.regions().find(d.region);
+  const LocalRegion* r = links_.regions().find(d.region);
   if (r == nullptr) {
-    if (ctx_.regions().retired(d.region)) return;  // a late write: dropped, as on TCP
+    if (links_.regions().retired(d.region)) return;  // a late write: dropped, as on TCP
     fail(Status(GSYNC_ERR_PROTOCOL,
                 fmt::format("verbs link {} -> {}: a write into region {}, which this daemon "
                             "never registered (QPN {})",
@@ -527,16 +527,16 @@ void Pair::on_recv(const ibv_wc& wc) {
   }
   bytes_received_ += d.len;
   writes_received_++;
-  const Handlers& h = ctx_.handlers();
+  const Handlers& h = links_.host().handlers();
   if (h.on_write) h.on_write(peer_, d.region, d.offset, d.len, d.imm);
 }
 
 // ---------------------------------------------------------------- failures
 
 void Pair::fail_write(Write& w, const Status& st) {
-  ctx_.mrs().release(w.mr);
+  links_.mrs().release(w.mr);
   w.mr = nullptr;
-  ctx_.post_write_done(peer_, w.cookie, st);
+  links_.host().post_write_done(peer_, w.cookie, st);
 }
 
 void Pair::teardown(const Status& why) {
@@ -546,7 +546,7 @@ void Pair::teardown(const Status& why) {
   if (user_up_) {
     user_up_ = false;
     spdlog::warn("{}", why.message());
-    ctx_.post_peer_down(peer_, why);
+    links_.host().post_peer_down(peer_, why);
   } else if (had && !why.message().empty()) {
     spdlog::info("{}", why.message());
   }
@@ -559,7 +559,7 @@ void Pair::teardown(const Status& why) {
   for (auto it = remote_regions_.begin(); it != remote_regions_.end();) {
     it->second.inflight = 0;
     if (it->second.retiring) {
-      if (link_up_) send_ctl(encode_id(Ctl::kRetireAck, it->first));
+      if (link_up_) links_.host().ack_retire(peer_, it->first);
       it = remote_regions_.erase(it);
     } else {
       ++it;
@@ -587,9 +587,9 @@ PeerStats Pair::stats() const {
   s.last_error = last_error_.text;
   s.last_error_at = last_error_.at;
   s.transport = "verbs";
-  s.verbs_device = ctx_.device().choice().device;
-  s.verbs_port = ctx_.device().choice().port;
-  s.verbs_gid_index = ctx_.device().choice().gid_index;
+  s.verbs_device = links_.device().choice().device;
+  s.verbs_port = links_.device().choice().port;
+  s.verbs_gid_index = links_.device().choice().gid_index;
   s.verbs_qpn = qp_ ? qp_->qp_num : 0;
   s.verbs_remote_qpn = connected_ ? remote_.qpn : 0;
   s.verbs_completion_errors = completion_errors_;

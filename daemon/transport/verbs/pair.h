@@ -2,7 +2,7 @@
 //
 // The verbs link to one peer daemon: an RC queue pair and its completion
 // queue (re-created on every (re)connection), the QP parameters exchanged over
-// the internal TCP link, the peer's announced regions (address, rkey), writes
+// the bootstrap TCP link, the peer's announced regions (address, rkey), writes
 // as RDMA WRITE + descriptor SEND under credits, the receive slots the peer's
 // descriptors land in, and taking the link down on an error completion.
 // docs/transport.md, "The verbs provider".
@@ -23,7 +23,7 @@
 
 namespace gsync::transport::verbs {
 
-class VerbsContext;
+class VerbsLinks;
 
 // Receive slots a peer may fill with write descriptors (its credits), plus a
 // reserve for credit returns, which spend no credit: a side sends one only
@@ -40,7 +40,7 @@ constexpr int kPollBudget = 256;
 
 class Pair {
  public:
-  Pair(VerbsContext& ctx, int peer);
+  Pair(VerbsLinks& links, int peer);
   ~Pair();
   Pair(const Pair&) = delete;
   Pair& operator=(const Pair&) = delete;
@@ -68,6 +68,7 @@ class Pair {
   bool link_up() const { return link_up_; }
   PeerStats stats() const;
   const std::string& describe() const { return describe_; }
+  int peer() const { return peer_; }
 
   // For tests: make the next write use a wrong rkey (an error completion on purpose).
   void corrupt_next_rkey() { corrupt_rkey_ = true; }
@@ -110,7 +111,7 @@ class Pair {
   void send_ctl(const std::string& msg);
   std::string wc_error(const ibv_wc& wc) const;
 
-  VerbsContext& ctx_;
+  VerbsLinks& links_;
   const int peer_;
   std::string describe_;  // "h1 (10.0.0.2:7700)"
   std::string self_;      // "h0 (10.0.0.1:7700)"
