@@ -1,0 +1,94 @@
+#!/usr/bin/env python3
+"""check-layout.py [ROOT]: the size and layering rules of daemon/.
+
+  - no file in daemon/ over 600 lines;
+  - no function in daemon/ over 80 lines (a definition whose body opens at
+    the end of a line at namespace depth and closes with a '}' at column 0,
+    as clang-format lays them out; the lines between the braces count);
+  - the include rules docs/architecture.md states: collective/ includes
+    nothing of jobs/ or shm/, admin/ nothing of the daemon's wiring, core/
+    nothing of another daemon folder but config/, jobs/ nothing of
+    collective/ (the build's layer views enforce more; this names the rule
+    that broke).
+Prints one line per violation and exits 1 if there is any.
+"""
+import os
+import re
+import sys
+
+MAX_FILE = 600
+MAX_FUNCTION = 80
+FORBIDDEN = [
+    ("daemon/collective/", re.compile(r'#include "daemon/(jobs|shm)/')),
+    ("daemon/admin/", re.compile(r'#include "daemon/(gsyncd\.h|core/daemon\.h)')),
+    ("daemon/core/", re.compile(r'#include "daemon/(?!core/|config/)')),
+    ("daemon/jobs/", re.compile(r'#include "daemon/collective/')),
+]
+STRINGS = re.compile(r'"(\\.|[^"\\])*"|\'(\\.|[^\'\\])*\'')
+
+
+def code_of(line):
+    """The line without its string and char literals and its // comment."""
+    line = STRINGS.sub('""', line)
+    return line.split("//", 1)[0]
+
+
+def functions(lines):
+    """(opening line, first body line, last body line) of every top-level
+    definition: a '}' at column 0 that is not the end of a namespace or of
+    a type, matched with its '{' by counting braces backwards."""
+    out = []
+    for i, line in enumerate(lines):
+        if not line.startswith("}") or line.startswith("};") or "namespace" in line:
+            continue
+        depth = 0
+        for j in range(i, -1, -1):
+            code = code_of(lines[j])
+            depth += code.count("}") - code.count("{")
+            if depth == 0:
+                out.append((j, j + 1, i - 1))
+                break
+    return out
+
+
+def check(root):
+    bad = []
+    daemon = os.path.join(root, "daemon")
+    for dirpath, _, files in os.walk(daemon):
+        for f in sorted(files):
+            if not f.endswith((".cc", ".h")):
+                continue
+            path = os.path.join(dirpath, f)
+            rel = os.path.relpath(path, root)
+            with open(path, encoding="utf-8") as fh:
+                lines = fh.read().split("\n")
+            if lines and lines[-1] == "":
+                lines.pop()
+            if len(lines) > MAX_FILE:
+                bad.append(f"{rel}: {len(lines)} lines (at most {MAX_FILE})")
+            for name, first, last in functions(lines):
+                n = last - first + 1
+                if n > MAX_FUNCTION:
+                    bad.append(f"{rel}:{name + 1}: function of {n} lines (at most {MAX_FUNCTION}): "
+                               f"{lines[name].strip()[:70]}")
+            for prefix, pattern in FORBIDDEN:
+                if not rel.startswith(prefix):
+                    continue
+                for n, line in enumerate(lines, 1):
+                    if pattern.search(line):
+                        bad.append(f"{rel}:{n}: {line.strip()} breaks the layering "
+                                   f"(docs/architecture.md, \"Layers\")")
+    return bad
+
+
+def main():
+    root = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), "..", "..")
+    bad = check(os.path.abspath(root))
+    for b in bad:
+        print(b)
+    print(f"check-layout: {len(bad)} violation(s)")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
