@@ -1,21 +1,33 @@
 // SPDX-License-Identifier: Apache-2.0
 //
-// Thin header-only C++20 wrapper over the C API in gsync.h: RAII owners for
+// Thin header-only C++ wrapper over the C API in gsync.h: RAII owners for
 // the comm, requests and arena buffers, and gsync::Error (code + the text of
 // gsync_last_error) thrown where the C API returns a negative code. It adds
 // no behaviour of its own; the C API's documentation applies.
+//
+// C++17 and later (PyTorch extensions and many frameworks build with C++17).
+// Under C++20 a Buffer's as<T>() is a std::span and TensorRange is a
+// concept; under C++17 as<T>() is a gsync::Span with the same data(),
+// size(), begin() and end(), and the typed calls take any container with
+// std::data and std::size.
 #pragma once
 
 #include <gsync/gsync.h>
 
 #include <cstddef>
 #include <cstdint>
-#include <ranges>
-#include <span>
+#include <iterator>
 #include <stdexcept>
 #include <string>
 #include <type_traits>
 #include <utility>
+
+#if __cplusplus >= 202002L && __has_include(<span>) && __has_include(<concepts>)
+#include <span>
+#define GSYNC_HPP_CXX20 1
+#else
+#define GSYNC_HPP_CXX20 0
+#endif
 
 namespace gsync {
 
@@ -50,13 +62,53 @@ struct DtypeOf<int32_t> : std::integral_constant<int, GSYNC_INT32> {};
 template <typename T>
 inline constexpr int kDtypeOf = DtypeOf<T>::value;
 
-// A writable contiguous range of a supported element type (std::vector,
-// std::span, std::array, a gsync::Buffer's as<T>() ...).
+namespace detail {
+// The element type of a container with std::data and std::size (const when
+// it is read-only), void for anything else.
+template <typename R, typename = void>
+struct Element {
+  using type = void;
+};
 template <typename R>
-concept TensorRange =
-    std::ranges::contiguous_range<R> && std::ranges::sized_range<R> &&
-    !std::is_const_v<std::remove_reference_t<std::ranges::range_reference_t<R>>> &&
-    (kDtypeOf<std::ranges::range_value_t<R>> >= 0);
+struct Element<R, std::void_t<decltype(std::data(std::declval<R&>())),
+                              decltype(std::size(std::declval<R&>()))>> {
+  using type = std::remove_pointer_t<decltype(std::data(std::declval<R&>()))>;
+};
+template <typename R>
+using element_t = typename Element<std::remove_reference_t<R>>::type;
+}  // namespace detail
+
+// A writable contiguous range of a supported element type (std::vector,
+// std::array, a gsync::Buffer's as<T>() ...).
+template <typename R>
+inline constexpr bool kIsTensorRange =
+    !std::is_void_v<detail::element_t<R>> && !std::is_const_v<detail::element_t<R>> &&
+    kDtypeOf<std::remove_cv_t<detail::element_t<R>>> >= 0;
+
+#if GSYNC_HPP_CXX20
+template <typename R>
+concept TensorRange = kIsTensorRange<R>;
+template <typename T>
+using Span = std::span<T>;
+#else
+// What as<T>() returns under C++17: a view of count elements at data.
+template <typename T>
+class Span {
+ public:
+  constexpr Span() noexcept = default;
+  constexpr Span(T* data, size_t size) noexcept : data_(data), size_(size) {}
+  constexpr T* data() const noexcept { return data_; }
+  constexpr size_t size() const noexcept { return size_; }
+  constexpr bool empty() const noexcept { return size_ == 0; }
+  constexpr T* begin() const noexcept { return data_; }
+  constexpr T* end() const noexcept { return data_ + size_; }
+  constexpr T& operator[](size_t i) const noexcept { return data_[i]; }
+
+ private:
+  T* data_ = nullptr;
+  size_t size_ = 0;
+};
+#endif
 
 struct Config {
   std::string socket_path;  // empty: $GSYNC_SOCKET, else GSYNC_DEFAULT_SOCKET
@@ -137,8 +189,8 @@ class Buffer {
   void* data() const noexcept { return data_; }
   size_t size() const noexcept { return bytes_; }
   template <typename T>
-  std::span<T> as() const noexcept {
-    return {static_cast<T*>(data_), bytes_ / sizeof(T)};
+  Span<T> as() const noexcept {
+    return Span<T>(static_cast<T*>(data_), bytes_ / sizeof(T));
   }
   void reset() noexcept {
     if (data_ != nullptr) gsync_free(comm_, data_);
@@ -181,7 +233,8 @@ class Comm {
     if (comm_ != nullptr) gsync_close(comm_);
   }
 
-  // Closes now; pending requests complete with GSYNC_ERR_CLOSED.
+  // Closes now; pending requests complete with GSYNC_ERR_CLOSED. Buffers
+  // from alloc() must be gone (or reset()) before: they free into this comm.
   void close() {
     if (comm_ != nullptr) detail::check(gsync_close(std::exchange(comm_, nullptr)));
   }
@@ -202,11 +255,11 @@ class Comm {
     return info;
   }
 
-  template <TensorRange R>
+  template <typename R, typename = std::enable_if_t<kIsTensorRange<R>>>
   Request allreduce(uint64_t key, uint64_t step, R&& data, int op = GSYNC_SUM,
                     double weight = 1.0) {
-    return allreduce_raw(key, step, std::ranges::data(data), std::ranges::size(data),
-                         kDtypeOf<std::ranges::range_value_t<R>>, op, weight);
+    return allreduce_raw(key, step, std::data(data), std::size(data),
+                         kDtypeOf<std::remove_cv_t<detail::element_t<R>>>, op, weight);
   }
   Request allreduce_raw(uint64_t key, uint64_t step, void* buf, size_t count, int dtype, int op,
                         double weight = 1.0) {
@@ -215,10 +268,10 @@ class Comm {
     return Request(req);
   }
 
-  template <TensorRange R>
+  template <typename R, typename = std::enable_if_t<kIsTensorRange<R>>>
   Request broadcast(uint64_t key, uint64_t step, R&& data, int root) {
-    return broadcast_raw(key, step, std::ranges::data(data), std::ranges::size(data),
-                         kDtypeOf<std::ranges::range_value_t<R>>, root);
+    return broadcast_raw(key, step, std::data(data), std::size(data),
+                         kDtypeOf<std::remove_cv_t<detail::element_t<R>>>, root);
   }
   Request broadcast_raw(uint64_t key, uint64_t step, void* buf, size_t count, int dtype, int root) {
     gsync_request_t* req = nullptr;
