@@ -22,6 +22,8 @@
 #include <sstream>
 #include <thread>
 
+#include <nlohmann/json.hpp>
+
 #include "daemon/cluster/messages.h"
 #include "daemon/transport/transport.h"
 #include "gsync_build_config.h"
@@ -203,6 +205,30 @@ TEST(MultiHost, LargeTensorsOnTwoRacks) {
   run_job(*bed, "big", {2, 1, 1, 2}, {{GSYNC_FLOAT32, GSYNC_SUM, (256u << 20) / 4},
                                       {GSYNC_FLOAT32, GSYNC_WEIGHTED_AVG, (64u << 20) / 4 + 3},
                                       {GSYNC_BFLOAT16, GSYNC_AVG, (32u << 20) / 2 + 5}});
+}
+
+// The plan cache (docs/architecture.md, "The plan cache"): after the first
+// step of a tensor every host reuses its plan, and once the job's ranks are
+// gone so are its plans.
+TEST(MultiHost, PlansAreReusedStepAfterStepAndGoWithTheJob) {
+  auto bed = make_bed({{2, 1}, {}, "auto"});
+  ASSERT_TRUE(bed);
+  std::vector<OpCase> cases(6, OpCase{GSYNC_FLOAT32, GSYNC_SUM, 300001});
+  run_job(*bed, "plans", {2, 1, 1}, cases);
+  for (int h = 0; h < bed->hosts(); h++) {
+    nlohmann::json plans;
+    auto deadline = Clock::now() + std::chrono::seconds(10);
+    do {
+      plans = nlohmann::json::parse(admin_query(bed->admin_socket(h), "status"))["plans"];
+      if (plans["idle"] == 0 && plans["retiring"] == 0) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    } while (Clock::now() < deadline);
+    // One plan for the six allreduces, one for run_cases' closing barrier.
+    EXPECT_EQ(plans["misses"], 2) << bed->host_id(h) << ": " << plans.dump();
+    EXPECT_EQ(plans["hits"], 5) << bed->host_id(h) << ": " << plans.dump();
+    EXPECT_EQ(plans["idle"], 0) << bed->host_id(h) << ": " << plans.dump();
+    EXPECT_EQ(plans["leased"], 0) << bed->host_id(h) << ": " << plans.dump();
+  }
 }
 
 TEST(MultiHost, TwoJobsAtOnce) {
