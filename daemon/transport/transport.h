@@ -130,7 +130,9 @@ class Context {
   virtual Status start(Handlers handlers) = 0;
 
   // Cheap (a table entry on TCP; verbs caches its memory registrations under
-  // it), so the algorithms register each op's buffers per op.
+  // it). The plan cache registers a tensor's buffers once and keeps them
+  // across steps (pipeline/plan_cache.h): deregistration is what costs, a
+  // round trip with every verbs peer.
   virtual Region register_region(void* base, uint64_t bytes) = 0;
   // Writes that arrive for the region afterwards are discarded, not treated
   // as malformed: ids are never reused, so a late write (from an op that

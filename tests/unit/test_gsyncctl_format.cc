@@ -112,6 +112,16 @@ TEST(RenderStatus, KeyValuesThenConfig) {
   EXPECT_LT(out.find("    max_clients:"), out.find("    inline_reduce_bytes:"));
 }
 
+TEST(RenderStatus, PlanCacheOfACluster) {
+  auto reply = nlohmann::json::parse(kStatus);
+  reply["plans"] = {{"idle", 3}, {"leased", 1}, {"hits", 120}, {"misses", 4}, {"evictions", 2},
+                    {"retiring", 0}};
+  std::string out = render_status(reply);
+  EXPECT_THAT(out, HasSubstr("plans:          3 idle, 1 leased; 120 hits, 4 misses, 2 evicted\n"));
+  // A daemon without a cluster has no plans.
+  EXPECT_THAT(render_status(nlohmann::json::parse(kStatus)), HasSubstr("plans:          -\n"));
+}
+
 TEST(RenderStatus, MissingFieldsPrintDash) {
   std::string out = render_status(nlohmann::json::parse(R"json({"version":"9.9.9"})json"));
   EXPECT_THAT(out, HasSubstr("version:        9.9.9\n"));

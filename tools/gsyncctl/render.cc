@@ -105,6 +105,14 @@ std::string render_status(const json& reply) {
           ? fmt::format("{} completed, {} failed, {} in flight", text(field(ops, "completed")),
                         text(field(ops, "failed")), text(field(ops, "in_flight")))
           : std::string(kMissing);
+  const json& plans = field(reply, "plans");
+  std::string plans_text =
+      plans.is_object()
+          ? fmt::format("{} idle, {} leased; {} hits, {} misses, {} evicted",
+                        text(field(plans, "idle")), text(field(plans, "leased")),
+                        text(field(plans, "hits")), text(field(plans, "misses")),
+                        text(field(plans, "evictions")))
+          : std::string(kMissing);
   std::string out = format_key_values({
       {"version", text(field(reply, "version"))},
       {"protocol", text(field(reply, "protocol"))},
@@ -117,6 +125,7 @@ std::string render_status(const json& reply) {
       {"clients", text(field(reply, "clients"))},
       {"jobs", text(field(reply, "jobs"))},
       {"ops", ops_text},
+      {"plans", plans_text},
       {"bytes reduced", bytes(field(reply, "bytes_reduced"))},
       {"throughput", gbps(field(reply, "throughput_gbps"))},
   });
