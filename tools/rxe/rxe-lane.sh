@@ -14,7 +14,10 @@
 # "SKIPPED: <reason>" where QEMU (or the kernel package) is not to be had.
 #
 # Env: GSYNC_BUILD_DIR (required), RXE_CACHE (kernel, default
-#      /var/cache/gsync-rxe or BUILD/rxe-cache), RXE_VM_TIMEOUT (s, 600).
+#      /var/cache/gsync-rxe or BUILD/rxe-cache), RXE_VM_TIMEOUT (s, 600),
+#      RXE_PERF_ARGS (gsync-perf's sizes and counts in step 3, default
+#      "-b 4K -e 16M -f 4 --iters 3 --warmup 1"; docs/performance.md uses
+#      more iterations to time small ops over verbs).
 # Follows /work/shared/research/probe-rxe.md: the kernel .deb is fetched with
 # apt-get download and unpacked, never installed.
 set -uo pipefail
@@ -81,7 +84,7 @@ rc=\$?; wait \$SRV; check ib_write_bw \$rc
 echo "RXE-STEP: three gsyncd in two racks allreducing over verbs and tcp"
 printf '[cluster]\ntransport = "verbs"\n' > /tmp/verbs.toml
 timeout 400 ./tools/perf/gsync-perf --hosts 3 --racks 2 --loopback -n 1 --daemon-arg=--config=/tmp/verbs.toml \
-  -b 4K -e 16M -f 4 --iters 3 --warmup 1 > /tmp/perf.log 2>&1
+  ${RXE_PERF_ARGS:--b 4K -e 16M -f 4 --iters 3 --warmup 1} > /tmp/perf.log 2>&1
 rc=\$?
 sed 's/^/gsync-perf: /' /tmp/perf.log
 grep -q '^# wrong elements in total: 0\$' /tmp/perf.log || rc=1
