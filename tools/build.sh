@@ -4,6 +4,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${BUILD_DIR:-build}
 if [ ! -f "$build/build.ninja" ]; then
-  meson setup "$build" --buildtype=release
+  # verbs enabled, not auto: without libibverbs the rxe suite would vanish
+  # instead of failing (tools/setup-deps.sh installs it).
+  meson setup "$build" --buildtype=release -Dverbs=enabled
 fi
 ninja -C "$build" -j "$(nproc)"

@@ -1,28 +1,117 @@
 #!/usr/bin/env python3
-"""Prints one 'N passed, N failed, N skipped' line from meson's testlog.json,
-counting each gtest case (not each binary), so CI reads a real total."""
+"""test-summary.py TESTLOG [--strict] [--allow FILE] [--expect-suites a,b,...]
+
+Prints one 'N passed, N failed, N skipped' line from meson's testlog.json,
+counting each gtest case (not each binary), so CI reads a real total.
+
+A green run must mean what it says, so with --strict it also fails (exit 1)
+when:
+  - a test was skipped, unless it matches a line of the allow-list (--allow,
+    tests/skip-allowlist.txt: a glob on 'suite/test:Case.name' and the
+    reason; docs/testing.md). A skip is a gtest case that said SKIPPED, a
+    test meson marked SKIP (exit 77), or a passing test that printed
+    'SKIPPED' for a part of itself;
+  - a suite of --expect-suites did not run at all (a dependency missing at
+    configure time makes a suite vanish instead of fail).
+Without --strict these are listed and the exit status is 0.
+"""
+import argparse
+import fnmatch
 import json
 import re
 import sys
 
-passed = failed = skipped = 0
-binaries_failed = 0
-for line in open(sys.argv[1]):
-    t = json.loads(line)
-    out = t.get("stdout", "") or ""
-    cases_ok = len(re.findall(r"^\[       OK \]", out, re.M))
-    cases_bad = len(re.findall(r"^\[  FAILED  \] \S+ \(", out, re.M))
-    cases_skip = len(re.findall(r"^\[  SKIPPED \] \S+ \(", out, re.M))
-    if cases_ok + cases_bad + cases_skip == 0:  # not a gtest binary: count the test itself
-        if t["result"] == "OK":
-            cases_ok = 1
-        elif t["result"] == "SKIP":
-            cases_skip = 1
-        else:
-            cases_bad = 1
-    elif t["result"] not in ("OK", "SKIP") and cases_bad == 0:
-        cases_bad = 1  # crashed or timed out between cases
-    passed += cases_ok
-    failed += cases_bad
-    skipped += cases_skip
-print(f"{passed} passed, {failed} failed, {skipped} skipped")
+CASE_OK = re.compile(r"^\[       OK \] (\S+) \(", re.M)
+CASE_FAILED = re.compile(r"^\[  FAILED  \] (\S+) \(", re.M)
+CASE_SKIPPED = re.compile(r"^\[  SKIPPED \] (\S+) \(", re.M)
+# A script that printed "SKIPPED: reason" (and exited 77, or 0), and a gtest
+# case that printed it skipped a part of itself ("SKIPPED (mpi part): ...";
+# a GTEST_SKIP's own message is not that: it follows a "Skipped" line).
+SCRIPT_SKIPPED = re.compile(r"^SKIPPED\b[^\n]*", re.M)
+PART_SKIPPED = re.compile(r"^SKIPPED \([^\n]*", re.M)
+
+
+def suite_and_test(name):
+    """'gsync:unit / kernels' -> ('unit', 'kernels')."""
+    left, _, test = name.partition(" / ")
+    return left.split(":", 1)[-1], test
+
+
+def load_allow(path):
+    rules = []
+    if not path:
+        return rules
+    for line in open(path):
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        pattern, _, reason = line.partition(" ")
+        rules.append((pattern, reason.strip()))
+    return rules
+
+
+def allowed(rules, ident):
+    for pattern, reason in rules:
+        if fnmatch.fnmatchcase(ident, pattern):
+            return reason
+    return None
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("testlog")
+    ap.add_argument("--strict", action="store_true")
+    ap.add_argument("--allow", help="the skip allow-list")
+    ap.add_argument("--expect-suites", default="", help="comma-separated suites that must have run")
+    o = ap.parse_args()
+    rules = load_allow(o.allow)
+    passed = failed = 0
+    skips = []  # (ident, why)
+    suites = set()
+    for line in open(o.testlog):
+        t = json.loads(line)
+        suite, test = suite_and_test(t["name"])
+        suites.add(suite)
+        out = t.get("stdout", "") or ""
+        ok = CASE_OK.findall(out)
+        bad = CASE_FAILED.findall(out)
+        skipped = CASE_SKIPPED.findall(out)
+        if not ok and not bad and not skipped:  # not a gtest binary: the test itself
+            if t["result"] == "OK":
+                passed += 1
+                for m in SCRIPT_SKIPPED.findall(out):
+                    skips.append((f"{suite}/{test}", m.strip()))
+            elif t["result"] == "SKIP":
+                why = SCRIPT_SKIPPED.search(out)
+                skips.append((f"{suite}/{test}", why.group(0) if why else "exit 77"))
+            else:
+                failed += 1
+            continue
+        if t["result"] not in ("OK", "SKIP") and not bad:
+            bad = ["(crashed or timed out between cases)"]
+        passed += len(ok)
+        failed += len(bad)
+        for case in skipped:
+            skips.append((f"{suite}/{test}:{case}", "GTEST_SKIP"))
+        # A passing case that printed SKIPPED for part of itself checked
+        # less than it says.
+        for m in PART_SKIPPED.findall(out):
+            skips.append((f"{suite}/{test}", m.strip()))
+    unexpected = [(i, w) for i, w in skips if allowed(rules, i) is None]
+    print(f"{passed} passed, {failed} failed, {len(skips)} skipped")
+    for ident, why in skips:
+        reason = allowed(rules, ident)
+        tag = f"allowed: {reason}" if reason else "NOT ALLOWED"
+        print(f"  skipped {ident}: {why} [{tag}]")
+    missing = [s for s in o.expect_suites.split(",") if s and s not in suites]
+    for s in missing:
+        print(f"  suite '{s}' did not run (a dependency missing at configure time?)")
+    if o.strict and (unexpected or missing):
+        print(f"test-summary: {len(unexpected)} skip(s) not on the allow-list ({o.allow}), "
+              f"{len(missing)} suite(s) missing: a green run must mean what it says")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
