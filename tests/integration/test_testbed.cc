@@ -312,17 +312,23 @@ TEST(TestbedNetwork, GsyncPerfTearsItsBedDownOnCtrlC) {
   });
   ASSERT_GT(pid, 0);
   std::string prefix = "gtb-" + std::to_string(pid) + "-";
-  bool up = false;
-  for (int i = 0; i < 300 && !up; i++) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    up = shell("ip netns list").find(prefix) != std::string::npos;
-  }
-  if (!up) {
+  // Ctrl-C in the middle of the run: once the bed is built and its first
+  // host's daemon has completed ops of the ranks.
+  auto busy = [&] {
+    for (const auto& e : std::filesystem::directory_iterator(std::filesystem::temp_directory_path())) {
+      if (e.path().filename().string().rfind(prefix, 0) != 0) continue;
+      auto st = nlohmann::json::parse(
+          tools::admin_query((e.path() / "h1" / "admin.sock").string(), "status"), nullptr, false);
+      return st.is_object() && st["ops"].is_object() && st["ops"].value("completed", 0) > 0;
+    }
+    return false;
+  };
+  if (!tools::wait_until(busy, 30000, 50)) {
     kill(pid, SIGKILL);
     waitpid(pid, nullptr, 0);
-    FAIL() << "gsync-perf built no test bed in 30 s";
+    FAIL() << "gsync-perf built no test bed, or its ranks completed no op, in 30 s";
   }
-  std::this_thread::sleep_for(std::chrono::milliseconds(500));  // daemons up, ranks running
+  ASSERT_NE(shell("ip netns list").find(prefix), std::string::npos) << "no namespaces?";
   kill(pid, SIGINT);
   int status = 0;
   ASSERT_EQ(waitpid(pid, &status, 0), pid);
@@ -338,35 +344,46 @@ TEST(TestbedNetwork, GsyncPerfTearsItsBedDownOnCtrlC) {
 // gsync-perf --compare runs the peers over the same hosts as gsync: Gloo's
 // ranks each enter their host's namespace, Open MPI's mpirun runs in the
 // first and starts the others through netns-rsh.sh. Small sizes: that they
-// run across the racks and get the right sum, not how fast.
-TEST(TestbedNetwork, PeersRunAcrossNamespaces) {
+// run across the racks and get the right sum, not how fast. One test per
+// peer, so a missing one is a skip that counts, not a pass.
+std::vector<peers::HostSlot> two_by_two_slots(const Testbed& bed) {
+  std::vector<peers::HostSlot> slots;
+  for (int h = 0; h < 2; h++)
+    for (int k = 0; k < 2; k++) slots.push_back({bed.netns(h), bed.address(h), bed.cpus(h)});
+  return slots;
+}
+
+void check_peer(const peers::Result& r, const char* what) {
+  ASSERT_TRUE(r.ok()) << what << ": " << r.error << "\ncommand: " << r.command;
+  ASSERT_EQ(r.rows.size(), 2u) << what;
+  for (const auto& [bytes, row] : r.rows) {
+    EXPECT_EQ(row.wrong, 0) << what << ", " << bytes << " bytes";
+    EXPECT_GT(row.busbw_gbps, 0) << what << ", " << bytes << " bytes";
+  }
+}
+
+TEST(TestbedNetwork, GlooRunsAcrossNamespaces) {
   if (!root()) GTEST_SKIP() << "SKIPPED: needs root";
+  if (peers::gloo_driver_path().empty())
+    GTEST_SKIP() << "SKIPPED: gloo-allreduce not built (libgloo-dev)";
   std::unique_ptr<Testbed> bed;
   Status st = Testbed::create(network_only(2, 2), &bed);
   ASSERT_TRUE(st) << st.message();
   REQUIRE_NAMESPACES(bed);
-  std::vector<peers::HostSlot> slots;
-  for (int h = 0; h < 2; h++)
-    for (int k = 0; k < 2; k++) slots.push_back({bed->netns(h), bed->address(h), bed->cpus(h)});
-  auto check = [](const peers::Result& r, const char* what) {
-    ASSERT_TRUE(r.ok()) << what << ": " << r.error << "\ncommand: " << r.command;
-    ASSERT_EQ(r.rows.size(), 2u) << what;
-    for (const auto& [bytes, row] : r.rows) {
-      EXPECT_EQ(row.wrong, 0) << what << ", " << bytes << " bytes";
-      EXPECT_GT(row.busbw_gbps, 0) << what << ", " << bytes << " bytes";
-    }
-  };
-  if (peers::gloo_driver_path().empty())
-    std::printf("SKIPPED (gloo part): gloo-allreduce not built (libgloo-dev)\n");
-  else
-    check(peers::run_gloo(slots, 4096, 16384, 3, 60), "gloo");
-  if (peers::mpirun_path().empty() || peers::mpi_driver_path().empty()) {
-    std::printf("SKIPPED (mpi part): mpirun or mpi-allreduce missing (openmpi-bin, libopenmpi-dev)\n");
-  } else {
-    peers::Result r = peers::run_mpi_tcp(slots, 4096, 16384, 3, 60);
-    check(r, "mpi");
-    EXPECT_NE(r.command.find(bed->netns(1)), std::string::npos) << r.command;
-  }
+  check_peer(peers::run_gloo(two_by_two_slots(*bed), 4096, 16384, 3, 60), "gloo");
+}
+
+TEST(TestbedNetwork, MpiRunsAcrossNamespaces) {
+  if (!root()) GTEST_SKIP() << "SKIPPED: needs root";
+  if (peers::mpirun_path().empty() || peers::mpi_driver_path().empty())
+    GTEST_SKIP() << "SKIPPED: mpirun or mpi-allreduce missing (openmpi-bin, libopenmpi-dev)";
+  std::unique_ptr<Testbed> bed;
+  Status st = Testbed::create(network_only(2, 2), &bed);
+  ASSERT_TRUE(st) << st.message();
+  REQUIRE_NAMESPACES(bed);
+  peers::Result r = peers::run_mpi_tcp(two_by_two_slots(*bed), 4096, 16384, 3, 60);
+  check_peer(r, "mpi");
+  EXPECT_NE(r.command.find(bed->netns(1)), std::string::npos) << r.command;
 }
 
 // A daemon that exits at once: create() fails naming the host, the command
@@ -680,14 +697,13 @@ TEST_F(TestbedDaemons, PinnedBedGivesEachHostItsOwnCpus) {
   }
   std::vector<peers::HostSlot> slots;
   for (int h = 0; h < 2; h++) slots.push_back({"", bed->address(h), bed->cpus(h)});
-  if (peers::mpirun_path().empty() || peers::mpi_driver_path().empty()) {
-    std::printf("SKIPPED (mpi part): mpirun or mpi-allreduce missing (openmpi-bin, libopenmpi-dev)\n");
-  } else {
-    peers::Result r = peers::run_mpi_tcp(slots, 4096, 4096, 3, 60);
-    ASSERT_TRUE(r.ok()) << r.error << "\ncommand: " << r.command;
-    EXPECT_NE(r.command.find("GSYNC_PEER_CPUS=" + tools::cpu_list(bed->cpus(0)) + ";"), std::string::npos)
-        << r.command;
-  }
+  // The MPI part of the check: a missing MPI is a skip that counts.
+  if (peers::mpirun_path().empty() || peers::mpi_driver_path().empty())
+    GTEST_SKIP() << "SKIPPED: mpirun or mpi-allreduce missing (openmpi-bin, libopenmpi-dev)";
+  peers::Result r = peers::run_mpi_tcp(slots, 4096, 4096, 3, 60);
+  ASSERT_TRUE(r.ok()) << r.error << "\ncommand: " << r.command;
+  EXPECT_NE(r.command.find("GSYNC_PEER_CPUS=" + tools::cpu_list(bed->cpus(0)) + ";"), std::string::npos)
+      << r.command;
 }
 
 }  // namespace
