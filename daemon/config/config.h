@@ -46,6 +46,10 @@ struct DaemonConfig {
   uint64_t chunk_bytes = 0;         // pipelining unit; 0: chosen per op
 
   std::string source = "defaults";  // where the values came from, for gsyncctl
+
+  // Every field, source included (tests compare whole configs with it, so a
+  // key added later is compared without anyone remembering to).
+  bool operator==(const DaemonConfig&) const = default;
 };
 
 constexpr const char* kDefaultConfigPath = "/etc/gsync/gsyncd.toml";

@@ -87,6 +87,9 @@ struct Job {
   // departure (later ones, often ranks that exited because of it, do not
   // replace it). Ops fail with it until the host announces the job again.
   Status remote_broken;
+  // Remote ranks that left or hosts of the job that were lost, counted
+  // (gsyncctl jobs: what an operator, and a test, can wait on).
+  uint64_t remote_departures = 0;
 
   bool multi_host() const { return world_size > local_size; }
   int live_ranks() const;

@@ -101,6 +101,7 @@ void JobManager::job_broken(const std::string& job_id, const Status& why) {
   auto it = jobs_.find(job_id);
   if (it == jobs_.end()) return;
   Job& job = *it->second;
+  job.remote_departures++;
   if (job.remote_broken) job.remote_broken = why;
   job.last_error = job.remote_broken.message();
   fail_pending(job, job.remote_broken);

@@ -23,6 +23,8 @@ nlohmann::json JobManager::jobs_report() const {
         ranks.push_back({{"rank", slot.dead_rank}, {"local_rank", l}, {"pid", slot.dead_pid},
                          {"uid", nullptr}, {"state", "dead"}});
     }
+    size_t running = 0;
+    for (const auto& [id, op] : job->ops) running += op->running();
     list.push_back({{"job", name},
                     {"world_size", job->world_size},
                     {"local_size", job->local_size},
@@ -31,6 +33,10 @@ nlohmann::json JobManager::jobs_report() const {
                     {"ops_completed", job->ops_completed},
                     {"ops_failed", job->ops_failed},
                     {"ops_in_flight", job->ops.size()},
+                    {"ops_running", running},
+                    {"ready", !job->multi_host() ||
+                                  (control_ && control_->job_ready(job->id, job->world_size))},
+                    {"remote_departures", job->remote_departures},
                     {"bytes_reduced", job->bytes_reduced},
                     {"throughput_gbps", job->meter.rate(now) / 1e9},
                     {"last_error", job->last_error}});

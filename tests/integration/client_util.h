@@ -11,6 +11,7 @@
 #include <string>
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include "gsync/gsync.h"
 #include "tools/common/procs.h"
@@ -29,6 +30,44 @@ using tools::expected;
 using tools::elem_size;
 using tools::store;
 using tools::load;
+using tools::read_byte;
+using tools::wait_until;
+
+// The admin socket's reply to cmd as JSON (null if it is not JSON).
+inline nlohmann::json admin_json(const std::string& admin, const std::string& cmd) {
+  return nlohmann::json::parse(admin_query(admin, cmd), nullptr, false);
+}
+
+// How many submissions the daemon has taken from rank `rank` of job, from
+// its admin "clients" report: what a test waits on before it makes the next
+// thing happen.
+inline uint64_t submitted(const std::string& admin, const std::string& job, int rank) {
+  nlohmann::json c = admin_json(admin, "clients");
+  if (!c.is_object() || !c["clients"].is_array()) return 0;
+  for (const auto& s : c["clients"])
+    if (s.value("job", "") == job && s.value("rank", -1) == rank) return s.value("ops_submitted", 0);
+  return 0;
+}
+
+// The daemon's count of failed ops since it started (admin "status"): never
+// goes down, unlike a job's, which goes with the job when its ranks leave.
+inline int64_t daemon_ops_failed(const std::string& admin) {
+  nlohmann::json j = admin_json(admin, "status");
+  if (!j.is_object() || !j["ops"].is_object() || !j["ops"]["failed"].is_number()) return 0;
+  return j["ops"]["failed"].get<int64_t>();
+}
+
+// A counter of job's row in the admin "jobs" report (ops_completed,
+// ops_failed, ...); 0 while the job or the field is not there.
+inline int64_t job_count(const std::string& admin, const std::string& job,
+                         const std::string& field) {
+  nlohmann::json j = admin_json(admin, "jobs");
+  if (!j.is_object() || !j["jobs"].is_array()) return 0;
+  for (const auto& row : j["jobs"])
+    if (row.value("job", "") == job && row.contains(field) && row[field].is_number())
+      return row[field].get<int64_t>();
+  return 0;
+}
 
 // In a child: report what failed and return from the rank function.
 #define RANK_CHECK(cond, ...)                                                   \

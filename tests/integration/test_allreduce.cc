@@ -263,9 +263,12 @@ TEST(Admin, GsyncctlShowsALiveJob) {
       return rc == 0 ? 0 : 1;
     }));
   }
-  char c;
-  ASSERT_EQ(read(ready[0], &c, 1), 1);
-  ASSERT_EQ(read(ready[0], &c, 1), 1);
+  // Only the children write "ready" and read "go": a child that dies is EOF
+  // here, and a parent that fails releases them, instead of a hang.
+  close(ready[1]);
+  close(go[0]);
+  ASSERT_TRUE(read_byte(ready[0])) << "rank not ready";
+  ASSERT_TRUE(read_byte(ready[0])) << "rank not ready";
   std::string base = fmt::format("{} --socket {} ", ctl, d.admin_socket());
   std::string jobs = run_command(base + "jobs");
   std::string clients_json = run_command(base + "--json clients");

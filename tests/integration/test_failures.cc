@@ -60,8 +60,9 @@ TEST(Failures, KilledRankFailsPendingOpsNamingItThenRejoins) {
     gsync_wait(req, -1);
     return 0;
   });
-  char c;
-  ASSERT_EQ(read(victim_pipe[0], &c, 1), 1);
+  close(victim_pipe[1]);  // so a victim that dies before it writes is EOF, not a hang
+  ASSERT_TRUE(read_byte(victim_pipe[0])) << "the victim rank did not get its op submitted";
+  close(victim_pipe[0]);
   // A bystander job keeps reducing through all of this.
   pid_t bystander = spawn([&] {
     auto res = run_ranks(2, [&](int r) {
@@ -92,7 +93,13 @@ TEST(Failures, KilledRankFailsPendingOpsNamingItThenRejoins) {
     gsync_request_t* req;
     RANK_CHECK(gsync_allreduce(comm, 7, 0, buf, 1024, GSYNC_FLOAT32, GSYNC_SUM, 0, &req) == 0, "submit");
     if (r == 0) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      // Both survivors' submissions are in the daemon's hands: the kill
+      // catches them pending.
+      RANK_CHECK(wait_until([&] {
+                   return submitted(d.admin_socket(), "kill", 0) >= 1 &&
+                          submitted(d.admin_socket(), "kill", 1) >= 1;
+                 }),
+                 "the daemon did not take both submissions");
       kill(victim, SIGKILL);
     }
     auto t0 = Clock::now();
@@ -140,8 +147,13 @@ TEST(Failures, DisagreeingRanksBothNamed) {
     RANK_CHECK(connect_rank(d.socket(), "mismatch", 3, r, &comm) == 0, "{}", gsync_last_error());
     float* buf;
     RANK_CHECK(gsync_alloc(comm, 8192, reinterpret_cast<void**>(&buf)) == 0, "alloc");
-    // Rank 1 submits a second later with another count.
-    if (r == 1) std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    // Rank 1 submits last, with another count: the others fixed the shape.
+    if (r == 1)
+      RANK_CHECK(wait_until([&] {
+                   return submitted(d.admin_socket(), "mismatch", 0) >= 1 &&
+                          submitted(d.admin_socket(), "mismatch", 2) >= 1;
+                 }),
+                 "ranks 0 and 2 did not submit");
     size_t count = r == 1 ? 2000 : 1000;
     gsync_request_t* req;
     RANK_CHECK(gsync_allreduce(comm, 3, 4, buf, count, GSYNC_FLOAT32, GSYNC_SUM, 0, &req) == 0, "submit");
@@ -166,9 +178,11 @@ TEST(Failures, TimeoutListsRanksThatDidNotArrive) {
   auto res = run_ranks(3, [&](int r) {
     gsync_comm_t* comm;
     RANK_CHECK(connect_rank(d.socket(), "slow", 3, r, &comm, 0, 400) == 0, "{}", gsync_last_error());
-    if (r == 2) {  // connected, but never submits
-      std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+    if (r == 2) {  // connected, but never submits: stays until the op has failed
+      bool failed = wait_until(
+          [&] { return job_count(d.admin_socket(), "slow", "ops_failed") >= 1; });
       gsync_close(comm);
+      RANK_CHECK(failed, "the op never failed");
       return 0;
     }
     float* buf;

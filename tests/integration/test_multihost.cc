@@ -14,6 +14,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <csignal>
 #include <cstdlib>
@@ -62,6 +63,21 @@ std::vector<Place> places(const std::vector<int>& per_host) {
   for (size_t h = 0; h < per_host.size(); h++)
     for (int k = 0; k < per_host[h]; k++) out.push_back({int(h), k, per_host[h]});
   return out;
+}
+
+// What these tests wait on instead of sleeping: the daemons' own reports.
+// Rank r's submissions its host's daemon has taken.
+uint64_t submitted_on(const testbed::Testbed& bed, const std::vector<Place>& p,
+                      const std::string& job, int r) {
+  return submitted(bed.admin_socket(p[size_t(r)].host), job, r);
+}
+// Bytes host h has sent to host `to` (gsyncctl peers).
+uint64_t bytes_sent_to(const testbed::Testbed& bed, int h, int to) {
+  nlohmann::json j = admin_json(bed.admin_socket(h), "peers");
+  if (!j.is_object() || !j["peers"].is_array()) return 0;
+  for (const auto& peer : j["peers"])
+    if (peer.value("host", "") == bed.host_id(to)) return peer.value("bytes_sent", uint64_t{0});
+  return 0;
 }
 
 int connect_place(const testbed::Testbed& bed, const std::string& job, const std::vector<Place>& p,
@@ -217,12 +233,10 @@ TEST(MultiHost, PlansAreReusedStepAfterStepAndGoWithTheJob) {
   run_job(*bed, "plans", {2, 1, 1}, cases);
   for (int h = 0; h < bed->hosts(); h++) {
     nlohmann::json plans;
-    auto deadline = Clock::now() + std::chrono::seconds(10);
-    do {
-      plans = nlohmann::json::parse(admin_query(bed->admin_socket(h), "status"))["plans"];
-      if (plans["idle"] == 0 && plans["retiring"] == 0) break;
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    } while (Clock::now() < deadline);
+    wait_until([&] {
+      plans = admin_json(bed->admin_socket(h), "status")["plans"];
+      return plans["idle"] == 0 && plans["retiring"] == 0;
+    });
     // One plan for the six allreduces, one for run_cases' closing barrier.
     EXPECT_EQ(plans["misses"], 2) << bed->host_id(h) << ": " << plans.dump();
     EXPECT_EQ(plans["hits"], 5) << bed->host_id(h) << ": " << plans.dump();
@@ -269,7 +283,13 @@ TEST(MultiHost, LostPeerFailsTheOpThenRejoins) {
     gsync_request_t* req;
     RANK_CHECK(gsync_allreduce(comm, 1, 5, buf, 1 << 20, GSYNC_FLOAT32, GSYNC_SUM, 0, &req) == 0, "submit");
     if (r == 0) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(500));
+      // The op runs on hosts 1 and 2 (every rank of the job is accounted
+      // for, both parts are in), waiting for host 3's part.
+      RANK_CHECK(wait_until([&] {
+                   return job_count(bed->admin_socket(0), "lost", "ops_running") >= 1 &&
+                          job_count(bed->admin_socket(1), "lost", "ops_running") >= 1;
+                 }),
+                 "the op did not start on hosts 1 and 2");
       bed->kill_daemon(2, SIGKILL);  // (the test bed is shared memory of the fork: pid is valid)
     }
     auto t0 = Clock::now();
@@ -317,10 +337,15 @@ TEST(MultiHost, LostPeerDuringAPipelinedOp) {
     for (uint64_t step = 0; step < 20; step++) {
       for (size_t i = 0; i < kCount; i += 4096) buf[i] = 1.0f;
       gsync_request_t* req;
+      uint64_t sent_before = r == 0 && step == 1 ? bytes_sent_to(*bed, 0, 1) : 0;
       RANK_CHECK(gsync_allreduce(comm, 1, step, buf, kCount, GSYNC_FLOAT32, GSYNC_SUM, 0, &req) == 0,
                  "submit");
       if (r == 0 && step == 1) {
-        std::this_thread::sleep_for(std::chrono::milliseconds(60));
+        // Step 1 is on the wire (a MiB of it has left for host 2; heartbeats
+        // are bytes too, but not that many): the kill cuts it mid-transfer.
+        RANK_CHECK(wait_until([&] { return bytes_sent_to(*bed, 0, 1) > sent_before + (1 << 20); },
+                              20000, 1),
+                   "step 1 never reached the wire");
         bed->kill_daemon(1, SIGKILL);
       }
       int rc = gsync_wait(req, 25000);
@@ -368,12 +393,17 @@ TEST(MultiHost, FirstRemoteDepartureIsTheCauseNamed) {
     RANK_CHECK(gsync_wait(req, 20000) == 0, "first op: {}", gsync_request_error(req));
     gsync_request_free(req);
     if (r == 3) raise(SIGKILL);
+    // Host 1 (ranks 0 and 1) counts the departures of host 2's ranks.
+    auto departures = [&] { return job_count(bed->admin_socket(0), "cause", "remote_departures"); };
     if (r == 2) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(300));
+      // Leaves second: only once host 1 heard of rank 3.
+      bool heard = wait_until([&] { return departures() >= 1; });
       gsync_close(comm);
+      RANK_CHECK(heard, "host 1 never heard of rank 3");
       return 0;
     }
-    std::this_thread::sleep_for(std::chrono::milliseconds(1000));
+    // Submit once both departures reached this host.
+    RANK_CHECK(wait_until([&] { return departures() >= 2; }), "departures seen: {}", departures());
     RANK_CHECK(gsync_allreduce(comm, 1, 1, buf, 256, GSYNC_FLOAT32, GSYNC_SUM, 0, &req) == 0, "submit");
     int rc = wait_rank_dead(req, 2);
     gsync_close(comm);
@@ -402,18 +432,32 @@ TEST(MultiHost, OpFailedAfterADepartureFailsWhereItHadBegun) {
       float* buf = connect_small(*bed, job, p, r, &comm);
       if (!buf) return 1;
       RANK_CHECK(gsync_barrier(comm, 0, 20000) == 0, "barrier: {}", gsync_last_error());
-      std::this_thread::sleep_for(std::chrono::milliseconds(r == 2 ? 0 : r == 1 ? 200 : 1200));
+      // Host 3 begins the op first, then host 2; host 1's rank comes last,
+      // once its daemon heard that host 2's rank left. (The barrier was
+      // every rank's first submission.)
+      if (r == 1)
+        RANK_CHECK(wait_until([&] { return submitted_on(*bed, p, job, 2) >= 2; }), "rank 2 late");
+      if (r == 0)
+        RANK_CHECK(wait_until([&] {
+                     return job_count(bed->admin_socket(0), job, "remote_departures") >= 1;
+                   }),
+                   "host 1 never heard of rank 1 leaving");
       gsync_request_t* req;
       RANK_CHECK(gsync_allreduce(comm, 1, 0, buf, 256, GSYNC_FLOAT32, GSYNC_SUM, 0, &req) == 0,
                  "submit: {}", gsync_last_error());
       if (r == 1) {
-        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        // Leaves once its part is in its daemon's hands.
+        bool in = wait_until([&] { return submitted_on(*bed, p, job, 1) >= 2; });
         gsync_close(comm);
+        RANK_CHECK(in, "host 2 never took rank 1's part");
         return 0;
       }
       int rc = wait_rank_dead(req, r == 0 ? 1 : 3);
-      // Rank 0 stays: its own departure would also fail the op on host 2.
-      if (r == 0) std::this_thread::sleep_for(std::chrono::milliseconds(3000));
+      // Rank 0 stays until host 3's op has failed: its own departure would
+      // also fail the op there.
+      if (r == 0)
+        RANK_CHECK(wait_until([&] { return daemon_ops_failed(bed->admin_socket(2)) >= 1; }),
+                   "the op never failed on host 3");
       gsync_close(comm);
       return rc;
     }, 60);
@@ -478,8 +522,14 @@ TEST_P(SmallOps, RankLeavingBeforeItsPartFailsEveryHostAtOnce) {
       if (!buf) return 1;
       RANK_CHECK(gsync_barrier(comm, 0, 20000) == 0, "barrier: {}", gsync_last_error());
       if (r == 3) {
-        std::this_thread::sleep_for(std::chrono::milliseconds(300));
+        // Leaves once every other rank's part is in its daemon's hands.
+        bool in = wait_until([&] {
+          for (int o = 0; o < 3; o++)
+            if (submitted_on(*bed, p, job, o) < 2) return false;  // the barrier, then the op
+          return true;
+        });
         gsync_close(comm);
+        RANK_CHECK(in, "the other ranks did not submit");
         return 0;
       }
       gsync_request_t* req;
@@ -506,12 +556,25 @@ std::vector<ChildResult> run_with_absent_rank(const testbed::Testbed& bed,
                                               int count, double max_secs,
                                               const std::string& job = "late") {
   auto p = places(per_host);
+  std::vector<int64_t> failed_before;
+  for (int h = 0; h < bed.hosts(); h++) failed_before.push_back(daemon_ops_failed(bed.admin_socket(h)));
   return run_ranks(static_cast<int>(p.size()), [&](int r) {
     gsync_comm_t* comm;
     RANK_CHECK(connect_place(bed, job, p, r, &comm, 0, 800) == 0, "{}", gsync_last_error());
     if (r == absent) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(2500));
+      // Connected, never submits: stays until the op has failed on every
+      // other rank's host (a departure would fail it sooner, and
+      // differently).
+      bool failed = wait_until([&] {
+        for (size_t o = 0; o < p.size(); o++) {
+          int h = p[o].host;
+          if (int(o) != absent && daemon_ops_failed(bed.admin_socket(h)) <= failed_before[size_t(h)])
+            return false;
+        }
+        return true;
+      }, 20000);
       gsync_close(comm);
+      RANK_CHECK(failed, "the others' op did not fail");
       return 0;
     }
     float* buf;
@@ -610,11 +673,10 @@ TEST(MultiHost, ClusterNameMismatchIsRefusedNamingBoth) {
     return 127;
   });
   std::string peers;
-  for (int i = 0; i < 100; i++) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  wait_until([&] {
     peers = admin_query(bed->admin_socket(0), "peers");
-    if (peers.find("other-") != std::string::npos) break;
-  }
+    return peers.find("other-") != std::string::npos;
+  });
   kill(pid, SIGKILL);
   waitpid(pid, nullptr, 0);
   EXPECT_NE(peers.find("other-"), std::string::npos) << peers << "\n" << bed->daemon_log(0);
@@ -643,16 +705,24 @@ TEST(MultiHost, MalformedFrameDropsTheConnectionNotTheDaemon) {
     a.sin_port = htons(port);
     inet_pton(AF_INET, addr.c_str(), &a.sin_addr);
     if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) return 1;
+    // The daemon must close the connection: EOF, or a reset since the junk
+    // is never read. Not within 10 s is a failure, not a hang.
+    timeval tv{10, 0};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
     std::string junk(4096, '\x5a');
-    [[maybe_unused]] ssize_t n = write(fd, junk.data(), junk.size());
+    if (write(fd, junk.data(), junk.size()) <= 0) return 2;
     char c;
-    n = read(fd, &c, 1);  // the daemon closes it
+    ssize_t n = read(fd, &c, 1);
+    int err = errno;
     close(fd);
-    return 0;
+    if (n == 0 || (n < 0 && err == ECONNRESET)) return 0;
+    return n < 0 && (err == EAGAIN || err == EWOULDBLOCK) ? 3 : 4;
   });
   int st;
   waitpid(pid, &st, 0);
-  EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+  ASSERT_TRUE(WIFEXITED(st)) << "status " << st;
+  EXPECT_EQ(WEXITSTATUS(st), 0) << "1: no connect, 2: no write, 3: the daemon did not close the "
+                                   "connection within 10 s, 4: it answered the junk";
   run_job(*bed, "after-junk", {1, 1}, {{GSYNC_FLOAT32, GSYNC_SUM, 4097}});
   EXPECT_TRUE(bed->daemon_alive(0));
 }

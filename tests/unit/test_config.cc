@@ -22,11 +22,13 @@ using ::testing::HasSubstr;
 
 // Every field except source, so a failing comparison names the field.
 void ExpectSameValues(const DaemonConfig& a, const DaemonConfig& b) {
+  // Field by field, for a readable failure...
   EXPECT_EQ(a.socket_path, b.socket_path);
   EXPECT_EQ(a.admin_socket_path, b.admin_socket_path);
   EXPECT_EQ(a.socket_mode, b.socket_mode);
   EXPECT_EQ(a.log_level, b.log_level);
   EXPECT_EQ(a.reduce_threads, b.reduce_threads);
+  EXPECT_EQ(a.poll_us, b.poll_us);
   EXPECT_EQ(a.allowed_uids, b.allowed_uids);
   EXPECT_EQ(a.allowed_gids, b.allowed_gids);
   EXPECT_EQ(a.default_arena_bytes, b.default_arena_bytes);
@@ -35,6 +37,20 @@ void ExpectSameValues(const DaemonConfig& a, const DaemonConfig& b) {
   EXPECT_EQ(a.ring_entries, b.ring_entries);
   EXPECT_EQ(a.op_timeout_ms, b.op_timeout_ms);
   EXPECT_EQ(a.inline_reduce_bytes, b.inline_reduce_bytes);
+  EXPECT_EQ(a.cluster_file, b.cluster_file);
+  EXPECT_EQ(a.host_id, b.host_id);
+  EXPECT_EQ(a.tcp_streams, b.tcp_streams);
+  EXPECT_EQ(a.tcp_streams_cross_rack, b.tcp_streams_cross_rack);
+  EXPECT_EQ(a.tcp_buffer_kib, b.tcp_buffer_kib);
+  EXPECT_EQ(a.transport, b.transport);
+  EXPECT_EQ(a.peer_timeout_ms, b.peer_timeout_ms);
+  EXPECT_EQ(a.algorithm, b.algorithm);
+  EXPECT_EQ(a.chunk_bytes, b.chunk_bytes);
+  // ... and as a whole, so a key added later is compared too (where the
+  // values came from is not a value).
+  DaemonConfig x = a, y = b;
+  x.source = y.source = "";
+  EXPECT_TRUE(x == y) << "configs differ:\n" << config_to_toml(a) << "---\n" << config_to_toml(b);
 }
 
 class ConfigTest : public ::testing::Test {

@@ -263,6 +263,26 @@ std::string admin_query(const std::string& admin_socket, const std::string& comm
   return out;
 }
 
+bool wait_until(const std::function<bool()>& pred, int timeout_ms, int poll_ms) {
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  for (;;) {
+    if (pred()) return true;
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(poll_ms));
+  }
+}
+
+bool read_byte(int fd, int timeout_ms) {
+  pollfd p{fd, POLLIN, 0};
+  int n;
+  do {
+    n = poll(&p, 1, timeout_ms);
+  } while (n < 0 && errno == EINTR);
+  if (n != 1) return false;
+  char c;
+  return read(fd, &c, 1) == 1;
+}
+
 std::vector<int> allowed_cpus() {
   cpu_set_t set;
   std::vector<int> out;

@@ -82,4 +82,12 @@ std::string run_command(const std::string& cmd);
 // The admin socket's reply to one command.
 std::string admin_query(const std::string& admin_socket, const std::string& command);
 
+// The tests' one way to wait: on a condition, with a deadline. Checks pred
+// every poll_ms until it holds (true) or timeout_ms has passed (false).
+bool wait_until(const std::function<bool()>& pred, int timeout_ms = 10000, int poll_ms = 5);
+// One byte from fd within timeout_ms; false on timeout, EOF or error. For a
+// child's "I am ready" on a pipe: the parent closes its own write end
+// first, so a child that dies says so (EOF) instead of hanging the test.
+bool read_byte(int fd, int timeout_ms = 20000);
+
 }  // namespace gsync::tools
