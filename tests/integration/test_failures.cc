@@ -4,7 +4,9 @@
 // killed clients, disagreeing ranks, missing ranks, garbage in the rings,
 // other protocol versions, users not allowed, an exhausted arena. After each,
 // the daemon must still serve everyone else.
+#include <grp.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -336,6 +338,76 @@ TEST(Failures, UserNotAllowedIsRefusedAndLogged) {
   for (auto& r : res) EXPECT_EQ(r.code, 0) << r.output;
   EXPECT_NE(res[0].output.find("uid 65534"), std::string::npos) << res[0].output;
   EXPECT_NE(d.log().find("refused client"), std::string::npos);
+}
+
+// A client process as another user (uid, gid): returns gsync_connect's code
+// (0 after a clean close), and reports the error text. Root only.
+int connect_as(const std::string& socket, uid_t uid, gid_t gid, const std::string& job) {
+  if (setgroups(0, nullptr) != 0 || setgid(gid) != 0 || setuid(uid) != 0) return 99;
+  gsync_comm_t* comm = nullptr;
+  int rc = connect_rank(socket, job, 1, 0, &comm);
+  report(gsync_last_error());
+  if (rc == 0) gsync_close(comm);
+  return -rc;  // exit codes are positive
+}
+
+TEST(Failures, ClientLimitRefusesTheNextClientNamingTheLimit) {
+  DaemonProcess d({}, "[limits]\nmax_clients = 2\n");
+  std::vector<gsync_comm_t*> held;
+  for (int r = 0; r < 2; r++) {
+    gsync_comm_t* comm = nullptr;
+    ASSERT_EQ(connect_rank(d.socket(), fmt::format("held{}", r), 1, 0, &comm), 0) << gsync_last_error();
+    held.push_back(comm);
+  }
+  gsync_comm_t* third = nullptr;
+  EXPECT_EQ(connect_rank(d.socket(), "third", 1, 0, &third), GSYNC_ERR_REFUSED);
+  EXPECT_NE(std::string(gsync_last_error()).find("limit of 2 clients ([limits] max_clients)"),
+            std::string::npos)
+      << gsync_last_error();
+  gsync_close(held[0]);
+  // A freed place takes the next client.
+  EXPECT_TRUE(wait_until([&] { return connect_rank(d.socket(), "fourth", 1, 0, &third) == 0; }))
+      << gsync_last_error();
+  gsync_close(third);
+  gsync_close(held[1]);
+}
+
+TEST(Failures, SocketModeKeepsOtherUsersOut) {
+  if (geteuid() != 0) GTEST_SKIP() << "SKIPPED: needs root to run a client as another uid";
+  DaemonProcess d({}, "[daemon]\nsocket_mode = 0o600\n[auth]\nallowed_uids = [4242]\n");
+  struct stat st{};
+  ASSERT_EQ(stat(d.socket().c_str(), &st), 0);
+  EXPECT_TRUE(S_ISSOCK(st.st_mode));
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+  // Allowed by [auth], but the socket's mode does not let it connect: the
+  // kernel refuses it (EACCES), which libgsync reports as a permission error.
+  auto res = run_ranks(1, [&](int) { return connect_as(d.socket(), 4242, 4242, "mode"); });
+  EXPECT_EQ(res[0].code, -GSYNC_ERR_PERMISSION) << res[0].output;
+  EXPECT_NE(res[0].output.find("Permission denied"), std::string::npos) << res[0].output;
+}
+
+TEST(Failures, AllowedGidsAdmitTheirGroupOnly) {
+  if (geteuid() != 0) GTEST_SKIP() << "SKIPPED: needs root to run a client as another uid";
+  DaemonProcess d({}, "[auth]\nallowed_gids = [4343]\n");
+  auto res = run_ranks(2, [&](int r) {
+    return connect_as(d.socket(), 5000 + r, r == 0 ? 4343 : 4344, fmt::format("gid{}", r));
+  });
+  EXPECT_EQ(res[0].code, 0) << "gid 4343 is allowed: " << res[0].output;
+  EXPECT_EQ(res[1].code, -GSYNC_ERR_PERMISSION) << res[1].output;
+  EXPECT_NE(res[1].output.find("gid 4344"), std::string::npos) << res[1].output;
+}
+
+TEST(Failures, TheDaemonsOwnUidIsAllowedAndOthersAreNot) {
+  if (geteuid() != 0) GTEST_SKIP() << "SKIPPED: needs root to run a daemon as another uid";
+  DaemonProcess d({}, "", "debug", /*run_as_uid=*/4545, /*run_as_gid=*/4545);
+  auto res = run_ranks(3, [&](int r) {
+    if (r == 2) return connect_as(d.socket(), 0, 0, "own-root");  // root is always allowed
+    return connect_as(d.socket(), r == 0 ? 4545 : 4546, 4545, fmt::format("own{}", r));
+  });
+  EXPECT_EQ(res[0].code, 0) << "the daemon's own uid: " << res[0].output;
+  EXPECT_EQ(res[1].code, -GSYNC_ERR_PERMISSION) << res[1].output;
+  EXPECT_NE(res[1].output.find("uid 4546"), std::string::npos) << res[1].output;
+  EXPECT_EQ(res[2].code, 0) << "root: " << res[2].output;
 }
 
 TEST(Failures, ArenaExhaustionIsAClearError) {

@@ -2,6 +2,7 @@
 #include "tools/common/procs.h"
 
 #include <fcntl.h>
+#include <grp.h>
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
@@ -102,7 +103,7 @@ std::string gsyncd_path() {
 }
 
 DaemonProcess::DaemonProcess(std::vector<std::string> extra_args, const std::string& toml,
-                             const std::string& log_level) {
+                             const std::string& log_level, uid_t run_as_uid, gid_t run_as_gid) {
   char tmpl[] = "/tmp/gsync.XXXXXX";
   if (!mkdtemp(tmpl)) throw std::runtime_error("mkdtemp failed");
   dir_ = tmpl;
@@ -119,12 +120,19 @@ DaemonProcess::DaemonProcess(std::vector<std::string> extra_args, const std::str
     args.push_back(cfg);
   }
   args.insert(args.end(), extra_args.begin(), extra_args.end());
+  if (run_as_uid != 0 && chown(dir_.c_str(), run_as_uid, run_as_gid) != 0)
+    throw std::runtime_error("chown " + dir_ + ": " + strerror(errno));
   pid_ = fork();
   if (pid_ == 0) {
     unblock_signals();
     int fd = open(log_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
     dup2(fd, 1);
     dup2(fd, 2);
+    if (run_as_uid != 0 && (setgroups(0, nullptr) != 0 || setgid(run_as_gid) != 0 ||
+                            setuid(run_as_uid) != 0)) {
+      std::fprintf(stderr, "running as uid %u: %s\n", run_as_uid, strerror(errno));
+      _exit(126);
+    }
     std::vector<char*> argv;
     for (auto& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);

@@ -21,8 +21,11 @@ class DaemonProcess {
  public:
   // Starts gsyncd with extra_args and an optional TOML config text, and waits
   // until its client socket accepts connections.
+  // run_as_uid != 0: the daemon runs as that uid (and gid), its directory
+  // handed to it; the caller must be root.
   explicit DaemonProcess(std::vector<std::string> extra_args = {}, const std::string& toml = "",
-                         const std::string& log_level = "debug");
+                         const std::string& log_level = "debug", uid_t run_as_uid = 0,
+                         gid_t run_as_gid = 0);
   ~DaemonProcess();
   DaemonProcess(const DaemonProcess&) = delete;
 
