@@ -72,6 +72,9 @@ class Pair {
 
   // For tests: make the next write use a wrong rkey (an error completion on purpose).
   void corrupt_next_rkey() { corrupt_rkey_ = true; }
+  // For tests: the peer's region id has been announced here (writes into it
+  // can go), so a test waits on that rather than for a while.
+  bool knows_region(uint32_t id) const { return remote_regions_.count(id) > 0; }
 
  private:
   struct Write {
