@@ -105,6 +105,7 @@ Status Gsyncd::start() {
 void Gsyncd::register_reports() {
   admin_.add("status", [this] { return status_report(); });
   admin_.add("jobs", [this] { return jobs_->jobs_report().dump(); });
+  admin_.add("ops", [this] { return jobs_->ops_report().dump(); });
   admin_.add("clients", [this] { return clients_->clients_report().dump(); });
   admin_.add("peers", [this] {
     if (control_) return control_->peers_report().dump();

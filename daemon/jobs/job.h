@@ -31,6 +31,7 @@ struct Arrival {
   uint64_t tag = 0;
   void* data = nullptr;
   double weight = 0;
+  Clock::time_point at{};  // when its submission was taken
 };
 
 struct JobOp {

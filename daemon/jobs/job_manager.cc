@@ -205,6 +205,7 @@ void JobManager::submit(const std::shared_ptr<Session>& s, const proto::SubmitEn
   a.tag = e.tag;
   a.data = data;
   a.weight = e.weight;
+  a.at = Clock::now();
   // The shortest timeout any rank asked for wins.
   if (e.timeout_ms && e.timeout_ms < op.timeout_ms) {
     op.timeout_ms = e.timeout_ms;
@@ -278,23 +279,25 @@ void JobManager::run(Job& job, JobOp& op) {
   std::string job_id = job.id;
   OpId id = op.id;
   op.serial = pipeline_.start(request(job, op), [this, job_id, id](uint64_t serial,
-                                                                    const Status& st) {
-    op_done(job_id, id, serial, st);
+                                                                    const Status& st,
+                                                                    const pipeline::OpTimes& t) {
+    op_done(job_id, id, serial, st, t);
   });
 }
 
 void JobManager::op_done(const std::string& job_id, const OpId& id, uint64_t serial,
-                         const Status& st) {
+                         const Status& st, const pipeline::OpTimes& times) {
   auto jit = jobs_.find(job_id);
   if (jit == jobs_.end()) return;
   auto oit = jit->second->ops.find(id);
   // Only the op that ran: never one that took its (key, step) since.
   if (oit == jit->second->ops.end() || oit->second->serial != serial) return;
-  finish(*jit->second, id, st);
+  finish(*jit->second, id, st, &times);
   maybe_erase(job_id);
 }
 
-void JobManager::finish(Job& job, const OpId& id, const Status& st) {
+void JobManager::finish(Job& job, const OpId& id, const Status& st,
+                        const pipeline::OpTimes* times) {
   auto it = job.ops.find(id);
   if (it == job.ops.end()) return;
   std::unique_ptr<JobOp> op = std::move(it->second);
@@ -302,6 +305,17 @@ void JobManager::finish(Job& job, const OpId& id, const Status& st) {
   for (auto& a : op->arrivals)
     if (a.session) reply(a.session, a.tag, st);
   auto now = Clock::now();
+  OpHistoryEntry h;
+  h.job = job.id;
+  h.id = id;
+  h.shape = op->shape;
+  h.code = st.code();
+  if (!st) h.error = st.message();
+  for (const auto& a : op->arrivals)
+    if (a.session) h.arrivals.emplace_back(a.session->rank, a.at);
+  h.finished = now;
+  if (times) h.pipeline = *times;
+  history_.add(std::move(h));
   if (st) {
     job.ops_completed++;
     stats_.ops_completed++;

@@ -18,6 +18,7 @@
 #include "daemon/cluster/control_plane.h"
 #include "daemon/config/config.h"
 #include "daemon/jobs/job.h"
+#include "daemon/jobs/op_history.h"
 #include "daemon/pipeline/pipeline.h"
 #include "daemon/shm/client_listener.h"
 #include "protocol/wire.h"
@@ -49,8 +50,11 @@ class JobManager final : public ClientSink {
   const std::map<std::string, std::unique_ptr<Job>>& jobs() const { return jobs_; }
   GlobalStats& stats() { return stats_; }
   uint64_t in_flight() const;
-  // gsyncctl jobs (job_report.cc).
+  // gsyncctl jobs and gsyncctl ops (job_report.cc): the jobs; the ops in
+  // flight (who has not arrived, what they wait for) and the recent ones
+  // with their timelines.
   nlohmann::json jobs_report() const;
+  nlohmann::json ops_report() const;
 
  private:
   Status validate(const Session& s, const Job& job, const proto::SubmitEntry& e,
@@ -62,12 +66,13 @@ class JobManager final : public ClientSink {
   void start(Job& job, JobOp& op);
   void run(Job& job, JobOp& op);
   pipeline::OpRequest request(const Job& job, const JobOp& op) const;
-  void op_done(const std::string& job_id, const OpId& id, uint64_t serial, const Status& st);
+  void op_done(const std::string& job_id, const OpId& id, uint64_t serial, const Status& st,
+               const pipeline::OpTimes& times);
   bool cross_ready(Job& job);
   void job_ready(const std::string& job_id);
   void job_broken(const std::string& job_id, const Status& why);
   void rank_died(Job& job, const Session& s, const std::string& reason);
-  void finish(Job& job, const OpId& id, const Status& st);
+  void finish(Job& job, const OpId& id, const Status& st, const pipeline::OpTimes* times = nullptr);
   void fail_pending(Job& job, const Status& st);
   void reply(const std::shared_ptr<Session>& s, uint64_t tag, const Status& st);
   void remember_failure(Job& job, const OpId& id, const Status& st);
@@ -80,6 +85,7 @@ class JobManager final : public ClientSink {
   cluster::ControlPlane* control_;
   std::map<std::string, std::unique_ptr<Job>> jobs_;
   GlobalStats stats_;
+  OpHistory history_;
 };
 
 }  // namespace gsync

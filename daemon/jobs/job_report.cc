@@ -44,4 +44,41 @@ nlohmann::json JobManager::jobs_report() const {
   return json{{"jobs", list}};
 }
 
+nlohmann::json JobManager::ops_report() const {
+  using nlohmann::json;
+  auto now = Clock::now();
+  json in_flight = json::array();
+  for (const auto& [name, job] : jobs_) {
+    for (const auto& [id, op] : job->ops) {
+      json missing = json::array();
+      for (size_t l = 0; l < op->arrivals.size(); l++) {
+        if (op->arrivals[l].session) continue;
+        const auto& s = job->slots[l].session;
+        missing.push_back({{"local_rank", l}, {"rank", s ? json(s->rank) : json(nullptr)},
+                           {"pid", s ? json(s->peer.pid) : json(nullptr)}});
+      }
+      json row = {{"job", name},
+                  {"key", id.key},
+                  {"step", id.step},
+                  {"op", proto::name(op->shape.opcode)},
+                  {"bytes", op->bytes()},
+                  {"arrived", op->arrived},
+                  {"local_size", job->local_size},
+                  {"not_arrived", missing},
+                  {"age_s", std::chrono::duration<double>(now - op->started).count()},
+                  {"stage", nullptr},
+                  {"waiting_for", nullptr}};
+      if (op->running()) {
+        pipeline::OpView v = pipeline_.view(op->serial);
+        row["stage"] = v.stage;
+        row["waiting_for"] = v.waiting_for;
+      } else if (op->arrived == job->local_size && control_) {
+        row["waiting_for"] = control_->job_missing(job->id, job->world_size, job->live_rank_ids());
+      }
+      in_flight.push_back(std::move(row));
+    }
+  }
+  return json{{"in_flight", in_flight}, {"recent", history_.report()}};
+}
+
 }  // namespace gsync

@@ -220,8 +220,13 @@ void Pipeline::reap() {
     ops_.erase(it);
     Done done = std::move(op->done);
     Status st = op->status;
+    OpTimes times;
+    times.started = op->started;
+    times.ended = Clock::now();
+    for (size_t i = 0; i < op->stages.size(); i++)
+      times.stages.push_back({op->stages[i]->name(), op->states[i].times});
     op.reset();  // stages go first: a cached plan is back before the next step starts
-    if (done) done(serial, st);
+    if (done) done(serial, st, times);
   }
 }
 

@@ -59,6 +59,18 @@ struct StageTimes {
   Clock::time_point begun{}, first_input{}, finished{};
 };
 
+// An op's life as the pipeline saw it, handed to whoever started it when it
+// ends (the jobs layer keeps the recent ones: gsyncctl ops, the breakdown of
+// a training step in docs/performance.md).
+struct OpTimes {
+  Clock::time_point started{}, ended{};
+  struct Stage {
+    const char* name;
+    StageTimes times;
+  };
+  std::vector<Stage> stages;
+};
+
 // What the admin reports show of a running op.
 struct OpView {
   uint64_t serial = 0;
@@ -69,7 +81,7 @@ struct OpView {
 
 class Pipeline {
  public:
-  using Done = std::function<void(uint64_t serial, const Status&)>;
+  using Done = std::function<void(uint64_t serial, const Status&, const OpTimes&)>;
 
   // engine and control: null on a daemon without a cluster.
   Pipeline(EventLoop& loop, WorkPool& pool, PipelineOptions options,

@@ -237,6 +237,50 @@ TEST(Admin, StatusJobsAndClientsReportTheJob) {
 
 using tools::run_command;
 
+// The admin "ops" report: an op waiting for a rank says which, and once
+// done its timeline is there (arrivals, the pipeline's stage, the end), in
+// the clock every process of the machine shares.
+TEST(Admin, OpsShowWhoHasNotArrivedThenTheTimeline) {
+  DaemonProcess d;
+  auto res = run_ranks(2, [&](int r) {
+    gsync_comm_t* comm;
+    RANK_CHECK(connect_rank(d.socket(), "ops-job", 2, r, &comm) == 0, "{}", gsync_last_error());
+    float* buf;
+    RANK_CHECK(gsync_alloc(comm, 4096, reinterpret_cast<void**>(&buf)) == 0, "alloc");
+    int64_t before = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                         std::chrono::steady_clock::now().time_since_epoch())
+                         .count();
+    if (r == 1) {
+      // Rank 0's part is in and the daemon says rank 1's is missing.
+      RANK_CHECK(wait_until([&] {
+                   auto ops = admin_json(d.admin_socket(), "ops")["in_flight"];
+                   return ops.is_array() && ops.size() == 1 && ops[0]["not_arrived"].size() == 1 &&
+                          ops[0]["not_arrived"][0]["rank"] == 1;
+                 }),
+                 "{}", admin_query(d.admin_socket(), "ops"));
+    }
+    gsync_request_t* req;
+    RANK_CHECK(gsync_allreduce(comm, 5, 9, buf, 1024, GSYNC_FLOAT32, GSYNC_SUM, 0, &req) == 0, "submit");
+    RANK_CHECK(gsync_wait(req, 10000) == 0, "{}", gsync_request_error(req));
+    gsync_request_free(req);
+    if (r == 1) {
+      auto recent = admin_json(d.admin_socket(), "ops")["recent"];
+      RANK_CHECK(recent.is_array() && !recent.empty(), "{}", recent.dump());
+      const auto& op = recent.back();
+      RANK_CHECK(op["key"] == 5 && op["step"] == 9 && op["code"] == 0, "{}", op.dump());
+      RANK_CHECK(op["arrivals"].size() == 2, "{}", op.dump());
+      RANK_CHECK(op["stages"].size() == 1 && op["stages"][0]["stage"] == "local", "{}", op.dump());
+      int64_t last = std::max(op["arrivals"][0]["ns"].get<int64_t>(), op["arrivals"][1]["ns"].get<int64_t>());
+      RANK_CHECK(last > before && op["finished_ns"].get<int64_t>() >= last &&
+                     op["stages"][0]["finished_ns"].get<int64_t>() >= last,
+                 "times out of order: {}", op.dump());
+    }
+    gsync_close(comm);
+    return 0;
+  });
+  for (auto& r : res) EXPECT_EQ(r.code, 0) << r.output;
+}
+
 // gsyncctl against a live daemon with a live job: the tables and the JSON
 // show the job, its ranks and their pids.
 TEST(Admin, GsyncctlShowsALiveJob) {

@@ -192,5 +192,25 @@ TEST(RenderPeers, LastErrorWithItsAge) {
   EXPECT_THAT(render_peers(reply), HasSubstr("Connection refused\n"));
 }
 
+TEST(RenderOps, InFlightThenRecentTimelines) {
+  auto reply = nlohmann::json::parse(R"json({
+    "in_flight": [{"job": "train", "key": 3, "step": 7, "op": "allreduce", "bytes": 4096,
+                   "arrived": 1, "local_size": 2, "not_arrived": [{"local_rank": 1, "rank": 5}],
+                   "age_s": 2.5, "stage": null, "waiting_for": null}],
+    "recent": [{"job": "train", "key": 1, "step": 0, "bytes": 1048576, "code": 0, "error": "",
+                "arrivals": [{"rank": 0, "ns": 1000000}, {"rank": 1, "ns": 3500000}],
+                "stages": [{"stage": "fold", "begun_ns": 3500000, "first_input_ns": 3500000,
+                            "finished_ns": 4000000}],
+                "finished_ns": 6000000}]})json");
+  std::string out = render_ops(reply);
+  EXPECT_THAT(out, HasSubstr("NOT ARRIVED"));
+  EXPECT_THAT(out, HasSubstr("1/2"));
+  EXPECT_THAT(out, HasSubstr("  5  "));        // the rank that has not arrived
+  EXPECT_THAT(out, HasSubstr("2.500"));        // arrival spread, ms
+  EXPECT_THAT(out, HasSubstr("fold 0.500"));   // the stage's span, ms
+  EXPECT_THAT(out, HasSubstr("ok"));
+  EXPECT_THAT(render_ops(nlohmann::json::object()), HasSubstr("no ops in flight"));
+}
+
 }  // namespace
 }  // namespace gsync::cli

@@ -36,6 +36,8 @@ constexpr Command kCommands[] = {
     {"clients", "connected client sessions (one per rank process)", gsync::cli::render_clients},
     {"peers", "the cluster's other daemons: state, address, rack, transport, traffic",
      gsync::cli::render_peers},
+    {"ops", "ops in flight (who has not arrived, what they wait for) and recent timelines",
+     gsync::cli::render_ops},
 };
 
 }  // namespace

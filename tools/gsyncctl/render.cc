@@ -181,6 +181,78 @@ std::string render_jobs(const json& reply) {
       rows);
 }
 
+// The ops still in flight (who has not arrived, what they wait for), then
+// how long the recent ones took, stage by stage, in milliseconds.
+std::string render_ops(const json& reply) {
+  std::string out;
+  const json& live = field(reply, "in_flight");
+  if (!live.is_array() || live.empty()) {
+    out += "no ops in flight\n";
+  } else {
+    std::vector<Row> rows;
+    for (const json& op : live) {
+      std::string missing;
+      if (const json& m = field(op, "not_arrived"); m.is_array())
+        for (const json& r : m) {
+          if (!missing.empty()) missing += ',';
+          missing += text(field(r, "rank"));
+        }
+      std::string waiting = text(field(op, "waiting_for"));
+      rows.push_back({text(field(op, "job")), text(field(op, "key")), text(field(op, "step")),
+                      text(field(op, "op")), bytes(field(op, "bytes")),
+                      fmt::format("{}/{}", text(field(op, "arrived")), text(field(op, "local_size"))),
+                      missing.empty() ? std::string(kMissing) : missing,
+                      seconds(field(op, "age_s")), text(field(op, "stage")),
+                      waiting == "null" ? std::string(kMissing) : waiting});
+    }
+    out += format_table({{"JOB"}, {"KEY", Align::kRight}, {"STEP", Align::kRight}, {"OP"},
+                         {"BYTES", Align::kRight}, {"ARRIVED", Align::kRight}, {"NOT ARRIVED"},
+                         {"AGE", Align::kRight}, {"STAGE"}, {"WAITING FOR"}},
+                        rows);
+  }
+  const json& recent = field(reply, "recent");
+  if (!recent.is_array() || recent.empty()) return out + "no recent ops\n";
+  // The last few, newest last: arrival spread, then each stage's span.
+  std::vector<Row> rows;
+  size_t from = recent.size() > 10 ? recent.size() - 10 : 0;
+  auto ms = [](const json& a, const json& b) {
+    if (!a.is_number() || !b.is_number() || a.get<int64_t>() == 0 || b.get<int64_t>() == 0)
+      return std::string(kMissing);
+    return fmt::format("{:.3f}", double(b.get<int64_t>() - a.get<int64_t>()) / 1e6);
+  };
+  for (size_t i = from; i < recent.size(); i++) {
+    const json& op = recent[i];
+    const json& arrivals = field(op, "arrivals");
+    json first, last;
+    if (arrivals.is_array())
+      for (const json& a : arrivals) {
+        const json& ns = field(a, "ns");
+        if (first.is_null() || ns < first) first = ns;
+        if (last.is_null() || ns > last) last = ns;
+      }
+    std::string stages;
+    if (const json& st = field(op, "stages"); st.is_array())
+      for (const json& x : st) {
+        // Appends, not "a" + b: GCC 12's -Wrestrict false positive (bug 105329).
+        if (!stages.empty()) stages += ' ';
+        stages += text(field(x, "stage"));
+        stages += ' ';
+        stages += ms(field(x, "begun_ns"), field(x, "finished_ns"));
+      }
+    int code = field(op, "code").is_number() ? field(op, "code").get<int>() : 0;
+    rows.push_back({text(field(op, "job")), text(field(op, "key")), text(field(op, "step")),
+                    bytes(field(op, "bytes")), ms(first, last), ms(last, field(op, "finished_ns")),
+                    stages.empty() ? std::string(kMissing) : stages,
+                    code == 0 ? "ok" : text(field(op, "error"))});
+  }
+  out += "\nrecent ops (times in ms):\n";
+  out += format_table({{"JOB"}, {"KEY", Align::kRight}, {"STEP", Align::kRight},
+                       {"BYTES", Align::kRight}, {"ARRIVAL SPREAD", Align::kRight},
+                       {"LAST ARRIVAL TO DONE", Align::kRight}, {"STAGES"}, {"RESULT"}},
+                      rows);
+  return out;
+}
+
 std::string render_clients(const json& reply) {
   const json& clients = field(reply, "clients");
   if (!clients.is_array() || clients.empty()) return "no clients connected\n";

@@ -19,5 +19,7 @@ std::string render_jobs(const nlohmann::json& reply);
 std::string render_peers(const nlohmann::json& reply);
 // One row per client session; "no clients connected" when there are none.
 std::string render_clients(const nlohmann::json& reply);
+// gsyncctl ops: the ops in flight and the timelines of the recent ones.
+std::string render_ops(const nlohmann::json& reply);
 
 }  // namespace gsync::cli

@@ -1,0 +1,45 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "daemon/jobs/op_history.h"
+
+#include <nlohmann/json.hpp>
+
+namespace gsync {
+
+int64_t monotonic_ns(Clock::time_point t) {
+  if (t == Clock::time_point{}) return 0;
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
+}
+
+void OpHistory::add(OpHistoryEntry e) {
+  if (entries_.size() >= kCapacity) entries_.pop_front();
+  entries_.push_back(std::move(e));
+}
+
+nlohmann::json OpHistory::report() const {
+  using nlohmann::json;
+  json list = json::array();
+  for (const auto& e : entries_) {
+    json arrivals = json::array();
+    for (const auto& [rank, at] : e.arrivals) arrivals.push_back({{"rank", rank}, {"ns", monotonic_ns(at)}});
+    json stages = json::array();
+    for (const auto& st : e.pipeline.stages)
+      stages.push_back({{"stage", st.name},
+                        {"begun_ns", monotonic_ns(st.times.begun)},
+                        {"first_input_ns", monotonic_ns(st.times.first_input)},
+                        {"finished_ns", monotonic_ns(st.times.finished)}});
+    list.push_back({{"job", e.job},
+                    {"key", e.id.key},
+                    {"step", e.id.step},
+                    {"op", proto::name(e.shape.opcode)},
+                    {"bytes", e.shape.bytes()},
+                    {"code", e.code},
+                    {"error", e.error},
+                    {"arrivals", arrivals},
+                    {"started_ns", monotonic_ns(e.pipeline.started)},
+                    {"stages", stages},
+                    {"finished_ns", monotonic_ns(e.finished)}});
+  }
+  return list;
+}
+
+}  // namespace gsync
