@@ -55,6 +55,9 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     p.add_argument("--staged", action="store_true",
                    help="gsync: let libgsync stage DDP's buckets instead of arena buffers")
     p.add_argument("--dump", default=None, help="directory for rank<r>.pt")
+    p.add_argument("--trace", default=None,
+                   help="directory for rank<r>.json: each step's and each bucket's times "
+                        "(CLOCK_MONOTONIC ns, the daemon's clock), for examples/ddp_breakdown.py")
     p.add_argument("--quiet", action="store_true", help="no per-step lines")
     p.add_argument("--bench", action="store_true",
                    help="time gloo DDP, gsync DDP and no_sync (no communication) in one run")
@@ -106,8 +109,10 @@ def build_ddp(args: argparse.Namespace, hook_state=None):
 
 
 def run_steps(model, opt, x, y, steps: int, batch: int, no_sync: bool = False,
-              on_step=None) -> List[float]:
-    """Trains `steps` steps; returns the losses. on_step(i, loss, seconds)."""
+              on_step=None, step_times: Optional[List[dict]] = None) -> List[float]:
+    """Trains `steps` steps; returns the losses. on_step(i, loss, seconds).
+    step_times: a list to append each step's CLOCK_MONOTONIC ns to (start,
+    forward done, backward done, optimizer done)."""
     import contextlib
     import torch.nn as nn
     lossf = nn.CrossEntropyLoss()
@@ -115,14 +120,20 @@ def run_steps(model, opt, x, y, steps: int, batch: int, no_sync: bool = False,
     losses = []
     for i in range(steps):
         t0 = time.perf_counter()
+        t_start = time.monotonic_ns()
         j = i % nb
         xb, yb = x[j * batch:(j + 1) * batch], y[j * batch:(j + 1) * batch]
         opt.zero_grad(set_to_none=False)
         with model.no_sync() if no_sync else contextlib.nullcontext():
             loss = lossf(model(xb), yb)
+            t_forward = time.monotonic_ns()
             loss.backward()
+            t_backward = time.monotonic_ns()
         opt.step()
         losses.append(loss.item())
+        if step_times is not None:
+            step_times.append({"start_ns": t_start, "forward_ns": t_forward,
+                               "backward_ns": t_backward, "optimizer_ns": time.monotonic_ns()})
         if on_step:
             on_step(i, losses[-1], time.perf_counter() - t0)
     return losses
@@ -159,9 +170,13 @@ def train_main(args: argparse.Namespace) -> int:
         if rank == 0 and not args.quiet:
             print(f"step {i:4d} loss {loss:.6f} time_ms {secs * 1e3:.2f}", flush=True)
 
+    step_times: Optional[List[dict]] = [] if args.trace else None
+    if args.trace and state is not None:
+        state.trace = []
     t0 = time.perf_counter()
     try:
-        losses = run_steps(model, opt, x, y, args.steps, args.batch, on_step=on_step)
+        losses = run_steps(model, opt, x, y, args.steps, args.batch, on_step=on_step,
+                           step_times=step_times)
     except RuntimeError as e:
         # A gsync failure inside the hook surfaces here, from loss.backward().
         print(f"rank {rank}: training failed: {e}", file=sys.stderr, flush=True)
@@ -170,6 +185,15 @@ def train_main(args: argparse.Namespace) -> int:
     if rank == 0:
         print(f"# {args.steps} steps in {elapsed:.2f} s, {elapsed / args.steps * 1e3:.2f} ms/step, "
               f"final loss {losses[-1]:.6f}", flush=True)
+    if args.trace:
+        import json
+        Path(args.trace).mkdir(parents=True, exist_ok=True)
+        job = state.comm.job if state is not None else None
+        (Path(args.trace) / f"rank{rank}.json").write_text(json.dumps(
+            {"rank": rank, "world": world, "job": job,
+             "local_rank": int(os.environ.get("LOCAL_RANK", rank)),
+             "socket": os.environ.get("GSYNC_SOCKET", ""), "steps": step_times,
+             "buckets": state.trace if state is not None else []}))
     if args.dump:
         Path(args.dump).mkdir(parents=True, exist_ok=True)
         params = {k: v.detach().clone() for k, v in model.module.state_dict().items()}

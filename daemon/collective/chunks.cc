@@ -50,6 +50,7 @@ void Engine::maybe_run(XOp& x) {
   if (!x.local_ready && (p.eager || p.nchunks == 0 || x.local_elems == 0)) return;
   if (!p.eager && x.ready_count + 1 < static_cast<int>(p.hosts.size())) return;
   x.running = true;
+  if (x.cb.running) x.cb.running();
   if (!p.eager) {
     x.weight_total = x.weight_local;
     for (const auto& r : x.ready)

@@ -39,6 +39,9 @@
 namespace gsync::collective {
 
 struct EngineCallbacks {
+  // The schedule starts: every peer's rendezvous is here (at once for an
+  // eager op) and the local fold has begun to come in.
+  std::function<void()> running;
   // Elements [begin, end) hold their final value on this host.
   std::function<void(uint64_t begin, uint64_t end, double weight_total)> chunk_done;
   // Exactly once: the op ended here (st says how) and no peer's write for

@@ -302,9 +302,9 @@ void JobManager::finish(Job& job, const OpId& id, const Status& st,
   if (it == job.ops.end()) return;
   std::unique_ptr<JobOp> op = std::move(it->second);
   job.ops.erase(it);
+  auto now = Clock::now();  // before the replies: a rank may see its completion at once
   for (auto& a : op->arrivals)
     if (a.session) reply(a.session, a.tag, st);
-  auto now = Clock::now();
   OpHistoryEntry h;
   h.job = job.id;
   h.id = id;

@@ -22,11 +22,15 @@ nlohmann::json OpHistory::report() const {
     json arrivals = json::array();
     for (const auto& [rank, at] : e.arrivals) arrivals.push_back({{"rank", rank}, {"ns", monotonic_ns(at)}});
     json stages = json::array();
-    for (const auto& st : e.pipeline.stages)
+    for (const auto& st : e.pipeline.stages) {
+      json marks = json::object();
+      for (const auto& [name, at] : st.times.marks) marks[name] = monotonic_ns(at);
       stages.push_back({{"stage", st.name},
                         {"begun_ns", monotonic_ns(st.times.begun)},
                         {"first_input_ns", monotonic_ns(st.times.first_input)},
-                        {"finished_ns", monotonic_ns(st.times.finished)}});
+                        {"finished_ns", monotonic_ns(st.times.finished)},
+                        {"marks_ns", marks}});
+    }
     list.push_back({{"job", e.job},
                     {"key", e.id.key},
                     {"step", e.id.step},

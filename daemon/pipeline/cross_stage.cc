@@ -33,6 +33,7 @@ void CrossStage::begin() {
   for (const auto& c : r.locals) op.weight_local += c.weight;
   begun_ = true;
   collective::EngineCallbacks cb;
+  cb.running = [this] { link_.mark("rendezvous"); };
   cb.chunk_done = [this](uint64_t b, uint64_t e, double weight_total) {
     link_.set_weight_total(weight_total);
     link_.emit(b, e);

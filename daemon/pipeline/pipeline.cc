@@ -60,6 +60,9 @@ void StageLink::set_weight_total(double w) { op_.weight_total = w; }
 uint64_t StageLink::pool_tag() const { return (op_.serial << 8) | static_cast<uint64_t>(index_); }
 void StageLink::emit(uint64_t begin, uint64_t end) { op_.pipeline.emit(op_, index_, begin, end); }
 void StageLink::finished() { op_.pipeline.stage_finished(op_, index_); }
+void StageLink::mark(const char* name) {
+  op_.states[size_t(index_)].times.marks.emplace_back(name, Clock::now());
+}
 void StageLink::failed(const Status& st) { op_.pipeline.stage_failed(op_, index_, st); }
 void StageLink::quiet() { op_.pipeline.stage_quiet(op_, index_); }
 

@@ -54,9 +54,12 @@ struct PipelineOptions {
   uint64_t chunk_bytes = 0;           // cross-host chunk size; 0 picks per tensor
 };
 
-// Times of one stage of one op, for the trace and the metrics.
+// Times of one stage of one op, for the trace and the metrics: the three
+// every stage has, and the moments of its own it marks (the cross-host
+// stage: "rendezvous", when every peer's part was known).
 struct StageTimes {
   Clock::time_point begun{}, first_input{}, finished{};
+  std::vector<std::pair<const char*, Clock::time_point>> marks;
 };
 
 // An op's life as the pipeline saw it, handed to whoever started it when it

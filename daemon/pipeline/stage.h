@@ -47,6 +47,8 @@ class StageLink {
   uint64_t pool_tag() const;
 
   void emit(uint64_t begin, uint64_t end);
+  // A moment of the stage's own, kept in its StageTimes (name: a literal).
+  void mark(const char* name);
   void finished();
   void failed(const Status& st);
   void quiet();

@@ -59,6 +59,7 @@ class _Pending:
     result: torch.Tensor
     submitted: float
     deadline: Optional[float]
+    trace: Optional[dict] = None  # the bucket's timestamps, when tracing
 
 
 class _Completer:
@@ -83,11 +84,12 @@ class _Completer:
         self._thread = threading.Thread(target=self._run, name="gsync-completer", daemon=True)
         self._thread.start()
 
-    def add(self, req: Request, fut: torch.futures.Future, result: torch.Tensor) -> None:
+    def add(self, req: Request, fut: torch.futures.Future, result: torch.Tensor,
+            trace: Optional[dict] = None) -> None:
         now = time.monotonic()
         deadline = now + self._grace_s if self._grace_s is not None else None
         with self._cv:
-            self._pending.append(_Pending(req, fut, result, now, deadline))
+            self._pending.append(_Pending(req, fut, result, now, deadline, trace))
             self._cv.notify()
 
     def _run(self) -> None:
@@ -132,11 +134,15 @@ class _Completer:
             poller.poll(_POLL_SLICE_MS)
 
     def _finish(self, p: _Pending, rc: int, err: Optional[GsyncError]) -> None:
+        if p.trace is not None:
+            p.trace["completed_ns"] = time.monotonic_ns()  # the completer saw it
         if rc == 0:
             p.req.free()
             self.completed += 1
             self.inflight_s += time.monotonic() - p.submitted
             p.fut.set_result(p.result)
+            if p.trace is not None:
+                p.trace["future_ns"] = time.monotonic_ns()  # DDP's callbacks ran
             return
         if err is None:
             # Say which of this rank's ops failed: the daemon's text names the
@@ -190,6 +196,12 @@ class GsyncState:
         self.key_base = key_base
         self.zero_copy = zero_copy
         self.stats = _Stats()
+        # Set to a list to trace: one dict per bucket handed over, with
+        # CLOCK_MONOTONIC ns (the daemon's clock, gsyncctl ops) of the hook
+        # call, the copy into the arena, the submit, the completion seen by
+        # the completer and the future completed (docs/performance.md,
+        # "Where a DDP step goes").
+        self.trace: Optional[List[dict]] = None
         self._steps: Dict[int, int] = {}
         self._buffers: Dict[int, _ArenaBuffer] = {}
         self._children: List["GsyncState"] = []
@@ -229,6 +241,7 @@ class GsyncState:
         of the result. Failures, at submit or later, complete the Future with
         a GsyncError instead of raising here."""
         fut: torch.futures.Future = torch.futures.Future()
+        t_hook = time.monotonic_ns()
         step = self._steps.get(index, 0)
         self._steps[index] = step + 1
         key = self.key_base + index
@@ -247,12 +260,14 @@ class GsyncState:
                 # result into .grad as it does with any backend's result.
                 buf.tensor.copy_(tensor)
                 t1 = time.perf_counter()
+                t_copied = time.monotonic_ns()
                 req = self.comm.allreduce(key, step, buf.addr, tensor.numel(), dtype, _lib.AVG)
                 result = buf.tensor
             else:
                 # Staged: libgsync copies the bucket into the arena at submit
                 # and the result back out in gsync_test, on the completer.
                 t1 = t0
+                t_copied = time.monotonic_ns()
                 req = self.comm.allreduce(key, step, tensor.data_ptr(), tensor.numel(), dtype,
                                           _lib.AVG)
                 result = tensor
@@ -264,7 +279,14 @@ class GsyncState:
         self.stats.copy_in_s += t1 - t0
         self.stats.copy_in_bytes += tensor.numel() * tensor.element_size() if self.zero_copy else 0
         self.stats.submit_s += t2 - t1
-        self.completer.add(req, fut, result)
+        trace = None
+        if self.trace is not None:
+            t_end = time.monotonic_ns()
+            trace = {"key": key, "step": step, "bytes": tensor.numel() * tensor.element_size(),
+                     "hook_ns": t_hook, "copied_ns": t_copied,
+                     "submitted_ns": t_end}
+            self.trace.append(trace)
+        self.completer.add(req, fut, result, trace)
         return fut
 
     def close(self) -> None:
