@@ -23,6 +23,7 @@ build-torch/openblas or build/openblas in the repository when present.
 
   examples/bench_ddp.py --hosts 1 --nproc 2          # the peers/ baseline's shape
   examples/bench_ddp.py --hosts 2 --nproc 2          # one rank on each of 2 hosts
+  examples/bench_ddp.py --hosts 2 --nproc 2 --json   # the same, as JSON lines
 """
 import argparse
 import os
@@ -56,6 +57,9 @@ def main() -> int:
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--openblas", default="", help="dir where libopenblas0-pthread was unpacked")
     p.add_argument("--staged", action="store_true", help="gsync without arena buffers")
+    p.add_argument("--json", action="store_true",
+                   help="one JSON object per phase (phase, hosts, ranks, step_ms, exposed), then "
+                        "one with gsync_vs_gloo (gloo's step time / gsync's)")
     p.add_argument("--daemon-arg", action="append", default=[],
                    help="extra gsyncd argument for every host (repeat: --daemon-arg=--algo "
                         "--daemon-arg=ring)")
@@ -75,8 +79,9 @@ def main() -> int:
                "--nproc", str(args.nproc), "--sockets", ",".join(bed.sockets),
                "--steps", str(args.steps), "--warmup", str(args.warmup),
                "--rounds", str(args.rounds), *(["--staged"] if args.staged else []),
+               *(["--json"] if args.json else []),
                *args.model_args]
-        print("$ " + " ".join(cmd), flush=True)
+        print("$ " + " ".join(cmd), file=sys.stderr if args.json else sys.stdout, flush=True)
         return subprocess.run(cmd, env=env).returncode
 
 

@@ -62,6 +62,8 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     p.add_argument("--bench", action="store_true",
                    help="time gloo DDP, gsync DDP and no_sync (no communication) in one run")
     p.add_argument("--rounds", type=int, default=2, help="--bench: rounds of the phases")
+    p.add_argument("--json", action="store_true",
+                   help="--bench: one JSON object per phase, then one with gsync_vs_gloo")
     p.add_argument("--noop-phase", action="store_true",
                    help="--bench: also time DDP with a hook that communicates nothing "
                         "(DDP's own bucket copies and hook overhead, the floor for any hook)")
@@ -242,27 +244,44 @@ def bench_main(args: argparse.Namespace) -> int:
         med = {k: statistics.median(v) for k, v in times.items()}
         hosts = len(args.sockets.split(",")) if args.sockets else 1
         blas = "openblas" if "openblas" in os.environ.get("LD_LIBRARY_PATH", "") else "system"
-        print(f"# bench: ranks={world} hosts={hosts} params={n} grad_bytes={n * 4} "
-              f"batch/rank={args.batch} threads/rank={args.threads} bucket_cap_mb="
-              f"{args.bucket_cap_mb} steps={args.steps} (+{args.warmup} warm-up) x "
-              f"{args.rounds} rounds, torch {torch.__version__}, BLAS {blas}")
         # Other work on the machine only ever adds time, so the best round
         # is shown beside the median: on a shared machine it is the steadier.
         best = {k: min(v) for k, v in times.items()}
-        print(f"# {'phase':9s} {'median_ms':>9s} {'exposed':>8s} {'best_ms':>8s} {'exposed':>8s}"
-              f"   per-round step_ms")
-        for k in phases:
-            rounds = " ".join(f"{v * 1e3:.2f}" for v in times[k])
-            print(f"  {k:9s} {med[k] * 1e3:9.2f} {1 - med['no_sync'] / med[k]:8.3f} "
-                  f"{best[k] * 1e3:8.2f} {1 - best['no_sync'] / best[k]:8.3f}   {rounds}")
-        print(f"  gsync per step: copy-in (bucket -> arena) {statistics.median(copy_in) * 1e3:.2f}"
-              f" ms; in flight (submit -> future done, summed over buckets) "
-              f"{statistics.median(inflight) * 1e3:.2f} ms; zero_copy={not args.staged}",
-              flush=True)
+        if args.json:
+            import json
+            for k in phases:
+                print(json.dumps({"phase": k, "hosts": hosts, "ranks": world,
+                                  "step_ms": med[k] * 1e3, "exposed": 1 - med["no_sync"] / med[k],
+                                  "best_step_ms": best[k] * 1e3,
+                                  "rounds_ms": [v * 1e3 for v in times[k]]}), flush=True)
+            print(json.dumps({"hosts": hosts, "ranks": world,
+                              "gsync_vs_gloo": med["gloo"] / med["gsync"],
+                              "copy_in_ms": statistics.median(copy_in) * 1e3,
+                              "in_flight_ms": statistics.median(inflight) * 1e3}), flush=True)
+        else:
+            print_bench(args, world, hosts, n, blas, phases, times, med, best, copy_in, inflight)
     state.close()
     dist.barrier()
     dist.destroy_process_group()
     return 0
+
+
+def print_bench(args, world, hosts, n, blas, phases, times, med, best, copy_in, inflight) -> None:
+    import torch
+    print(f"# bench: ranks={world} hosts={hosts} params={n} grad_bytes={n * 4} "
+          f"batch/rank={args.batch} threads/rank={args.threads} bucket_cap_mb="
+          f"{args.bucket_cap_mb} steps={args.steps} (+{args.warmup} warm-up) x "
+          f"{args.rounds} rounds, torch {torch.__version__}, BLAS {blas}")
+    print(f"# {'phase':9s} {'median_ms':>9s} {'exposed':>8s} {'best_ms':>8s} {'exposed':>8s}"
+          f"   per-round step_ms")
+    for k in phases:
+        rounds = " ".join(f"{v * 1e3:.2f}" for v in times[k])
+        print(f"  {k:9s} {med[k] * 1e3:9.2f} {1 - med['no_sync'] / med[k]:8.3f} "
+              f"{best[k] * 1e3:8.2f} {1 - best['no_sync'] / best[k]:8.3f}   {rounds}")
+    print(f"  gsync per step: copy-in (bucket -> arena) {statistics.median(copy_in) * 1e3:.2f}"
+          f" ms; in flight (submit -> future done, summed over buckets) "
+          f"{statistics.median(inflight) * 1e3:.2f} ms; zero_copy={not args.staged}",
+          flush=True)
 
 
 def _noop_hook(state, bucket):
