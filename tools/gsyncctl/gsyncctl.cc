@@ -1,10 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
 //
 // gsyncctl: asks a running gsyncd for its status, jobs or clients over the
-// admin socket and prints the reply as text (or as JSON with --json).
+// admin socket and prints the reply as text (or as JSON with --json); and
+// `gsyncctl keygen -o PATH` makes a new cluster key file (docs/security.md).
 //
 // Exit status: 0 ok; 1 the daemon answered with an error; 2 the daemon could
-// not be reached or its reply was not understood; 64 bad command line.
+// not be reached or its reply was not understood; 64 bad command line; 73
+// keygen could not create the key file.
 
 #include <CLI/CLI.hpp>
 #include <chrono>
@@ -12,6 +14,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "daemon/cluster/cluster_key.h"
 #include "gsync_build_config.h"
 #include "tools/gsyncctl/admin_client.h"
 #include "tools/gsyncctl/render.h"
@@ -21,7 +24,8 @@ namespace {
 constexpr const char* kDefaultAdminSocket = "/run/gsync/gsyncd-admin.sock";
 constexpr int kExitDaemonError = 1;
 constexpr int kExitUnreachable = 2;
-constexpr int kExitUsage = 64;  // EX_USAGE, sysexits(3)
+constexpr int kExitUsage = 64;       // EX_USAGE, sysexits(3)
+constexpr int kExitCantCreate = 73;  // EX_CANTCREAT
 constexpr int kDefaultTimeoutMs = 10000;
 
 struct Command {
@@ -39,6 +43,20 @@ constexpr Command kCommands[] = {
     {"ops", "ops in flight (who has not arrived, what they wait for) and recent timelines",
      gsync::cli::render_ops},
 };
+
+// Never prints the key: it goes to the file alone.
+int keygen(const std::string& path) {
+  if (gsync::Status st = gsync::create_cluster_key(path); !st) {
+    std::fprintf(stderr, "gsyncctl keygen: %s\n", st.message().c_str());
+    return kExitCantCreate;
+  }
+  std::printf(
+      "gsyncctl keygen: wrote a new cluster key to %s (mode 0600). Copy it to every host of "
+      "the cluster, readable only by the daemon's user, set [cluster] key_file (or "
+      "--cluster-key) and restart every daemon.\n",
+      path.c_str());
+  return std::fflush(stdout) == 0 ? 0 : kExitCantCreate;
+}
 
 }  // namespace
 
@@ -59,6 +77,11 @@ int main(int argc, char** argv) {
   app.fallthrough();
   app.require_subcommand(1);
   for (const Command& c : kCommands) app.add_subcommand(c.name, c.help);
+  std::string key_path;
+  CLI::App* keygen_cmd =
+      app.add_subcommand("keygen", "write a new random cluster key to a file (mode 0600)");
+  keygen_cmd->add_option("-o,--output", key_path, "the key file to create (never overwritten)")
+      ->required();
 
   try {
     app.parse(argc, argv);
@@ -66,6 +89,7 @@ int main(int argc, char** argv) {
     return app.exit(e) == 0 ? 0 : kExitUsage;
   }
 
+  if (keygen_cmd->parsed()) return keygen(key_path);
   const std::string name = app.get_subcommands().front()->get_name();
   const Command* command = nullptr;
   for (const Command& c : kCommands) {
