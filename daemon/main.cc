@@ -15,7 +15,7 @@ int main(int argc, char** argv) {
   std::string config_path = gsync::kDefaultConfigPath;
   std::string socket, admin_socket, log_level;
   uint32_t reduce_threads = 0, op_timeout_ms = 0;
-  std::string cluster_file, host_id, algorithm, chunk_bytes, transport;
+  std::string cluster_file, host_id, cluster_key, algorithm, chunk_bytes, transport;
   uint32_t tcp_streams = 0;
   int tcp_streams_cross_rack = -1;
   int64_t tcp_buffer_kib = -1, poll_us = -1;
@@ -29,6 +29,8 @@ int main(int argc, char** argv) {
   app.add_option("--poll-us", poll_us, "keep polling this long after an event (0: always sleep)");
   app.add_option("--cluster", cluster_file, "cluster file (overrides [cluster] file)");
   app.add_option("--host-id", host_id, "this daemon's id in the cluster file");
+  app.add_option("--cluster-key", cluster_key,
+                 "cluster key file, mode 0600 (overrides [cluster] key_file; gsyncctl keygen)");
   app.add_option("--algo", algorithm, "cross-host algorithm: auto ring hier direct tree doubling");
   app.add_option("--tcp-streams", tcp_streams, "TCP connections per peer in this host's rack");
   app.add_option("--tcp-streams-cross-rack", tcp_streams_cross_rack,
@@ -56,6 +58,7 @@ int main(int argc, char** argv) {
   if (op_timeout_ms) cfg.op_timeout_ms = op_timeout_ms;
   if (!cluster_file.empty()) cfg.cluster_file = cluster_file;
   if (!host_id.empty()) cfg.host_id = host_id;
+  if (!cluster_key.empty()) cfg.cluster_key_file = cluster_key;
   if (!algorithm.empty()) cfg.algorithm = algorithm;
   if (tcp_streams) cfg.tcp_streams = tcp_streams;
   if (tcp_streams_cross_rack >= 0) cfg.tcp_streams_cross_rack = static_cast<uint32_t>(tcp_streams_cross_rack);

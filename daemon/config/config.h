@@ -37,6 +37,9 @@ struct DaemonConfig {
   // [cluster] Multi-host. No cluster file: this host is the whole world.
   std::string cluster_file;
   std::string host_id;              // this daemon in the file; "": found by local address
+  // The shared cluster key (gsyncctl keygen; mode 0600), read by the control
+  // plane. Required when cluster_file is set (docs/security.md).
+  std::string cluster_key_file;
   uint32_t tcp_streams = 2;         // TCP connections per peer in this host's rack
   uint32_t tcp_streams_cross_rack = 1;  // ... per peer in another rack; 0: tcp_streams
   uint32_t tcp_buffer_kib = 256;    // socket buffers per connection; 0 = kernel autotuning

@@ -50,6 +50,7 @@ const ConfigField kFields[] = {
     {"limits", "inline_reduce_bytes", ConfigKind::kSize, &DaemonConfig::inline_reduce_bytes},
     {"cluster", "file", ConfigKind::kString, &DaemonConfig::cluster_file},
     {"cluster", "host_id", ConfigKind::kString, &DaemonConfig::host_id},
+    {"cluster", "key_file", ConfigKind::kString, &DaemonConfig::cluster_key_file},
     {"cluster", "tcp_streams", ConfigKind::kCount, &DaemonConfig::tcp_streams},
     {"cluster", "tcp_streams_cross_rack", ConfigKind::kCount, &DaemonConfig::tcp_streams_cross_rack},
     {"cluster", "tcp_buffer_kib", ConfigKind::kCount, &DaemonConfig::tcp_buffer_kib},

@@ -39,6 +39,7 @@ void ExpectSameValues(const DaemonConfig& a, const DaemonConfig& b) {
   EXPECT_EQ(a.inline_reduce_bytes, b.inline_reduce_bytes);
   EXPECT_EQ(a.cluster_file, b.cluster_file);
   EXPECT_EQ(a.host_id, b.host_id);
+  EXPECT_EQ(a.cluster_key_file, b.cluster_key_file);
   EXPECT_EQ(a.tcp_streams, b.tcp_streams);
   EXPECT_EQ(a.tcp_streams_cross_rack, b.tcp_streams_cross_rack);
   EXPECT_EQ(a.tcp_buffer_kib, b.tcp_buffer_kib);
@@ -352,6 +353,7 @@ TEST_F(ConfigTest, RoundTripUnusualValues) {
   cfg.ring_entries = 65536;
   cfg.op_timeout_ms = 1;
   cfg.inline_reduce_bytes = 0;
+  cfg.cluster_key_file = "/etc/gsync/a \"cluster\" key";
   cfg.source = "/etc/gsync/\"odd\".toml";
   ASSERT_TRUE(validate_config(cfg).is_ok()) << validate_config(cfg).message();
 
@@ -429,7 +431,8 @@ TEST(ConfigJson, MirrorsTomlLayout) {
   EXPECT_EQ(j["cluster"]["tcp_streams"], 2);
   EXPECT_EQ(j["cluster"]["tcp_streams_cross_rack"], 1);
   EXPECT_EQ(j.size(), 4u);
-  EXPECT_EQ(j["daemon"].size() + j["auth"].size() + j["limits"].size() + j["cluster"].size(), 23u);
+  EXPECT_EQ(j["cluster"]["key_file"], "");
+  EXPECT_EQ(j["daemon"].size() + j["auth"].size() + j["limits"].size() + j["cluster"].size(), 24u);
 }
 
 #ifdef GSYNC_EXAMPLE_CONFIG
