@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "daemon/cluster/cluster_key.h"
 #include "gsync_build_config.h"
 
 namespace gsync::cluster {
@@ -22,8 +23,21 @@ ControlPlane::ControlPlane(const DaemonConfig& cfg, ClusterFile cluster, EventLo
 
 ControlPlane::~ControlPlane() = default;
 
+Status ControlPlane::load_key(std::string* key) const {
+  static_assert(kClusterKeySize == transport::kClusterKeyBytes);
+  if (cfg_.cluster_key_file.empty())
+    return {GSYNC_ERR_INVALID,
+            fmt::format("cluster '{}' ({}): no cluster key. The daemons of a cluster prove a "
+                        "shared key to each other before they exchange anything; make one with "
+                        "`gsyncctl keygen -o /etc/gsync/cluster.key`, copy it to every host "
+                        "(mode 0600) and set [cluster] key_file (or --cluster-key)",
+                        cluster_.name, cluster_.path)};
+  return load_cluster_key(cfg_.cluster_key_file, key);
+}
+
 Status ControlPlane::start() {
   transport::ContextOptions o;
+  if (Status st = load_key(&o.cluster_key); !st) return st;
   o.identity.cluster_name = cluster_.name;
   o.identity.protocol_version = kProtocolVersion;
   o.identity.build_id = GSYNC_VERSION_STRING;

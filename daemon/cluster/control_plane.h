@@ -105,6 +105,8 @@ class ControlPlane {
   void on_leave(int peer, std::string_view msg);
   void on_peer_up(int peer);
   void on_peer_down(int peer, const Status& why);
+  // The cluster key ([cluster] key_file) for the transport.
+  Status load_key(std::string* key) const;
   void bump_epoch();
   void sample_rates();
   void log_started() const;

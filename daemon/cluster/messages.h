@@ -21,7 +21,9 @@ namespace gsync::cluster {
 // handshake (a mismatch is refused naming both). Separate from the client
 // protocol (protocol/wire.h): these messages change without the clients.
 // 2: JobLeave lists the open ops; OpData (type 5) replaced OpResult.
-constexpr uint32_t kProtocolVersion = 2;
+// 3: the handshake proves the cluster key (HELLO's nonce, HELLO_ACK's proof,
+//    AUTH; docs/transport.md, "Authentication").
+constexpr uint32_t kProtocolVersion = 3;
 
 enum MsgType : uint8_t {
   kJobAnnounce = 1,

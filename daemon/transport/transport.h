@@ -14,6 +14,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -41,8 +42,15 @@ struct Identity {
   std::string build_id;
 };
 
+// The cluster key's length: 32 random bytes (docs/security.md).
+constexpr size_t kClusterKeyBytes = 32;
+
 struct ContextOptions {
   Identity identity;
+  // The shared cluster key, kClusterKeyBytes raw bytes. Every connection
+  // proves it in the handshake, both ways (docs/transport.md,
+  // "Authentication"); a context without one refuses to start.
+  std::string cluster_key;
   std::vector<PeerInfo> hosts;  // the whole cluster, in cluster-file order
   int self = -1;                // index of this daemon in hosts
   std::string listen_address;   // default: hosts[self].address

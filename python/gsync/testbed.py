@@ -72,6 +72,7 @@ class Testbed:
         self.hosts: List[Host] = []
         self.output: List[str] = []
         self.cluster_file = ""
+        self.key_file = ""  # the bed's cluster key, every daemon started with it
         deadline = time.monotonic() + start_timeout_s
         columns = []  # (start, Host field) from the header line
         for line in self._proc.stdout:
@@ -86,6 +87,8 @@ class Testbed:
                 self.hosts.append(Host(**cells))
             if line.startswith("cluster file:"):
                 self.cluster_file = line.split(":", 1)[1].strip()
+            if line.startswith("cluster key:"):
+                self.key_file = line.split(":", 1)[1].strip()
             if line.startswith("Ctrl-C tears"):
                 break
             if time.monotonic() > deadline:

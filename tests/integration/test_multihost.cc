@@ -25,6 +25,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "daemon/cluster/cluster_key.h"
 #include "daemon/cluster/messages.h"
 #include "daemon/transport/transport.h"
 #include "gsync_build_config.h"
@@ -737,6 +738,9 @@ int fake_peer(const testbed::Testbed& bed, int self, const std::vector<std::stri
               const std::string& expect) {
   transport::ContextOptions o;
   o.identity = {bed.name(), cluster::kProtocolVersion, GSYNC_VERSION_STRING};
+  // It holds the bed's key: past the handshake, what it sends is checked
+  // like any peer's.
+  if (!load_cluster_key(bed.key_file(), &o.cluster_key)) return 3;
   for (int h = 0; h < bed.hosts(); h++) o.hosts.push_back({bed.host_id(h), bed.address(h), bed.port(h), ""});
   o.self = self;
   Status err;

@@ -72,6 +72,7 @@ class Cluster : public testing::Nodes {
   explicit Cluster(int n, std::vector<std::string> racks = {}) : Nodes(n, 10000, 5) {
     auto ports = testing::free_ports(n);
     base_.identity = {"rxe", 1, "b"};
+    base_.cluster_key = testing::test_key();
     racks.resize(size_t(n));
     for (int i = 0; i < n; i++)
       base_.hosts.push_back({fmt::format("h{}", i), "127.0.0.1", ports[size_t(i)], racks[size_t(i)]});

@@ -13,13 +13,16 @@
 #include <poll.h>
 #include <sys/mman.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <filesystem>
 #include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "daemon/cluster/cluster_key.h"
 #include "daemon/cluster/control_plane.h"
 #include "daemon/collective/engine.h"
 #include "daemon/core/event_loop.h"
@@ -46,7 +49,8 @@ struct Mem {
 };
 
 struct Host {
-  Host(const ClusterFile& cluster, int self) {
+  Host(const ClusterFile& cluster, int self, const std::string& key_file) {
+    cfg.cluster_key_file = key_file;
     cfg.transport = "tcp";
     cfg.poll_us = 0;
     cfg.algorithm = "ring";
@@ -75,10 +79,21 @@ class PlanCacheTest : public ::testing::Test {
     cluster.name = "plans";
     for (int i = 0; i < 2; i++)
       cluster.hosts.push_back({fmt::format("h{}", i), "127.0.0.1", ports[size_t(i)], "r"});
-    for (int i = 0; i < 2; i++) hosts_.push_back(std::make_unique<Host>(cluster, i));
+    // Both hosts read one key file, as the daemons of a cluster do.
+    char dir[] = "/tmp/gsync-plan-cache.XXXXXX";
+    ASSERT_TRUE(mkdtemp(dir)) << strerror(errno);
+    dir_ = dir;
+    Status st = create_cluster_key(dir_ + "/cluster.key");
+    ASSERT_TRUE(st) << st.message();
+    for (int i = 0; i < 2; i++)
+      hosts_.push_back(std::make_unique<Host>(cluster, i, dir_ + "/cluster.key"));
     ASSERT_TRUE(pump([&] { return h(0).cp->peer_up(1) && h(1).cp->peer_up(0); }));
     // The links coming up moved the epoch; the caches follow.
     for (auto& x : hosts_) x->plans->epoch_changed(x->cp->epoch());
+  }
+
+  void TearDown() override {
+    if (!dir_.empty()) std::filesystem::remove_all(dir_);
   }
 
   Host& h(int i) { return *hosts_[size_t(i)]; }
@@ -160,6 +175,7 @@ class PlanCacheTest : public ::testing::Test {
   }
 
   std::vector<std::unique_ptr<Host>> hosts_;
+  std::string dir_;
 };
 
 TEST_F(PlanCacheTest, OnePlanServesEveryStepWithTheSameRegions) {

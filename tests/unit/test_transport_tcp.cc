@@ -24,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "daemon/transport/tcp/auth.h"
 #include "daemon/transport/tcp/frame.h"
 #include "daemon/transport/transport.h"
 #include "tests/util/transport_harness.h"
@@ -48,6 +49,7 @@ class Cluster : public testing::Nodes {
   explicit Cluster(int n, int streams = 2) : Nodes(n, 5000, 2) {
     std::vector<uint16_t> ports = testing::free_ports(n);
     base_.identity = {"test", 7, "build-1"};
+    base_.cluster_key = testing::test_key();
     for (int i = 0; i < n; i++)
       base_.hosts.push_back({fmt::format("h{}", i), "127.0.0.1", ports[size_t(i)], ""});
     base_.streams = streams;
@@ -137,11 +139,28 @@ class RawPeer {
     hello.streams = streams;
     hello.link_id = link;
     hello.instance_id = 99;
-    std::string p = tcp::encode_hello(hello);
+    hello.nonce = tcp::fresh_nonce();
+    hello_sent_ = tcp::encode_hello(hello);
     tcp::FrameHeader h;
     h.type = uint8_t(tcp::FrameType::kHello);
-    h.length = uint32_t(p.size());
-    send_frame(h, p);
+    h.length = uint32_t(hello_sent_.size());
+    send_frame(h, hello_sent_);
+  }
+  // After send_hello: takes the HELLO_ACK from *h and payload (checking the
+  // acceptor's proof under key) and answers AUTH with our proof, as a
+  // connector holding key does. False if the acceptor's proof is wrong.
+  bool send_auth(const std::string& key, const tcp::FrameHeader& h, const std::string& payload) {
+    EXPECT_EQ(h.type, uint8_t(tcp::FrameType::kHelloAck));
+    if (payload.size() <= tcp::kProofBytes) return false;
+    std::string ack = payload.substr(0, payload.size() - tcp::kProofBytes);
+    bool good = tcp::verify(key, tcp::Role::kAcceptor, hello_sent_, ack,
+                            std::string_view(payload).substr(ack.size()));
+    tcp::Proof ours = tcp::prove(key, tcp::Role::kConnector, hello_sent_, ack);
+    tcp::FrameHeader a;
+    a.type = uint8_t(tcp::FrameType::kAuth);
+    a.length = uint32_t(ours.size());
+    send_frame(a, std::string(reinterpret_cast<const char*>(ours.data()), ours.size()));
+    return good;
   }
   int fd() const { return fd_; }
   // Reads whatever has arrived (non-blocking beyond the short timeout).
@@ -166,7 +185,23 @@ class RawPeer {
  private:
   int fd_ = -1;
   std::string in_;
+  std::string hello_sent_;
 };
+
+// Host 0 spoken by a raw socket to host 1 of c, one stream: HELLO, then
+// the HELLO_ACK and AUTH with key, until host 1 has the link up.
+void raw_link(Cluster& c, RawPeer& raw, uint64_t link, const std::string& key) {
+  ASSERT_TRUE(raw.connect_to(c.options(1).hosts[1].port));
+  raw.send_hello(c.options(0).identity, 0, "h0", 0, 1, link);
+  tcp::FrameHeader h;
+  std::string payload;
+  ASSERT_TRUE(c.pump([&] {
+    raw.read_some();
+    return raw.frame(&h, &payload);
+  }));
+  ASSERT_TRUE(raw.send_auth(key, h, payload));
+  ASSERT_TRUE(c.pump([&] { return c[1].ctx->peer_up(0); }));
+}
 
 // --- Bring-up -----------------------------------------------------------------
 
@@ -488,6 +523,190 @@ TEST(TcpTransport, CrossRackStreamCountMismatchIsRefused) {
   EXPECT_NE(err.find("expects 3"), std::string::npos) << err;
 }
 
+// --- The cluster key ----------------------------------------------------------
+
+TEST(TcpTransport, AContextWithoutAKeyDoesNotStart) {
+  Cluster c(2);
+  for (const std::string& key : {std::string(), std::string(16, 'k')}) {
+    ContextOptions o = c.options(0);
+    o.cluster_key = key;
+    Status st;
+    EXPECT_FALSE(make_tcp_context(o, &st));
+    EXPECT_EQ(st.code(), GSYNC_ERR_INVALID);
+    EXPECT_NE(st.message().find(key.empty() ? "no cluster key" : "is 16 bytes, not 32"),
+              std::string::npos)
+        << st.message();
+  }
+}
+
+// The same key on both ends: the link comes up on every stream (every one
+// proved it); then one end holds another key, as a daemon given another
+// cluster's key file would.
+class KeyMismatch : public ::testing::TestWithParam<int> {};
+
+TEST_P(KeyMismatch, IsReportedOnBothSidesNamingTheOtherHost) {
+  Cluster same(2, 3);
+  same.start(0);
+  same.start(1);
+  ASSERT_TRUE(same.pump([&] { return same.all_up(); }));
+  EXPECT_EQ(same[0].ctx->stats(1).streams, 3);
+  EXPECT_EQ(same[0].ctx->stats(1).last_error.find("key"), std::string::npos)
+      << same[0].ctx->stats(1).last_error;
+
+  LogCapture log;
+  Cluster c(2);
+  int odd = GetParam();  // 0: the connector holds the other key; 1: the acceptor
+  ContextOptions other = c.options(odd);
+  other.cluster_key = testing::test_key('x');
+  for (int i = 0; i < 2; i++) c.start(i, i == odd ? &other : nullptr);
+  auto mismatch = [&](int i) {
+    return c[i].ctx->stats(1 - i).last_error.find("key mismatch") != std::string::npos;
+  };
+  ASSERT_TRUE(c.pump([&] { return mismatch(0) && mismatch(1); }, 3000))
+      << c[0].ctx->stats(1).last_error << "\n"
+      << c[1].ctx->stats(0).last_error;
+  c.idle(300);  // several retries: still refused, still one line per side
+  EXPECT_FALSE(c[0].ctx->peer_up(1));
+  EXPECT_FALSE(c[1].ctx->peer_up(0));
+  EXPECT_TRUE(c[0].ups.empty() && c[1].ups.empty());
+  std::string e0 = c[0].ctx->stats(1).last_error, e1 = c[1].ctx->stats(0).last_error;
+  EXPECT_NE(e0.find("key mismatch: h1 (127.0.0.1:"), std::string::npos) << e0;
+  EXPECT_NE(e0.find("this daemon h0 holds"), std::string::npos) << e0;
+  EXPECT_NE(e1.find("key mismatch: h0 (127.0.0.1:"), std::string::npos) << e1;
+  EXPECT_NE(e1.find("this daemon h1 holds"), std::string::npos) << e1;
+  auto lines = log.lines_with("error", "key mismatch");
+  ASSERT_EQ(lines.size(), 2u) << "one line on each side, not one per retry:\n" << log.text();
+  // The acceptor's line says where the connection came from.
+  EXPECT_EQ(log.lines_with("error", "refused a connection from 127.0.0.1:").size(), 1u)
+      << log.text();
+}
+
+INSTANTIATE_TEST_SUITE_P(Side, KeyMismatch, ::testing::Values(0, 1));
+
+// The connector is up once every stream's HELLO_ACK proved the key, and
+// sends at once - from inside its on_peer_up - while the acceptor may
+// still wait for the AUTH of another stream. What it sent waits unread on
+// its stream until the whole link is in: it arrives, whole and in order,
+// after the acceptor's on_peer_up.
+TEST(TcpTransport, WhatTheConnectorSendsOnceUpArrivesAfterTheAcceptorIsUp) {
+  constexpr int kStreams = 4;
+  Cluster c(2, kStreams);
+  Node& acceptor = c.start(1);
+  std::vector<uint8_t> dst(4 << 20, 0);
+  Region r = acceptor.ctx->register_region(dst.data(), dst.size());
+  std::vector<uint8_t> src = pattern(dst.size(), 8);
+  bool early = false;  // something reached the acceptor before its on_peer_up
+  Node& connector = c.fresh(0);
+  Status st;
+  connector.ctx = make_tcp_context(c.options(0), &st);
+  ASSERT_TRUE(connector.ctx) << st.message();
+  Handlers h = connector.recorder();
+  auto record_up = h.on_peer_up;
+  h.on_peer_up = [&](int p) {
+    record_up(p);
+    for (int i = 0; i < 20; i++) connector.ctx->send_control(1, fmt::format("m{}", i));
+    // Cut into one piece per stream: every stream carries data at once.
+    connector.ctx->write(1, src.data(), src.size(), r.id, 0, 5, 5);
+  };
+  ASSERT_TRUE(connector.ctx->start(std::move(h)));
+  ASSERT_TRUE(c.pump([&] {
+    early =
+        early || ((!acceptor.controls.empty() || !acceptor.landed.empty()) && acceptor.ups.empty());
+    return acceptor.controls.size() == 20 && acceptor.landed.size() == 1;
+  }));
+  EXPECT_FALSE(early);
+  EXPECT_EQ(acceptor.ups, std::vector<int>{0});
+  for (int i = 0; i < 20; i++)
+    EXPECT_EQ(acceptor.controls[size_t(i)].second, fmt::format("m{}", i));
+  EXPECT_EQ(dst, src);
+  EXPECT_TRUE(acceptor.downs.empty()) << acceptor.downs[0].second.message();
+  EXPECT_TRUE(connector.downs.empty());
+}
+
+// A process that knows the cluster's name, build and hosts but not its key
+// says HELLO as host 0, then sends a frame instead of a good AUTH - at once
+// or after the HELLO_ACK, or after an AUTH made with another key. Its
+// connection is dropped before anything of it is taken: nothing lands in
+// the region, no control message is delivered, the link never comes up,
+// and one error line names its address.
+struct Unproved {
+  const char* name;
+  bool wait_ack;        // read the HELLO_ACK before going on
+  bool wrong_auth;      // answer it with an AUTH made with another key
+  tcp::FrameType then;  // what it sends next
+};
+
+void PrintTo(const Unproved& u, std::ostream* os) { *os << u.name; }
+
+class UnprovedPeer : public ::testing::TestWithParam<Unproved> {};
+
+TEST_P(UnprovedPeer, IsDroppedBeforeAnythingLands) {
+  const Unproved& u = GetParam();
+  LogCapture log;
+  Cluster c(2, 1);
+  c.start(1);
+  std::vector<uint8_t> mem(4096, 0);
+  Region r = c[1].ctx->register_region(mem.data(), mem.size());
+  RawPeer raw;
+  ASSERT_TRUE(raw.connect_to(c.options(1).hosts[1].port));
+  raw.send_hello(c.options(0).identity, 0, "h0", 0, 1, 79);
+  if (u.wait_ack) {
+    tcp::FrameHeader h;
+    std::string payload;
+    ASSERT_TRUE(c.pump([&] {
+      raw.read_some();
+      return raw.frame(&h, &payload);
+    }));
+    ASSERT_EQ(h.type, uint8_t(tcp::FrameType::kHelloAck));
+    if (u.wrong_auth) {
+      EXPECT_FALSE(raw.send_auth(testing::test_key('x'), h, payload));
+    }
+  }
+  tcp::FrameHeader f;
+  f.type = uint8_t(u.then);
+  f.length = 4096;
+  if (u.then == tcp::FrameType::kWrite) {
+    f.region = r.id;
+    f.write_len = 4096;
+  }
+  raw.send_frame(f, std::string(4096, 'z'));
+  bool closed = false;
+  ASSERT_TRUE(c.pump([&] {
+    closed = closed || !raw.read_some();
+    return closed;
+  })) << "the connection stayed open";
+  c.idle(50);
+  EXPECT_TRUE(std::all_of(mem.begin(), mem.end(), [](uint8_t b) { return b == 0; }));
+  EXPECT_TRUE(c[1].landed.empty());
+  EXPECT_TRUE(c[1].controls.empty());
+  EXPECT_TRUE(c[1].ups.empty());
+  EXPECT_FALSE(c[1].ctx->peer_up(0));
+  if (u.wrong_auth) {
+    EXPECT_EQ(log.lines_with("error", "refused a connection from 127.0.0.1:").size(), 1u)
+        << log.text();
+    EXPECT_NE(c[1].ctx->stats(0).last_error.find("key mismatch: h0 ("), std::string::npos)
+        << c[1].ctx->stats(0).last_error;
+  } else {
+    auto lines = log.lines_with("error", "dropping the connection from 127.0.0.1:");
+    ASSERT_EQ(lines.size(), 1u) << log.text();
+    EXPECT_NE(lines[0].find("claimed to be h0 (127.0.0.1:"), std::string::npos) << lines[0];
+    EXPECT_NE(lines[0].find(std::string(tcp::frame_type_name(uint8_t(u.then))) +
+                            " frame of 4096 bytes where AUTH was due"),
+              std::string::npos)
+        << lines[0];
+  }
+  c[1].ctx->deregister_region(r.id, nullptr);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Key, UnprovedPeer,
+    ::testing::Values(Unproved{"WriteRightAfterHello", false, false, tcp::FrameType::kWrite},
+                      Unproved{"ControlRightAfterHello", false, false, tcp::FrameType::kControl},
+                      Unproved{"WriteInsteadOfAuth", true, false, tcp::FrameType::kWrite},
+                      Unproved{"ControlInsteadOfAuth", true, false, tcp::FrameType::kControl},
+                      Unproved{"WriteAfterAnAuthOfAnotherKey", true, true, tcp::FrameType::kWrite}),
+    [](const auto& info) { return std::string(info.param.name); });
+
 // --- A misbehaving peer ------------------------------------------------------
 
 // Host 0 is a raw socket; hosts 1 and 2 are real contexts. The raw peer is
@@ -509,17 +728,19 @@ TEST(TcpTransport, MalformedWriteDropsOnlyThatPeer) {
   Identity id = c.options(0).identity;
   s0.send_hello(id, 0, "h0", 0, 2, 4242);
   s1.send_hello(id, 0, "h0", 1, 2, 4242);
-  tcp::FrameHeader h;
-  std::string payload;
+  tcp::FrameHeader h0, h1;
+  std::string p0, p1;
   bool acked0 = false, acked1 = false;
   ASSERT_TRUE(c.pump([&] {
     s0.read_some();
     s1.read_some();
-    acked0 = acked0 || s0.frame(&h, &payload);
-    acked1 = acked1 || s1.frame(&h, &payload);
+    acked0 = acked0 || s0.frame(&h0, &p0);
+    acked1 = acked1 || s1.frame(&h1, &p1);
     return acked0 && acked1;
   }));
-  EXPECT_EQ(h.type, uint8_t(tcp::FrameType::kHelloAck));
+  EXPECT_EQ(h0.type, uint8_t(tcp::FrameType::kHelloAck));
+  ASSERT_TRUE(s0.send_auth(c.base().cluster_key, h0, p0));
+  ASSERT_TRUE(s1.send_auth(c.base().cluster_key, h1, p1));
   ASSERT_TRUE(c.pump([&] { return c[1].ctx->peer_up(0); }));
 
   tcp::FrameHeader bad;
@@ -585,9 +806,7 @@ TEST(TcpTransport, SilentPeerIsDeclaredDown) {
   c.base().peer_timeout_ms = 400;
   c.start(1);
   RawPeer raw;
-  ASSERT_TRUE(raw.connect_to(c.options(1).hosts[1].port));
-  raw.send_hello(c.options(0).identity, 0, "h0", 0, 1, 77);
-  ASSERT_TRUE(c.pump([&] { return c[1].ctx->peer_up(0); }));
+  ASSERT_NO_FATAL_FAILURE(raw_link(c, raw, 77, c.base().cluster_key));
   auto t0 = Clock::now();
   ASSERT_TRUE(c.pump(
       [&] {
@@ -612,9 +831,7 @@ TEST(TcpTransport, CoalescedAndTrickledFramesAreEachDelivered) {
   Cluster c(2, 1);
   c.start(1);
   RawPeer raw;
-  ASSERT_TRUE(raw.connect_to(c.options(1).hosts[1].port));
-  raw.send_hello(c.options(0).identity, 0, "h0", 0, 1, 78);
-  ASSERT_TRUE(c.pump([&] { return c[1].ctx->peer_up(0); }));
+  ASSERT_NO_FATAL_FAILURE(raw_link(c, raw, 78, c.base().cluster_key));
 
   const uint64_t big = 40 << 10;  // larger than the read-ahead
   std::vector<uint8_t> mem(2 * (big + 4096), 0);

@@ -28,6 +28,7 @@ using verbs::Registration;
 ContextOptions two_hosts() {
   ContextOptions o;
   o.identity = {"test", 1, "b"};
+  o.cluster_key = std::string(kClusterKeyBytes, 'k');
   o.hosts = {{"h0", "127.0.0.1", 0, ""}, {"h1", "127.0.0.1", 1, ""}};
   o.self = 0;
   return o;
@@ -75,6 +76,19 @@ TEST(VerbsSelect, TcpWhenVerbsIsNotAskedFor) {
   ASSERT_TRUE(ctx) << err.message();
   EXPECT_EQ(ctx->stats(1).transport, "tcp");
   EXPECT_NE(log.text().find("transport: tcp (verbs not asked for)"), std::string::npos);
+}
+
+// The composite (the verbs context's TCP bootstrap) and the plain TCP
+// context alike: no key, no context.
+TEST(VerbsSelect, AContextWithoutAKeyDoesNotStart) {
+  ContextOptions o = two_hosts();
+  o.cluster_key.clear();
+  for (bool prefer_verbs : {true, false}) {
+    Status err;
+    auto ctx = make_context(o, prefer_verbs, &err);
+    EXPECT_FALSE(ctx);
+    EXPECT_NE(err.message().find("no cluster key"), std::string::npos) << err.message();
+  }
 }
 
 TEST(VerbsSelect, RequiredVerbsFailsNamingTheReason) {

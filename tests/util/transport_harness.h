@@ -23,6 +23,10 @@
 
 namespace gsync::transport::testing {
 
+// A cluster key for contexts in one test (every context needs one); fill
+// makes another cluster's.
+inline std::string test_key(char fill = 'k') { return std::string(kClusterKeyBytes, fill); }
+
 // Ports nobody listens on right now: bound to port 0 together (so they
 // differ), then released for the contexts to take.
 inline std::vector<uint16_t> free_ports(int n) {

@@ -68,6 +68,7 @@ int run_up(const Options& options) {
   else
     fmt::print("loopback ({})\n", bed->loopback_reason());
   fmt::print("cluster file: {}\n", bed->cluster_file());
+  fmt::print("cluster key:  {}\n", bed->key_file());
   if (options.start_daemons)
     fmt::print("daemon logs:  {}/<host>/gsyncd.log\n", bed->dir());
   else

@@ -24,6 +24,7 @@
 #include <sstream>
 #include <thread>
 
+#include "daemon/cluster/cluster_key.h"
 #include "tools/common/procs.h"
 #include "tools/testbed/commands.h"
 #include "tools/testbed/probes.h"
@@ -150,6 +151,10 @@ Status Testbed::build(const Options& options) {
     if (Status st = verify_network(); !st) return st;
   }
   if (Status st = write_cluster_file(); !st) return st;
+  // A key per bed, as a real cluster has one: every daemon proves it to
+  // its peers, and a bed's daemons never accept another bed's.
+  if (Status st = create_cluster_key(key_file_); !st)
+    return {st.code(), "testbed: " + st.message()};
   if (!options_.start_daemons) return Status::ok();
   std::vector<int> all;
   for (int h = 0; h < hosts(); h++) {
@@ -186,6 +191,7 @@ Status Testbed::plan(const Options& o) {
   dir_ = tmpl;
   chmod(dir_.c_str(), 0755);  // clients of other uids reach the sockets inside
   cluster_file_ = dir_ + "/cluster.toml";
+  key_file_ = dir_ + "/cluster.key";
 
   if (o.start_daemons) {
     std::string want = o.gsyncd.empty() ? tools::gsyncd_path() : o.gsyncd;
@@ -362,9 +368,14 @@ Status Testbed::write_cluster_file() {
 
 std::vector<std::string> Testbed::daemon_command(int h) const {
   const Host& host = hosts_.at(static_cast<size_t>(h));
-  std::vector<std::string> argv = {
-      gsyncd_,       "--socket",  host.socket, "--admin-socket", host.admin_socket, "--cluster",
-      cluster_file_, "--host-id", host.id,     "--log-level",    options_.log_level};
+  std::vector<std::string> argv = {gsyncd_};
+  for (const auto& [flag, value] : {std::pair<std::string, std::string>{"--socket", host.socket},
+                                    {"--admin-socket", host.admin_socket},
+                                    {"--cluster", cluster_file_},
+                                    {"--host-id", host.id},
+                                    {"--log-level", options_.log_level},
+                                    {"--cluster-key", key_file_}})
+    argv.insert(argv.end(), {flag, value});
   argv.insert(argv.end(), options_.daemon_args.begin(), options_.daemon_args.end());
   return argv;
 }

@@ -76,10 +76,10 @@ struct Options {
 // daemon's command line and the tail of its log.
 class Testbed {
  public:
-  // Builds the network, writes cluster.toml, verifies host-to-host TCP
-  // reachability, starts one gsyncd per host and waits until each daemon's
-  // client and admin sockets accept connections. On failure everything made
-  // so far is torn down before returning.
+  // Builds the network, writes cluster.toml and a new cluster key, verifies
+  // host-to-host TCP reachability, starts one gsyncd per host and waits
+  // until each daemon's client and admin sockets accept connections. On
+  // failure everything made so far is torn down before returning.
   static Status create(const Options& options, std::unique_ptr<Testbed>* out);
 
   // Stops the daemons (SIGTERM, SIGKILL after 5 s), SIGKILLs anything else
@@ -101,6 +101,9 @@ class Testbed {
   std::string socket(int h) const { return hosts_.at(h).socket; }
   std::string admin_socket(int h) const { return hosts_.at(h).admin_socket; }
   std::string cluster_file() const { return cluster_file_; }
+  // The bed's cluster key (dir()/cluster.key, mode 0600, made by create()),
+  // which every daemon is started with (--cluster-key).
+  std::string key_file() const { return key_file_; }
   std::string dir() const { return dir_; }
   // Prefix of every name this bed made, e.g. "gtb-4242-1"; also the
   // cluster's name in cluster.toml.
@@ -168,7 +171,7 @@ class Testbed {
   bool wait_port_released(int h) const;
 
   Options options_;
-  std::string name_, dir_, cluster_file_, gsyncd_;
+  std::string name_, dir_, cluster_file_, key_file_, gsyncd_;
   std::string fabric_netns_, loopback_reason_;
   std::vector<std::string> made_netns_;  // in creation order, for teardown
   std::vector<Host> hosts_;

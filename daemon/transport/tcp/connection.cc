@@ -183,6 +183,17 @@ void Connection::push(SendItem* it) {
   last_queued_ = Clock::now();
 }
 
+void Connection::push_frame(FrameType type, std::string_view payload) {
+  SendItem* it = item();
+  it->header.type = static_cast<uint8_t>(type);
+  it->header.length = static_cast<uint32_t>(payload.size());
+  if (!payload.empty()) {
+    it->owned.assign(payload);
+    it->use_owned = true;
+  }
+  push(it);
+}
+
 void Connection::post_send() {
   if (send_posted_ || head_ == nullptr || phase == Phase::kConnecting || phase == Phase::kClosing)
     return;

@@ -26,6 +26,7 @@
 #include <utility>
 #include <vector>
 
+#include "daemon/transport/tcp/auth.h"
 #include "daemon/transport/tcp/device.h"
 #include "daemon/transport/tcp/frame.h"
 
@@ -122,6 +123,8 @@ class Connection {
   // A pooled item, reset, for push().
   SendItem* item();
   void push(SendItem* item);
+  // Queues a frame whose payload is copied (everything but WRITE).
+  void push_frame(FrameType type, std::string_view payload);
   // Sends what is queued if no send is in flight.
   void post_send();
   // A send completed with res >= 0 bytes: retires the frames it finished,
@@ -147,12 +150,13 @@ class Connection {
   // Owned by whoever drives the connection (Pair, or TcpContext before HELLO).
   Phase phase = Phase::kHandshake;
   bool outbound;
-  bool acked = false;             // outbound: HELLO_ACK received
+  bool acked = false;             // outbound: HELLO_ACK received and its proof checked
   bool close_after_send = false;  // REFUSE queued: close once it is sent
   bool releasing = false;         // a deregister_region waits for its recv
   Pair* pair = nullptr;           // null until a HELLO names the peer
   int stream = -1;
   Clock::time_point deadline{};  // for an unidentified inbound connection
+  Handshake hs;                  // until the cluster key is proved both ways
 
  private:
   // Moves what the stage holds (up to what is still expected) into place.

@@ -72,6 +72,15 @@ Status TcpContext::create(const ContextOptions& o, std::unique_ptr<TcpContext>* 
     return {GSYNC_ERR_INVALID,
             fmt::format("tcp transport: reconnect backoff {}..{} ms is not a range",
                         o.reconnect_min_ms, o.reconnect_max_ms)};
+  if (o.cluster_key.size() != kClusterKeyBytes)
+    return {
+        GSYNC_ERR_INVALID,
+        fmt::format("tcp transport: {}; every connection proves the cluster key "
+                    "(docs/security.md), so a context without one does not start",
+                    o.cluster_key.empty() ? std::string("no cluster key")
+                                          : fmt::format("the cluster key is {} bytes, not {}",
+                                                        o.cluster_key.size(), kClusterKeyBytes))};
+  if (Status st = init_crypto(); !st) return st;
   std::unordered_set<std::string> ids;
   for (int i = 0; i < n; i++) {
     const PeerInfo& h = o.hosts[static_cast<size_t>(i)];
@@ -255,6 +264,7 @@ void TcpContext::poll() {
     while (n < kMaxCompletionsPerPoll && device_->next(&c)) {
       dispatch(c);
       flush_events();
+      run_resumed();
       n++;
     }
     device_->submit();
@@ -322,19 +332,7 @@ void TcpContext::dispatch(const Completion& cq) {
           on_connection_error(c, strerror(-cq.res));
           return;
         case Connection::RecvResult::kDone:
-          // Frames the read-ahead holds in full are handled here, one after
-          // another, with no recv between them; the events each one raised
-          // (a link coming up) are delivered before the next, as they would
-          // be between two completions.
-          for (;;) {
-            if (c->pair != nullptr)
-              c->pair->on_received(c);
-            else
-              on_unidentified(c);
-            if (c->closed() || !c->take_ready()) break;
-            flush_events();
-            if (c->closed()) break;
-          }
+          run_frames(c);
           return;
       }
       return;
@@ -360,11 +358,49 @@ void TcpContext::dispatch(const Completion& cq) {
   }
 }
 
+void TcpContext::run_frames(Connection* c) {
+  // Frames the read-ahead holds in full are handled here, one after
+  // another, with no recv between them; the events each one raised (a link
+  // coming up) are delivered before the next, as they would be between two
+  // completions.
+  for (;;) {
+    if (c->pair != nullptr)
+      c->pair->on_received(c);
+    else
+      on_unidentified(c);
+    if (c->closed() || !c->take_ready()) break;
+    flush_events();
+    if (c->closed()) break;
+  }
+}
+
+void TcpContext::run_resumed() {
+  // After flush_events(): the link's on_peer_up has run, so what its
+  // connector sent right after AUTH (on these streams) comes after it.
+  while (!resume_.empty()) {
+    std::vector<Connection*> list;
+    list.swap(resume_);
+    for (Connection* c : list) {
+      if (c->closed()) continue;  // the link failed meanwhile; reap() frees it
+      c->expect_header();
+      if (c->take_ready()) run_frames(c);
+      flush_events();
+    }
+  }
+}
+
 void TcpContext::on_connection_error(Connection* c, const std::string& what) {
-  if (c->pair != nullptr)
+  if (c->pair != nullptr) {
     c->pair->on_connection_error(c, what);
-  else
+  } else if (c->hs.awaiting_auth) {
+    // A connector gives up all its streams when one fails (a key mismatch
+    // it saw on another stream, a timeout): said where it failed, not here.
+    spdlog::debug("tcp transport: the connection from {} ended before its AUTH: {}", c->remote(),
+                  what);
+    drop_unidentified(c, "");
+  } else {
     drop_unidentified(c, c->close_after_send ? "" : what);
+  }
 }
 
 // --- Connections, timers, events -------------------------------------------
@@ -405,9 +441,11 @@ void TcpContext::run_timers() {
   std::vector<Connection*> waiting = unidentified_;
   for (Connection* c : waiting) {
     if (now >= c->deadline)
-      drop_unidentified(c, c->close_after_send
-                               ? ""
-                               : fmt::format("no HELLO within {} ms", handshake_timeout_ms()));
+      drop_unidentified(
+          c, c->close_after_send ? ""
+             : c->hs.awaiting_auth
+                 ? fmt::format("no AUTH within {} ms of connecting", handshake_timeout_ms())
+                 : fmt::format("no HELLO within {} ms", handshake_timeout_ms()));
     else
       next = std::min(next, c->deadline);
   }

@@ -57,6 +57,10 @@ class TcpContext final : public Context {
   int streams_for(int peer) const;
   Connection* new_connection(int fd, bool outbound, std::string remote);
   void retire(Connection* c);
+  // An adopted connection that has waited, unread, for the rest of its
+  // link: reads (and handles) what it holds once the current completion
+  // and the events it raised (the link coming up) are done.
+  void resume_later(Connection* c) { resume_.push_back(c); }
   // Handler calls that must not run in the middle of a state change: queued
   // and run, in order, once the completion being handled is done.
   void post_write_done(int peer, uint64_t cookie, Status st);
@@ -77,8 +81,15 @@ class TcpContext final : public Context {
   void post_accept();
   void on_accept(int res);
   void on_connection_error(Connection* c, const std::string& what);
-  // Frames of an inbound connection that has not said who it is yet.
+  // Frames of a connection until it is complete: the frames a read
+  // completion (or the read-ahead) holds, handled one after another.
+  void run_frames(Connection* c);
+  void run_resumed();
+  // Frames of an inbound connection that has not said who it is yet, or
+  // has not proved the cluster key yet (inbound.cc).
   void on_unidentified(Connection* c);
+  void send_hello_ack(Connection* c, const Hello& theirs);
+  void on_auth(Connection* c);
   void drop_unidentified(Connection* c, const std::string& why);
   std::string check_hello(const Hello& h) const;
   void refuse(Connection* c, int claimed_index, const std::string& reason);
@@ -99,6 +110,7 @@ class TcpContext final : public Context {
 
   std::unordered_map<Connection*, std::unique_ptr<Connection>> conns_;
   std::vector<Connection*> unidentified_;
+  std::vector<Connection*> resume_;  // resume_later()
   std::vector<Connection*> closing_;
   std::vector<std::unique_ptr<Pair>> pairs_;  // by host index; null for self
 

@@ -10,9 +10,9 @@ namespace gsync::transport::tcp {
 namespace {
 
 // Hello layout: u32 host_index, u32 stream, u32 streams, u32 protocol_version,
-// u64 link_id, u64 instance_id, then cluster_name, build_id, host_id, each
-// as u16 length + bytes.
-constexpr size_t kHelloFixed = 4 * 4 + 2 * 8;
+// u64 link_id, u64 instance_id, u8[32] nonce, then cluster_name, build_id,
+// host_id, each as u16 length + bytes.
+constexpr size_t kHelloFixed = 4 * 4 + 2 * 8 + kNonceBytes;
 
 template <typename T>
 void put(std::string* out, T v) {
@@ -62,6 +62,7 @@ std::string encode_hello(const Hello& h) {
   put<uint32_t>(&out, h.identity.protocol_version);
   put<uint64_t>(&out, h.link_id);
   put<uint64_t>(&out, h.instance_id);
+  put(&out, h.nonce);
   // Longer strings are cut rather than refused here: the far side compares
   // them and names the mismatch, which is the more useful error.
   auto cut = [](const std::string& s) { return std::string_view(s).substr(0, kMaxHelloString); };
@@ -75,7 +76,8 @@ bool decode_hello(const uint8_t* data, size_t len, Hello* out, std::string* why)
   Reader r(data, len);
   Hello h;
   if (!r.get(&h.host_index) || !r.get(&h.stream) || !r.get(&h.streams) ||
-      !r.get(&h.identity.protocol_version) || !r.get(&h.link_id) || !r.get(&h.instance_id)) {
+      !r.get(&h.identity.protocol_version) || !r.get(&h.link_id) || !r.get(&h.instance_id) ||
+      !r.get(&h.nonce)) {
     *why = fmt::format("hello payload of {} bytes is shorter than its fixed part ({} bytes)", len,
                        kHelloFixed);
     return false;
@@ -107,6 +109,8 @@ std::string_view frame_type_name(uint8_t type) {
       return "WRITE";
     case FrameType::kHeartbeat:
       return "HEARTBEAT";
+    case FrameType::kAuth:
+      return "AUTH";
   }
   return "unknown";
 }

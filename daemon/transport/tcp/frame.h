@@ -7,6 +7,7 @@
 // lists the fields and the handshake.
 #pragma once
 
+#include <array>
 #include <bit>
 #include <cstddef>
 #include <cstdint>
@@ -22,16 +23,24 @@ namespace gsync::transport::tcp {
 static_assert(std::endian::native == std::endian::little, "the frame format is little-endian");
 
 constexpr uint32_t kFrameMagic = 0x54535347;  // "GSST" on the wire
-constexpr uint16_t kFrameVersion = 1;
+// 2: HELLO carries a nonce, HELLO_ACK a proof, and AUTH is new (the cluster
+// key's challenge-response). A daemon of version 1 is refused naming both.
+constexpr uint16_t kFrameVersion = 2;
 
 enum class FrameType : uint8_t {
   kHello = 1,      // connector -> acceptor, first frame of every connection
-  kHelloAck = 2,   // acceptor -> connector: all streams of the link accepted
+  kHelloAck = 2,   // acceptor -> connector: its hello and its proof of the key
   kRefuse = 3,     // acceptor -> connector: payload is the reason, then close
   kControl = 4,    // payload <= kMaxControl, stream 0 only
   kWrite = 5,      // payload lands in region at offset
   kHeartbeat = 6,  // no payload; keeps an idle link alive
+  kAuth = 7,       // connector -> acceptor, after HELLO_ACK: its proof of the key
 };
+
+// The handshake's challenge and response (tcp/auth.h computes them).
+constexpr size_t kNonceBytes = 32;
+constexpr size_t kProofBytes = 32;  // HMAC-SHA-256
+using Nonce = std::array<uint8_t, kNonceBytes>;
 
 struct FrameHeader {
   uint32_t magic = kFrameMagic;
@@ -50,7 +59,8 @@ static_assert(sizeof(FrameHeader) == 48 && offsetof(FrameHeader, write_len) == 4
 
 // A HELLO or HELLO_ACK payload: who is speaking, and which connection of
 // which link this is. The acceptor answers with its own Hello in HELLO_ACK so
-// the connector can check it reached the daemon it meant to.
+// the connector can check it reached the daemon it meant to; HELLO_ACK's
+// payload is that hello followed by the acceptor's kProofBytes proof.
 struct Hello {
   Identity identity;
   uint32_t host_index = 0;
@@ -62,10 +72,14 @@ struct Hello {
   uint64_t link_id = 0;
   // Random per process: tells a restarted daemon from a reconnecting one.
   uint64_t instance_id = 0;
+  // Fresh per connection: the other side's proof covers it, so a proof
+  // recorded from one connection is worth nothing on another.
+  Nonce nonce{};
 };
 
 constexpr size_t kMaxHelloString = 1024;
-constexpr size_t kMaxHello = 3 * (2 + kMaxHelloString) + 32;
+constexpr size_t kMaxHello = 3 * (2 + kMaxHelloString) + 32 + kNonceBytes;
+constexpr size_t kMaxHelloAck = kMaxHello + kProofBytes;
 constexpr size_t kMaxRefuse = 4096;
 
 std::string encode_hello(const Hello& h);

@@ -1,9 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 //
-// TcpContext's inbound half: accepting connections and identifying them by
+// TcpContext's inbound half: accepting connections, identifying them by
 // their HELLO (cluster name, protocol version, build id, which host, which
-// stream), then handing each to its peer's Pair or refusing it with a
-// REFUSE that names both sides' values.
+// stream), answering with HELLO_ACK and its proof of the cluster key,
+// checking the connector's AUTH, and only then handing each to its peer's
+// Pair - or refusing it with a REFUSE that names both sides' values.
 #include <sys/socket.h>
 
 #include <cerrno>
@@ -55,6 +56,10 @@ void TcpContext::on_unidentified(Connection* c) {
     // Refused: whatever it sends now is not read.
     return;
   }
+  if (c->hs.awaiting_auth) {
+    on_auth(c);
+    return;
+  }
   if (c->rx_stage() == Connection::RxStage::kHeader) {
     const FrameHeader& h = c->header();
     if (h.magic != kFrameMagic) {
@@ -85,8 +90,70 @@ void TcpContext::on_unidentified(Connection* c) {
   }
   int index =
       hello.host_index < static_cast<uint32_t>(size()) ? static_cast<int>(hello.host_index) : -1;
-  std::string refusal = check_hello(hello);
-  if (refusal.empty()) refusal = pairs_[static_cast<size_t>(index)]->adopt(c, hello);
+  if (std::string refusal = check_hello(hello); !refusal.empty()) {
+    refuse(c, index, refusal);
+    return;
+  }
+  send_hello_ack(c, hello);
+}
+
+void TcpContext::send_hello_ack(Connection* c, const Hello& theirs) {
+  // Answered at once, on this connection alone: its pair hears of it only
+  // once its AUTH has proved the key, so a process without the key can
+  // neither take a link down (a new link id replaces an up link) nor hold
+  // a stream's place in one.
+  Hello ack;
+  ack.identity = options_.identity;
+  ack.host_index = static_cast<uint32_t>(self());
+  ack.host_id = options_.hosts[static_cast<size_t>(self())].host_id;
+  ack.stream = theirs.stream;
+  ack.streams = theirs.streams;  // check_hello: what we expect for this peer
+  ack.link_id = theirs.link_id;
+  ack.instance_id = instance_id_;
+  ack.nonce = fresh_nonce();
+  c->hs.claimed = theirs;
+  c->hs.connector_hello.assign(c->small_payload());
+  c->hs.acceptor_hello = encode_hello(ack);
+  c->hs.awaiting_auth = true;
+  Proof proof =
+      prove(options_.cluster_key, Role::kAcceptor, c->hs.connector_hello, c->hs.acceptor_hello);
+  std::string payload = c->hs.acceptor_hello;
+  payload.append(reinterpret_cast<const char*>(proof.data()), proof.size());
+  c->push_frame(FrameType::kHelloAck, payload);
+  c->post_send();
+  c->expect_header();
+}
+
+void TcpContext::on_auth(Connection* c) {
+  // check_hello passed: the claimed index is a peer's.
+  int index = static_cast<int>(c->hs.claimed.host_index);
+  std::string them = describe_host(index);
+  if (c->rx_stage() == Connection::RxStage::kHeader) {
+    const FrameHeader& h = c->header();
+    if (h.magic != kFrameMagic || h.version != kFrameVersion ||
+        h.type != static_cast<uint8_t>(FrameType::kAuth) || h.length != kProofBytes) {
+      drop_unidentified(c, fmt::format("it claimed to be {}, then sent a {} frame of {} bytes "
+                                       "where AUTH was due: nothing is taken from a connection "
+                                       "before it has proved the cluster key",
+                                       them, frame_type_name(h.type), h.length));
+    } else {
+      c->expect_small(kProofBytes);
+    }
+    return;
+  }
+  if (!verify(options_.cluster_key, Role::kConnector, c->hs.connector_hello, c->hs.acceptor_hello,
+              c->small_payload())) {
+    refuse(c, index,
+           fmt::format("key mismatch: {} answered with a proof of another cluster key than the "
+                       "one this daemon {} holds; every daemon of cluster '{}' must hold the "
+                       "same key ([cluster] key_file)",
+                       them, options_.hosts[static_cast<size_t>(self())].host_id,
+                       options_.identity.cluster_name));
+    return;
+  }
+  Hello hello = std::move(c->hs.claimed);
+  c->hs = Handshake{};
+  std::string refusal = pairs_[static_cast<size_t>(index)]->adopt(c, hello);
   if (!refusal.empty()) {
     refuse(c, index, refusal);
     return;
@@ -145,9 +212,13 @@ std::string TcpContext::check_hello(const Hello& h) const {
 }
 
 void TcpContext::refuse(Connection* c, int claimed_index, const std::string& reason) {
-  // Once per distinct reason: a misconfigured peer retries forever.
+  // Once per distinct reason and remote address (its port changes with
+  // every retry): a misconfigured peer retries forever, and a process
+  // elsewhere claiming the same host is news.
+  const std::string& remote = c->remote();
+  std::string from = remote.substr(0, remote.rfind(':'));
   if (logged_refusals_.size() > 256) logged_refusals_.clear();
-  if (logged_refusals_.insert(reason).second)
+  if (logged_refusals_.insert(from + " " + reason).second)
     spdlog::error("tcp transport: refused a connection from {}: {}", c->remote(), reason);
   else
     spdlog::debug("tcp transport: refused a connection from {}: {}", c->remote(), reason);

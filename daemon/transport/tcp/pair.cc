@@ -111,7 +111,10 @@ void Pair::on_connected(Connection* c, int res) {
     return;
   }
   c->phase = Connection::Phase::kHandshake;
-  queue_frame(c, FrameType::kHello, encode_hello(own_hello(c->stream)));
+  Hello hello = own_hello(c->stream);
+  hello.nonce = fresh_nonce();
+  c->hs.connector_hello = encode_hello(hello);
+  queue_frame(c, FrameType::kHello, c->hs.connector_hello);
   c->expect_header();
   c->post_send();
 }
@@ -148,26 +151,26 @@ std::string Pair::adopt(Connection* c, const Hello& hello) {
   c->stream = static_cast<int>(hello.stream);
   c->phase = Connection::Phase::kHandshake;
   peer_instance_ = hello.instance_id;
-  gathered_++;
-  c->expect_header();
-  if (gathered_ == streams_) {
-    // Acknowledged only once every stream is here: the connector takes its
-    // first HELLO_ACK to mean the whole link is accepted.
-    for (int s = 0; s < streams_; s++) {
-      Connection* k = conns_[static_cast<size_t>(s)];
-      queue_frame(k, FrameType::kHelloAck, encode_hello(own_hello(s)));
-      k->phase = Connection::Phase::kOpen;
-      k->post_send();
-    }
-    go_up();
-  }
+  // Every stream here has proved the key (TcpContext::on_auth). The
+  // connector is up once it has checked every stream's HELLO_ACK and may
+  // already send on this one; what it sends waits unread until the whole
+  // link is here, so nothing arrives before on_peer_up.
+  if (++gathered_ < streams_) return "";
+  for (Connection* k : conns_) k->phase = Connection::Phase::kOpen;
+  go_up();
+  c->expect_header();  // c's own completion reads on
+  for (Connection* k : conns_)
+    if (k != c) ctx_.resume_later(k);
   return "";
 }
 
 void Pair::on_hello_ack(Connection* c) {
   Hello h;
   std::string why;
-  std::string_view p = c->small_payload();
+  std::string_view payload = c->small_payload();
+  // The hello, then the acceptor's proof (on_header saw it is long enough).
+  std::string_view p = payload.substr(0, payload.size() - kProofBytes);
+  std::string_view proof = payload.substr(p.size());
   if (!decode_hello(reinterpret_cast<const uint8_t*>(p.data()), p.size(), &h, &why)) {
     malformed(c, "HELLO_ACK: " + why);
     return;
@@ -196,11 +199,30 @@ void Pair::on_hello_ack(Connection* c) {
                              link_id_));
     return;
   }
+  // Our proof goes back even when theirs failed: the acceptor then sees
+  // the mismatch too and says so on its side (a REFUSE it logs), instead
+  // of a connection that merely closed.
+  Proof ours = prove(o.cluster_key, Role::kConnector, c->hs.connector_hello, p);
+  queue_frame(c, FrameType::kAuth,
+              std::string_view(reinterpret_cast<const char*>(ours.data()), ours.size()));
+  c->post_send();
+  if (!verify(o.cluster_key, Role::kAcceptor, c->hs.connector_hello, p, proof)) {
+    fail(fmt::format("key mismatch: {} answered with a proof of another cluster key than the "
+                     "one this daemon {} holds; every daemon of cluster '{}' must hold the same "
+                     "key ([cluster] key_file)",
+                     describe_, o.hosts[static_cast<size_t>(o.self)].host_id,
+                     o.identity.cluster_name),
+         GSYNC_ERR_REFUSED);
+    return;
+  }
+  c->hs = Handshake{};
   peer_instance_ = h.instance_id;
   c->acked = true;
   c->phase = Connection::Phase::kOpen;
   c->expect_header();
-  if (phase_ == Phase::kConnecting) go_up();
+  // Up once every stream's acceptor has proved the key; the acceptor sends
+  // nothing before it has every stream's AUTH, which follows these checks.
+  if (++gathered_ == streams_ && phase_ == Phase::kConnecting) go_up();
 }
 
 void Pair::go_up() {
@@ -293,14 +315,7 @@ void Pair::malformed(Connection* c, const std::string& what) {
 // --- Sending ----------------------------------------------------------------
 
 void Pair::queue_frame(Connection* c, FrameType type, std::string_view payload) {
-  SendItem* it = c->item();
-  it->header.type = static_cast<uint8_t>(type);
-  it->header.length = static_cast<uint32_t>(payload.size());
-  if (!payload.empty()) {
-    it->owned.assign(payload);
-    it->use_owned = true;
-  }
-  c->push(it);
+  c->push_frame(type, payload);
 }
 
 Connection* Pair::least_loaded() {

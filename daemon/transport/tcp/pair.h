@@ -54,8 +54,10 @@ class Pair {
   void on_traffic() { last_rx_ = Clock::now(); }
   void on_connection_error(Connection* c, const std::string& what);
 
-  // Acceptor: a connection whose HELLO the context found valid. Returns a
-  // refusal reason, or "" once the pair has taken the connection.
+  // Acceptor: a connection whose HELLO the context found valid and whose
+  // AUTH proved the cluster key. Returns a refusal reason, or "" once the
+  // pair has taken the connection; it is read from only once every stream
+  // of its link is here.
   std::string adopt(Connection* c, const Hello& hello);
   // Acceptor: the context refused a HELLO that named this peer.
   void note_refusal(const std::string& reason) {
@@ -129,7 +131,9 @@ class Pair {
   Phase phase_ = Phase::kIdle;
   PeerState state_ = PeerState::kConnecting;
   std::vector<Connection*> conns_;  // by stream; null where none
-  int gathered_ = 0;                // acceptor: streams of link_id_ so far
+  // Streams of link_id_ so far: acceptor, adopted (AUTH checked); connector,
+  // whose HELLO_ACK proved the key.
+  int gathered_ = 0;
   uint64_t link_id_ = 0;
   uint64_t peer_instance_ = 0;
   Clock::time_point retry_at_{};

@@ -65,22 +65,26 @@ void Pair::on_header(Connection* c) {
     return;
   }
   auto type = static_cast<FrameType>(h.type);
+  if (c->outbound && type == FrameType::kRefuse && h.length <= kMaxRefuse) {
+    // The acceptor may refuse after HELLO_ACK too: it adopts a stream only
+    // once its AUTH is in, and may find the link's state against it then.
+    if (h.length == 0)
+      fail(fmt::format("{} refused the link (no reason given)", describe_), GSYNC_ERR_REFUSED);
+    else
+      c->expect_small(h.length);
+    return;
+  }
   if (c->outbound && !c->acked) {
     // Until its HELLO_ACK a connection we opened may only be answered.
-    if (type == FrameType::kHelloAck && h.length > 0 && h.length <= kMaxHello) {
+    if (type == FrameType::kHelloAck && h.length > kProofBytes && h.length <= kMaxHelloAck) {
       c->expect_small(h.length);
-    } else if (type == FrameType::kRefuse && h.length <= kMaxRefuse) {
-      if (h.length == 0)
-        fail(fmt::format("{} refused the link (no reason given)", describe_), GSYNC_ERR_REFUSED);
-      else
-        c->expect_small(h.length);
     } else {
       malformed(c, fmt::format("a {} frame of {} bytes where HELLO_ACK or REFUSE was due", name,
                                h.length));
     }
     return;
   }
-  if (c->phase != Connection::Phase::kOpen) {
+  if (c->phase != Connection::Phase::kOpen || phase_ != Phase::kUp) {
     malformed(c, fmt::format("a {} frame before the handshake completed", name));
     return;
   }
@@ -111,6 +115,7 @@ void Pair::on_header(Connection* c) {
     case FrameType::kHello:
     case FrameType::kHelloAck:
     case FrameType::kRefuse:
+    case FrameType::kAuth:
       malformed(c, fmt::format("a {} frame on an established link", name));
       return;
   }
