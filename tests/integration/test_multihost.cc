@@ -644,6 +644,104 @@ TEST(MultiHost, DoublingTimeoutNamesTheHostThatDidNotArrive) {
   }
 }
 
+// Runs cmd (a daemon command line) in host h's namespace, its output in
+// log; the caller kills and reaps the pid.
+pid_t spawn_daemon(testbed::Testbed& bed, int h, std::vector<std::string> cmd,
+                   const std::string& log) {
+  return bed.spawn_in_host(h, [cmd, log]() mutable {
+    std::vector<char*> argv;
+    for (auto& a : cmd) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    dup2(fd, 1);
+    dup2(fd, 2);
+    execv(argv[0], argv.data());
+    return 127;
+  });
+}
+
+std::string file_text(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// The peers entry of host `of` in host `at`'s `gsyncctl peers --json`.
+nlohmann::json peer_entry(const testbed::Testbed& bed, int at, int of) {
+  nlohmann::json j =
+      nlohmann::json::parse(admin_query(bed.admin_socket(at), "peers"), nullptr, false);
+  if (j.is_discarded() || !j.contains("peers")) return {};
+  for (const auto& p : j["peers"])
+    if (p.value("host", "") == bed.host_id(of)) return p;
+  return {};
+}
+
+// Host 3 comes back holding another cluster's key (a key file from another
+// bed): the others refuse it and name it - their peers entry for it is down
+// with a key-mismatch last error, and its own names them - while jobs on the
+// hosts with the right key go on.
+TEST(MultiHost, ADaemonWithAnotherClustersKeyIsRefusedAndNamed) {
+  auto bed = make_bed({{3}, {}, "auto"});
+  ASSERT_TRUE(bed);
+  // Up first, so that "down" below is news about the odd host.
+  auto up = [&](int at, int of) { return peer_entry(*bed, at, of).value("state", "") == "up"; };
+  auto until = Clock::now() + std::chrono::seconds(20);
+  while (Clock::now() < until && !(up(0, 2) && up(1, 2)))
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  ASSERT_TRUE(up(0, 2) && up(1, 2)) << peer_entry(*bed, 0, 2).dump();
+  bed->kill_daemon(2, SIGKILL);
+  std::string other_key = bed->dir() + "/other-cluster.key";
+  Status made = create_cluster_key(other_key);
+  ASSERT_TRUE(made) << made.message();
+  auto cmd = bed->daemon_command(2);
+  bool replaced = false;
+  for (size_t i = 0; i + 1 < cmd.size(); i++)
+    if (cmd[i] == "--cluster-key") {
+      cmd[i + 1] = other_key;
+      replaced = true;
+    }
+  ASSERT_TRUE(replaced) << "the test bed starts daemons without --cluster-key";
+  std::string log = bed->dir() + "/other-key.log";
+  pid_t pid = spawn_daemon(*bed, 2, cmd, log);
+  auto mismatch = [&](int at, int of) {
+    return peer_entry(*bed, at, of).value("last_error", "").find("key mismatch") !=
+           std::string::npos;
+  };
+  auto deadline = Clock::now() + std::chrono::seconds(20);
+  while (Clock::now() < deadline && !(mismatch(0, 2) && mismatch(1, 2) && mismatch(2, 0)))
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  // The right-key hosts run a job meanwhile (the odd one has no rank in it).
+  run_job(*bed, "right-key", {1, 1}, {{GSYNC_FLOAT32, GSYNC_SUM, 100003}});
+  std::string their_log = file_text(log);
+  for (int at : {0, 1}) {
+    nlohmann::json p = peer_entry(*bed, at, 2);
+    std::string err = p.value("last_error", "");
+    EXPECT_EQ(p.value("state", ""), "down") << p.dump();
+    EXPECT_NE(err.find("key mismatch: " + bed->host_id(2) + " (" + bed->address(2) + ":"),
+              std::string::npos)
+        << bed->host_id(at) << ": " << p.dump();
+  }
+  // Its side: the acceptor's refusal, naming each connecting host.
+  for (int of : {0, 1}) {
+    std::string err = peer_entry(*bed, 2, of).value("last_error", "");
+    EXPECT_NE(err.find("key mismatch: " + bed->host_id(of) + " ("), std::string::npos)
+        << err << "\n"
+        << their_log;
+  }
+  EXPECT_NE(their_log.find("refused a connection from " + bed->address(0) + ":"), std::string::npos)
+      << their_log;
+  EXPECT_NE(bed->daemon_log(0).find("key mismatch: " + bed->host_id(2)), std::string::npos)
+      << bed->daemon_log(0);
+  kill(pid, SIGKILL);
+  waitpid(pid, nullptr, 0);
+  for (int h : {0, 1}) EXPECT_TRUE(bed->daemon_alive(h)) << bed->daemon_log(h);
+  // With the bed's key again it rejoins, and a job across all three completes.
+  Status st = bed->start_daemon(2);
+  ASSERT_TRUE(st) << st.message();
+  run_job(*bed, "all-keys", {1, 1, 1}, {{GSYNC_FLOAT32, GSYNC_SUM, 4097}});
+}
+
 TEST(MultiHost, ClusterNameMismatchIsRefusedNamingBoth) {
   auto bed = make_bed({{2}, {}, "auto"});
   ASSERT_TRUE(bed);
