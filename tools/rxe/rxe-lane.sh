@@ -82,7 +82,9 @@ timeout 120 ib_write_bw -d rxe0 -x \$RXE_GID_INDEX -F -s 1048576 -n 200 127.0.0.
 rc=\$?; wait \$SRV; check ib_write_bw \$rc
 
 echo "RXE-STEP: three gsyncd in two racks allreducing over verbs and tcp"
-printf '[cluster]\ntransport = "verbs"\n' > /tmp/verbs.toml
+# Under TCG emulation a daemon's loop can stall for seconds (a large
+# registration, a loaded host): a 3 s silence is no lost peer here.
+printf '[cluster]\ntransport = "verbs"\npeer_timeout_ms = 10000\n' > /tmp/verbs.toml
 timeout 400 ./tools/perf/gsync-perf --hosts 3 --racks 2 --loopback -n 1 --daemon-arg=--config=/tmp/verbs.toml \
   ${RXE_PERF_ARGS:--b 4K -e 16M -f 4 --iters 3 --warmup 1} > /tmp/perf.log 2>&1
 rc=\$?
