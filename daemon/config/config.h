@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "daemon/core/status.h"
@@ -58,6 +59,9 @@ constexpr const char* kDefaultConfigPath = "/etc/gsync/gsyncd.toml";
 // required (the user named it); otherwise the defaults stand. Errors name the
 // file, line and key: "/etc/gsync/gsyncd.toml:12: limits.ring_entries: ...".
 Status load_config_file(const std::string& path, bool required, DaemonConfig* cfg);
+// The same for TOML text already read; name stands for the file in errors
+// and in cfg->source. A bad text leaves *cfg as it was.
+Status load_config_text(std::string_view text, const std::string& name, DaemonConfig* cfg);
 // Checks cross-field rules (ring_entries a power of two, default <= max ...).
 Status validate_config(const DaemonConfig& cfg);
 // The config in force as TOML text (gsyncctl status, --print-config).
