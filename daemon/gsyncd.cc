@@ -96,7 +96,9 @@ Status Gsyncd::start() {
   };
   if (Status st = clients_->start(); !st) return st;
   register_reports();
-  if (Status st = admin_.listen({cfg_.admin_socket_path, 0666, ""}); !st) return st;
+  if (Status st = admin_.listen({cfg_.admin_socket_path, cfg_.admin_socket_mode, cfg_.admin_group});
+      !st)
+    return st;
   loop_.set_poll(std::chrono::microseconds(cfg_.poll_us));
   loop_.every(kTick, [this] { tick(); });
   watchdog_period_ = watchdog_period();

@@ -19,6 +19,11 @@ struct DaemonConfig {
   std::string socket_path = "/run/gsync/gsyncd.sock";
   std::string admin_socket_path = "/run/gsync/gsyncd-admin.sock";
   uint32_t socket_mode = 0666;  // access is decided by SO_PEERCRED, below
+  // The admin socket answers anyone who can connect: its mode and group
+  // decide who may (root, the daemon's user, the group). "" keeps the
+  // daemon's group; a group that does not exist does too (with a warning).
+  uint32_t admin_socket_mode = 0660;
+  std::string admin_group = "gsync";
   std::string log_level = "info";  // trace debug info warn error critical off
   uint32_t reduce_threads = 0;     // 0: one per online CPU
   uint32_t poll_us = 200;          // keep polling this long after an event; 0: always sleep

@@ -5,10 +5,13 @@
 // sends, and after each the daemon still serves a job: four bytes of
 // invalid UTF-8 on the admin socket (which used to end gsyncd with
 // nlohmann::json's type_error), and every other malformed admin request: a
-// JSON error each, one log line naming the sender.
+// JSON error each, one log line naming the sender. And the admin socket's
+// mode and group, and that other users cannot use it.
 #include <gtest/gtest.h>
+#include <grp.h>
 #include <signal.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -180,6 +183,70 @@ TEST(AdminSocket, EveryMalformedRequestGetsAJsonErrorAndOneLogLine) {
   // The log stays one line per refusal: no control character got through.
   EXPECT_EQ(log.find("\x1b]0;owned"), std::string::npos);
   expect_daemon_serves(d, "after-malformed");
+}
+
+mode_t mode_of(const std::string& path, gid_t* gid) {
+  struct stat st {};
+  if (stat(path.c_str(), &st) != 0) return 0;
+  *gid = st.st_gid;
+  return st.st_mode & 07777;
+}
+
+// The default: 0660, group gsync where it exists, else the daemon's own
+// (whichever this machine has, the test checks that one). A named group
+// and mode are applied; a group that does not exist keeps the daemon's and
+// says so.
+TEST(AdminSocket, ModeAndGroupAsConfigured) {
+  {
+    DaemonProcess d;
+    gid_t gid = 0;
+    EXPECT_EQ(mode_of(d.admin_socket(), &gid), 0660u);
+    group* g = getgrnam("gsync");
+    EXPECT_EQ(gid, g ? g->gr_gid : getegid()) << d.log();
+    if (!g) {
+      EXPECT_NE(d.log().find("there is no group 'gsync'"), std::string::npos) << d.log();
+    }
+  }
+  {
+    group* nogroup = getgrnam("nogroup");
+    ASSERT_NE(nogroup, nullptr) << "Debian has a group 'nogroup'";
+    gid_t want = nogroup->gr_gid;
+    DaemonProcess d({}, "[daemon]\nadmin_socket_mode = 0o640\nadmin_group = \"nogroup\"\n");
+    gid_t gid = 0;
+    EXPECT_EQ(mode_of(d.admin_socket(), &gid), 0640u);
+    EXPECT_EQ(gid, want) << d.log();
+    EXPECT_FALSE(json::parse(admin_query(d.admin_socket(), "status"), nullptr, false)
+                     .is_discarded());
+  }
+  {
+    DaemonProcess d({}, "[daemon]\nadmin_group = \"gsync-no-such-group\"\n");
+    gid_t gid = 0;
+    EXPECT_EQ(mode_of(d.admin_socket(), &gid), 0660u);
+    EXPECT_EQ(gid, getegid());
+    EXPECT_NE(d.log().find("there is no group 'gsync-no-such-group'"), std::string::npos)
+        << d.log();
+  }
+}
+
+// A user outside the admin group cannot connect at all (the kernel checks
+// the socket's mode), while the client socket stays open to it.
+TEST(AdminSocket, OtherUsersCannotConnect) {
+  if (geteuid() != 0) GTEST_SKIP() << "SKIPPED: needs root to run a client as another uid";
+  DaemonProcess d;
+  auto res = run_ranks(1, [&](int) {
+    if (setgid(65534) != 0 || setuid(65534) != 0) return 3;
+    int fd = connect_unix(d.admin_socket());
+    RANK_CHECK(fd < 0 && errno == EACCES, "connect as uid 65534: fd {} errno {}", fd, errno);
+    fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+    sockaddr_un a{};
+    a.sun_family = AF_UNIX;
+    std::snprintf(a.sun_path, sizeof a.sun_path, "%s", d.socket().c_str());
+    RANK_CHECK(connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0,
+               "the client socket refused uid 65534: {}", strerror(errno));
+    close(fd);
+    return 0;
+  });
+  EXPECT_EQ(res[0].code, 0) << res[0].output;
 }
 
 }  // namespace
