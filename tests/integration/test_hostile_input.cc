@@ -1,15 +1,19 @@
 // SPDX-License-Identifier: Apache-2.0
 //
 // Nothing from outside stops the daemon (issue #15; docs/errors.md, "Text
-// from outside"). Real daemons, the exact bytes a hostile local process
-// sends, and after each the daemon still serves a job: four bytes of
-// invalid UTF-8 on the admin socket (which used to end gsyncd with
-// nlohmann::json's type_error), and every other malformed admin request: a
-// JSON error each, one log line naming the sender. And the admin socket's
-// mode and group, and that other users cannot use it.
+// from outside"). Real daemons, the exact bytes a hostile local process or
+// peer sends, and after each the daemon still serves a job:
+//   - four bytes of invalid UTF-8 on the admin socket (which used to end
+//     gsyncd with nlohmann::json's type_error), and every other malformed
+//     admin request: a JSON error each, one log line naming the sender;
+//   - the admin socket's mode and group, and that other users cannot use it;
+//   - invalid UTF-8 and a forged log line in a peer's OpAbort: the ranks get
+//     a printable error, `gsyncctl jobs` stays JSON, the log line stays one;
+//   - invalid UTF-8 in a peer's cluster name: `gsyncctl peers` stays JSON.
 #include <gtest/gtest.h>
 #include <grp.h>
 #include <signal.h>
+#include <sys/epoll.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -25,12 +29,17 @@
 
 #include <nlohmann/json.hpp>
 
+#include "daemon/cluster/messages.h"
 #include "daemon/core/text.h"
+#include "daemon/transport/transport.h"
+#include "gsync_build_config.h"
 #include "tests/integration/client_util.h"
+#include "tools/testbed/testbed.h"
 
 namespace gsync::test {
 namespace {
 
+using Clock = std::chrono::steady_clock;
 using nlohmann::json;
 
 int connect_unix(const std::string& path) {
@@ -247,6 +256,186 @@ TEST(AdminSocket, OtherUsersCannotConnect) {
     return 0;
   });
   EXPECT_EQ(res[0].code, 0) << res[0].output;
+}
+
+std::unique_ptr<testbed::Testbed> two_hosts() {
+  testbed::Options o;
+  o.rack_sizes = {2};
+  o.log_level = "info";
+  // Plain tcp links: the fake peers below speak the tcp provider.
+  o.daemon_args = {"--op-timeout-ms", "20000", "--algo", "direct", "--transport", "tcp"};
+  std::unique_ptr<testbed::Testbed> bed;
+  Status st = testbed::Testbed::create(o, &bed);
+  EXPECT_TRUE(st) << st.message();
+  return bed;
+}
+
+// Runs a transport context as host `self` of the bed (its daemon killed)
+// with identity `cluster_name`, calling on_control for each message, until
+// done() or 20 s. 0 when done, 2 on timeout, 3 when it cannot start.
+int fake_host(const testbed::Testbed& bed, int self, const std::string& cluster_name,
+              std::function<void(transport::Context&, int peer)> on_up,
+              std::function<void(transport::Context&, int, std::string_view)> on_control,
+              std::function<bool()> done) {
+  transport::ContextOptions o;
+  o.identity = {cluster_name, cluster::kProtocolVersion, GSYNC_VERSION_STRING};
+  for (int h = 0; h < bed.hosts(); h++)
+    o.hosts.push_back({bed.host_id(h), bed.address(h), bed.port(h), ""});
+  o.self = self;
+  Status err;
+  auto net = transport::make_tcp_context(o, &err);
+  if (!net) return 3;
+  transport::Handlers h;
+  h.on_peer_up = [&](int peer) { on_up(*net, peer); };
+  h.on_control = [&](int peer, std::string_view msg) { on_control(*net, peer, msg); };
+  if (!net->start(std::move(h))) return 3;
+  int ep = epoll_create1(EPOLL_CLOEXEC);
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  epoll_ctl(ep, EPOLL_CTL_ADD, net->event_fd(), &ev);
+  auto until = Clock::now() + std::chrono::seconds(20);
+  while (Clock::now() < until && !done()) {
+    epoll_wait(ep, &ev, 1, 20);
+    net->poll();
+  }
+  // Long enough for what it sent last to leave.
+  for (int i = 0; i < 10; i++) {
+    epoll_wait(ep, &ev, 1, 20);
+    net->poll();
+  }
+  close(ep);
+  return done() ? 0 : 2;
+}
+
+// A peer aborts an op with a message of invalid UTF-8 and a forged log
+// line. The rank gets the error in printable form; `gsyncctl jobs`, whose
+// last_error holds the peer's text, stays JSON (it used to throw in dump());
+// the daemon's log line stays one line; the daemon serves on.
+TEST(PeerText, AnAbortMessageOfInvalidUtf8StaysOutOfTheJsonAndTheLog) {
+  auto bed = two_hosts();
+  ASSERT_TRUE(bed);
+  bed->kill_daemon(1, SIGKILL);
+  const std::string job = "peer-text";
+  const std::string text = "bad \xff\xfe bytes\n[info] all is well";
+  pid_t fake = bed->spawn_in_host(1, [&] {
+    bool aborted = false;
+    return fake_host(
+        *bed, 1, bed->name(),
+        [&](transport::Context& net, int peer) {
+          net.send_control(peer, cluster::encode_announce(job, 2, {1}));
+        },
+        [&](transport::Context& net, int peer, std::string_view msg) {
+          cluster::OpReady m;
+          if (msg.empty() || (msg[0] != cluster::kOpData && msg[0] != cluster::kOpReady) ||
+              !cluster::decode(msg, &m))
+            return;
+          cluster::OpAbort a;
+          a.code = GSYNC_ERR_INTERNAL;
+          std::memcpy(a.job, m.job, sizeof a.job);
+          a.key = m.key;
+          a.step = m.step;
+          cluster::set_field(a.message, sizeof a.message, text);
+          net.send_control(peer, cluster::as_bytes(a));
+          aborted = true;
+        },
+        [&] { return aborted; });
+  });
+  ASSERT_GT(fake, 0);
+  std::string admin = bed->admin_socket(0);
+  auto res = run_ranks(1, [&](int) {
+    gsync_comm_t* comm;
+    gsync_config_t cfg;
+    gsync_config_init(&cfg);
+    std::string sock = bed->socket(0);
+    cfg.socket_path = sock.c_str();
+    cfg.job_id = job.c_str();
+    cfg.world_size = 2;
+    cfg.rank = 0;
+    cfg.local_rank = 0;
+    cfg.local_size = 1;
+    RANK_CHECK(gsync_connect(&cfg, &comm) == 0, "{}", gsync_last_error());
+    void* buf;
+    RANK_CHECK(gsync_alloc(comm, 4096, &buf) == 0, "alloc");
+    gsync_request_t* req;
+    RANK_CHECK(gsync_allreduce(comm, 1, 0, buf, 256, GSYNC_FLOAT32, GSYNC_SUM, 0, &req) == 0,
+               "submit");
+    int rc = gsync_wait(req, 20000);
+    std::string error = gsync_request_error(req);
+    report(error + "\n");
+    RANK_CHECK(rc == GSYNC_ERR_INTERNAL, "got {} ({})", rc, error);
+    RANK_CHECK(valid_utf8(error) && error.find("bad \\xff\\xfe bytes\\n[info]") != std::string::npos,
+               "the rank's error is not printable: {}", printable(error));
+    // While the job is alive: its last error holds the peer's text.
+    json jobs = json::parse(admin_query(admin, "jobs"), nullptr, false);
+    RANK_CHECK(!jobs.is_discarded(), "gsyncctl jobs is not JSON");
+    report(jobs.dump() + "\n");
+    gsync_request_free(req);
+    gsync_close(comm);
+    return 0;
+  }, 60);
+  EXPECT_EQ(res[0].code, 0) << res[0].output << bed->daemon_log(0);
+  // The text reached the report, its bad bytes as U+FFFD.
+  EXPECT_NE(res[0].output.find("bad \xef\xbf\xbd\xef\xbf\xbd bytes"), std::string::npos)
+      << res[0].output;
+  int st = 0;
+  waitpid(fake, &st, 0);
+  EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << "fake peer exit " << st;
+  std::string log = bed->daemon_log(0);
+  EXPECT_EQ(log.find("\n[info] all is well"), std::string::npos) << "a forged log line:\n" << log;
+  EXPECT_NE(log.find("bytes\\n[info] all is well"), std::string::npos) << log;
+  EXPECT_TRUE(bed->daemon_alive(0)) << log;
+  ASSERT_TRUE(bed->start_daemon(1));
+  auto after = run_ranks(2, [&](int r) {
+    gsync_comm_t* comm;
+    gsync_config_t cfg;
+    gsync_config_init(&cfg);
+    std::string sock = bed->socket(r);
+    cfg.socket_path = sock.c_str();
+    cfg.job_id = "after-peer-text";
+    cfg.world_size = 2;
+    cfg.rank = r;
+    cfg.local_rank = 0;
+    cfg.local_size = 1;
+    RANK_CHECK(gsync_connect(&cfg, &comm) == 0, "{}", gsync_last_error());
+    RANK_CHECK(gsync_barrier(comm, 1, 20000) == 0, "barrier: {}", gsync_last_error());
+    gsync_close(comm);
+    return 0;
+  }, 60);
+  for (auto& r : after) EXPECT_EQ(r.code, 0) << r.output << bed->daemon_log(0);
+}
+
+// A daemon that claims host index 1 with a cluster name of invalid UTF-8
+// is refused, and the refusal, which quotes that name, is kept as the
+// peer's last error: `gsyncctl peers` must still be JSON.
+TEST(PeerText, AClusterNameOfInvalidUtf8StaysOutOfThePeersJson) {
+  auto bed = two_hosts();
+  ASSERT_TRUE(bed);
+  bed->kill_daemon(1, SIGKILL);
+  std::string admin = bed->admin_socket(0);
+  std::string name = "\xff\xfe" + bed->name();
+  // Host 1 is the acceptor (the lower index connects): the fake refuses
+  // host 0's link with a REFUSE that quotes its own cluster name.
+  pid_t fake = bed->spawn_in_host(1, [&] {
+    return fake_host(
+        *bed, 1, name, [](transport::Context&, int) {},
+        [](transport::Context&, int, std::string_view) {}, [] { return false; });
+  });
+  ASSERT_GT(fake, 0);
+  std::string peers;
+  bool seen = wait_until(
+      [&] {
+        peers = admin_query(admin, "peers");
+        return peers.find("cluster name mismatch") != std::string::npos;
+      },
+      20000, 20);
+  kill(fake, SIGKILL);
+  waitpid(fake, nullptr, 0);
+  ASSERT_TRUE(seen) << peers << "\n" << bed->daemon_log(0);
+  json doc = json::parse(peers, nullptr, false);
+  ASSERT_FALSE(doc.is_discarded()) << peers;
+  EXPECT_NE(peers.find("'\xef\xbf\xbd\xef\xbf\xbd" + bed->name() + "'"), std::string::npos)
+      << peers;
+  EXPECT_TRUE(bed->daemon_alive(0)) << bed->daemon_log(0);
 }
 
 }  // namespace
