@@ -13,6 +13,7 @@
 #include <spdlog/spdlog.h>
 
 #include "daemon/config/config_json.h"
+#include "daemon/core/json_text.h"
 #include "daemon/core/notify.h"
 #include "daemon/pipeline/plan_cache.h"
 #include "daemon/reduce/reduce.h"
@@ -95,7 +96,9 @@ Status Gsyncd::start() {
   };
   if (Status st = clients_->start(); !st) return st;
   register_reports();
-  if (Status st = admin_.listen(cfg_.admin_socket_path, 0666); !st) return st;
+  if (Status st = admin_.listen({cfg_.admin_socket_path, cfg_.admin_socket_mode, cfg_.admin_group});
+      !st)
+    return st;
   loop_.set_poll(std::chrono::microseconds(cfg_.poll_us));
   loop_.every(kTick, [this] { tick(); });
   watchdog_period_ = watchdog_period();
@@ -104,13 +107,13 @@ Status Gsyncd::start() {
 
 void Gsyncd::register_reports() {
   admin_.add("status", [this] { return status_report(); });
-  admin_.add("jobs", [this] { return jobs_->jobs_report().dump(); });
-  admin_.add("ops", [this] { return jobs_->ops_report().dump(); });
-  admin_.add("clients", [this] { return clients_->clients_report().dump(); });
+  admin_.add("jobs", [this] { return json_text(jobs_->jobs_report()); });
+  admin_.add("ops", [this] { return json_text(jobs_->ops_report()); });
+  admin_.add("clients", [this] { return json_text(clients_->clients_report()); });
   admin_.add("peers", [this] {
-    if (control_) return control_->peers_report().dump();
-    return nlohmann::json{{"cluster", nullptr}, {"epoch", 0}, {"peers", nlohmann::json::array()}}
-        .dump();
+    if (control_) return json_text(control_->peers_report());
+    return json_text(
+        nlohmann::json{{"cluster", nullptr}, {"epoch", 0}, {"peers", nlohmann::json::array()}});
   });
 }
 
@@ -124,7 +127,7 @@ std::string Gsyncd::status_report() const {
     plans = {{"idle", s.idle}, {"leased", s.leased}, {"hits", s.hits}, {"misses", s.misses},
              {"evictions", s.evictions}, {"retiring", s.retiring}};
   }
-  return json{
+  return json_text(json{
       {"version", GSYNC_VERSION_STRING},
       {"protocol", proto::kVersion},
       {"pid", getpid()},
@@ -145,8 +148,8 @@ std::string Gsyncd::status_report() const {
                              : "local (single host)"},
       {"epoch", control_ ? control_->epoch() : 0},
       {"plans", plans},
-  }
-      .dump();
+      {"event_loop_exceptions", loop_.exceptions_caught()},
+  });
 }
 
 int Gsyncd::run() {

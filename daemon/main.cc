@@ -7,6 +7,7 @@
 #include <spdlog/spdlog.h>
 
 #include "daemon/config/config.h"
+#include "daemon/core/log.h"
 #include "daemon/gsyncd.h"
 #include "gsync_build_config.h"
 
@@ -43,6 +44,9 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", GSYNC_VERSION_STRING);
   CLI11_PARSE(app, argc, argv);
 
+  // Log lines may quote what clients, peers and admin users sent: the sink
+  // escapes what is not printable (daemon/core/log.h).
+  gsync::make_log_printable();
   spdlog::set_pattern("[%Y-%m-%d %H:%M:%S.%e] [%^%l%$] %v");
   gsync::DaemonConfig cfg;
   // The default path is optional (defaults work with no file); a path the

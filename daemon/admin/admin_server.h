@@ -7,17 +7,32 @@
 // here: every layer registers the report it owns (the jobs layer "jobs",
 // the client listener "clients", the control plane "peers", the daemon
 // "status"), so this folder depends on none of them.
+//
+// The socket is created with [daemon] admin_socket_mode (0660) and handed
+// to [daemon] admin_group (gsync) when that group exists: only root, the
+// daemon's user and that group may connect. A request that is malformed
+// (too long, not UTF-8, control characters) or names no command gets a
+// JSON {"error": ...} and one log line naming the sender's pid and uid
+// (SO_PEERCRED). docs/operations.md, "The admin protocol".
 #pragma once
 
+#include <chrono>
 #include <functional>
 #include <map>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 
 #include "daemon/core/event_loop.h"
 #include "daemon/core/status.h"
 
 namespace gsync {
+
+struct AdminSocketOptions {
+  std::string path;
+  unsigned mode = 0660;
+  std::string group;  // "": keep the daemon's own group
+};
 
 class AdminServer {
  public:
@@ -26,18 +41,25 @@ class AdminServer {
 
   explicit AdminServer(EventLoop& loop) : loop_(loop) {}
   ~AdminServer();
-  Status listen(const std::string& path, unsigned mode);
+  Status listen(const AdminSocketOptions& options);
   void add(const std::string& command, Report report) { reports_[command] = std::move(report); }
-  // The reply to one command line; unknown commands get {"error": "..."}.
+  // The reply to one command; unknown commands get {"error": "..."}.
   std::string reply(const std::string& command) const;
+  // The reply to what a connection sent so far (closed: it sends no more);
+  // empty while a whole request has not come yet. *refused says why the
+  // request was refused, empty when it was answered.
+  std::string respond(std::string_view in, bool closed, std::string* refused) const;
 
  private:
   struct Conn {
     std::string in, out;
     size_t sent = 0;
   };
+  Status set_group(const std::string& group) const;
   void accept_all();
   void on_event(int fd, uint32_t events);
+  bool read_request(int fd, Conn& c, uint32_t events);
+  void log_refusal(int fd, const std::string& why) const;
   void drop(int fd);
 
   EventLoop& loop_;
@@ -45,6 +67,7 @@ class AdminServer {
   int listen_fd_ = -1;
   std::string path_;
   std::unordered_map<int, Conn> conns_;
+  std::chrono::steady_clock::time_point last_full_log_{};
 };
 
 }  // namespace gsync

@@ -122,7 +122,8 @@ inline std::string encode_announce(const std::string& job, int world, const std:
   a.nranks = static_cast<int32_t>(ranks.size());
   set_field(a.job, sizeof a.job, job);
   std::string out(as_bytes(a));
-  out.append(reinterpret_cast<const char*>(ranks.data()), ranks.size() * sizeof(int));
+  if (!ranks.empty())
+    out.append(reinterpret_cast<const char*>(ranks.data()), ranks.size() * sizeof(int));
   return out;
 }
 
@@ -131,7 +132,10 @@ inline bool decode_announce(std::string_view msg, JobAnnounce* a, std::vector<in
       msg.size() != sizeof(JobAnnounce) + sizeof(int32_t) * static_cast<size_t>(a->nranks))
     return false;
   ranks->resize(static_cast<size_t>(a->nranks));
-  std::memcpy(ranks->data(), msg.data() + sizeof(JobAnnounce), ranks->size() * sizeof(int32_t));
+  // Not with an empty list: memcpy to the null data() of an empty vector
+  // is undefined even for 0 bytes (found by tests/fuzz, UBSan).
+  if (!ranks->empty())
+    std::memcpy(ranks->data(), msg.data() + sizeof(JobAnnounce), ranks->size() * sizeof(int32_t));
   return true;
 }
 
@@ -139,7 +143,8 @@ inline std::string encode_leave(const JobLeave& head, const std::vector<OpKey>& 
   JobLeave m = head;
   m.nopen = static_cast<uint32_t>(std::min(open.size(), kMaxLeaveOps));
   std::string out(as_bytes(m));
-  out.append(reinterpret_cast<const char*>(open.data()), m.nopen * sizeof(OpKey));
+  if (m.nopen > 0)
+    out.append(reinterpret_cast<const char*>(open.data()), m.nopen * sizeof(OpKey));
   return out;
 }
 
@@ -148,7 +153,8 @@ inline bool decode_leave(std::string_view msg, JobLeave* m, std::vector<OpKey>* 
       msg.size() != sizeof(JobLeave) + sizeof(OpKey) * m->nopen)
     return false;
   open->resize(m->nopen);
-  std::memcpy(open->data(), msg.data() + sizeof(JobLeave), open->size() * sizeof(OpKey));
+  if (!open->empty())
+    std::memcpy(open->data(), msg.data() + sizeof(JobLeave), open->size() * sizeof(OpKey));
   return true;
 }
 

@@ -19,6 +19,7 @@
 
 #include "daemon/collective/engine.h"
 #include "daemon/collective/engine_op.h"
+#include "daemon/collective/op_checks.h"
 
 namespace gsync::collective {
 
@@ -48,47 +49,35 @@ void Engine::send_eager(XOp& x, const Phase& p) {
 }
 
 void Engine::on_eager_data(XOp& x, int peer, const cluster::OpReady& m, std::string_view data) {
-  const std::string& from = host_id(peer);
   const Plan& p = x.p();
-  auto bad = [&](const std::string& what) {
-    fail(x, Status(GSYNC_ERR_PROTOCOL, fmt::format("{}: host {} {}", x.describe(), from, what)),
-         true);
-  };
+  std::string op = x.describe();
+  OpParty who{op, host_id(peer), cp_.self_id()};
   int j = x.participant_of(peer);
-  if (j < 0) return bad("sent data for an op it takes no part in");
-  if (Status st = shape_mismatch(x, m, from); !st) {
+  EagerLanding at;
+  if (Status st = check_op_data(p, *x.sched, j, m, data.size(), who, &at); !st) {
     fail(x, st, true);
     return;
   }
-  if (!p.eager) return bad("sent eager data; this op goes by rendezvous");
-  if (data.size() != p.shape.bytes())
-    return bad(fmt::format("sent {} bytes of data, expected {}", data.size(), p.shape.bytes()));
-  if (m.xfer > static_cast<uint8_t>(Xfer::kCopy))
-    return bad(fmt::format("sent a transfer of unknown kind {}", m.xfer));
-  auto kind = static_cast<Xfer>(m.xfer);
-  // Which phase of this host's schedule expects it.
-  const auto& phases = x.sched->chunks[0];
+  auto bad = [&](const std::string& what) {
+    fail(x, Status(GSYNC_ERR_PROTOCOL, fmt::format("{}: host {} {}", op, who.from, what)), true);
+  };
   Chunk& ch = x.chunks[0];
-  size_t at = phases.size();
-  for (size_t ph = 0; ph < phases.size() && at == phases.size(); ph++)
-    for (const auto& r : phases[ph].recvs)
-      if (r.peer == j && r.kind == kind && (kind == Xfer::kCopy || r.slot == m.slot)) at = ph;
-  uint16_t code = arrival_code(j, kind, kind == Xfer::kCopy ? 0 : m.slot);
-  if (at == phases.size())
-    return bad(fmt::format("sent a {} (slot {}) that this host's {} schedule does not expect",
-                           xfer_name(kind), m.slot, algo_name(p.algo)));
-  if (at < ch.phase || std::find(ch.arrived.begin(), ch.arrived.end(), code) != ch.arrived.end())
-    return bad(fmt::format("sent its {} twice", xfer_name(kind)));
-  if (kind == Xfer::kCopy) {
+  uint16_t code = arrival_code(j, at.kind, at.slot);
+  if (at.phase < ch.phase ||
+      std::find(ch.arrived.begin(), ch.arrived.end(), code) != ch.arrived.end())
+    return bad(fmt::format("sent its {} twice", xfer_name(at.kind)));
+  if (at.kind == Xfer::kCopy) {
     // A final value overwrites the data: only once this host has sent what
     // the schedule sends before it (the sum needed it).
-    if (!x.running || at != ch.phase || !ch.sent)
+    if (!x.running || at.phase != ch.phase || !ch.sent)
       return bad("sent the final sum before this host sent its part");
     std::memcpy(x.data, data.data(), p.shape.bytes());
     x.weight_acc = m.weight_sum;
   } else {
-    std::memcpy(x.scratch + size_t(m.slot) * p.slot_bytes, data.data(), p.shape.bytes());
-    x.slot_weight[m.slot] = m.weight_sum;
+    // check_op_data: at.slot < p.slots, and eager scratch holds p.slots
+    // slots of p.slot_bytes = the tensor's bytes (Engine::prepare).
+    std::memcpy(x.scratch + size_t(at.slot) * p.slot_bytes, data.data(), p.shape.bytes());
+    x.slot_weight[at.slot] = m.weight_sum;
   }
   x.ready[size_t(j)] = XOp::PeerReady{true, m};
   ch.arrived.push_back(code);

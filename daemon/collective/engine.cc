@@ -7,6 +7,7 @@
 #include <spdlog/spdlog.h>
 
 #include "daemon/collective/engine_op.h"
+#include "daemon/collective/op_checks.h"
 #include "protocol/wire.h"
 
 namespace gsync::collective {
@@ -268,26 +269,6 @@ void Engine::expire_early() {
 
 // ---------------------------------------------------------------- control
 
-// Hosts must agree on an op's shape before any data moves.
-Status Engine::shape_mismatch(const XOp& x, const cluster::OpReady& m,
-                              const std::string& from) const {
-  const Plan& p = *x.plan;
-  if (m.opcode == proto::wire(p.shape.opcode) && m.count == p.shape.count &&
-      m.dtype == proto::wire(p.shape.dtype) && m.redop == proto::wire(p.shape.redop) &&
-      m.algo == static_cast<uint8_t>(p.algo) && m.chunk_bytes == p.chunk_bytes)
-    return Status::ok();
-  Algo theirs{};
-  const char* their_algo = algo_from_wire(m.algo, &theirs) ? algo_name(theirs) : "unknown-algo";
-  return Status(GSYNC_ERR_MISMATCH,
-                fmt::format("{}: hosts disagree: host {} has {} of {} {} (op {}, {} in {}-byte "
-                            "chunks), host {} has {} of {} {} (op {}, {} in {}-byte chunks)",
-                            x.describe(), from, proto::opcode_name(m.opcode), m.count,
-                            proto::dtype_name(m.dtype), proto::redop_name(m.redop), their_algo,
-                            m.chunk_bytes, cp_.self_id(), proto::name(p.shape.opcode),
-                            p.shape.count, proto::name(p.shape.dtype), proto::name(p.shape.redop),
-                            algo_name(p.algo), p.chunk_bytes));
-}
-
 void Engine::on_op_message(int peer, std::string_view msg) {
   if (msg.empty()) return;
   uint8_t type = static_cast<uint8_t>(msg[0]);
@@ -316,19 +297,14 @@ void Engine::on_ready(int peer, const cluster::OpReady& m, std::string_view msg)
     on_eager_data(*x, peer, m, msg.substr(sizeof m));
     return;
   }
-  const std::string& from = host_id(peer);
   int j = x->participant_of(peer);
   if (j < 0 || x->ready[size_t(j)].seen) return;
-  if (Status st = shape_mismatch(*x, m, from); !st) {
+  std::string op = x->describe();
+  OpParty who{op, host_id(peer), cp_.self_id()};
+  Status st = check_same_shape(*x->plan, m, who);
+  if (st) st = check_rendezvous(*x->plan, msg.size(), who);
+  if (!st) {
     fail(*x, st, true);
-    return;
-  }
-  if (x->plan->eager || msg.size() != sizeof m) {
-    fail(*x, Status(GSYNC_ERR_PROTOCOL,
-                    fmt::format("{}: host {} sent a {}-byte rendezvous; this op goes {}",
-                                x->describe(), from, msg.size(),
-                                x->plan->eager ? "eagerly (no rendezvous)" : "by rendezvous")),
-         true);
     return;
   }
   x->ready[size_t(j)] = XOp::PeerReady{true, m};
@@ -339,13 +315,7 @@ void Engine::on_ready(int peer, const cluster::OpReady& m, std::string_view msg)
 void Engine::on_abort(int peer, const cluster::OpAbort& m) {
   std::string job = cluster::field(m.job, sizeof m.job);
   proto::OpId id{m.key, m.step};
-  // The code came off the wire: one that names no error (0 would read as
-  // success) is a protocol error of that peer.
-  int code = m.code <= GSYNC_ERR_INVALID && m.code >= GSYNC_ERR_HOST_LOST ? m.code
-                                                                          : GSYNC_ERR_PROTOCOL;
-  Status st(code,
-            fmt::format("{} (reported by host {})", cluster::field(m.message, sizeof m.message),
-                        host_id(peer)));
+  Status st = abort_status(m, host_id(peer));
   if (XOp* x = find(job, id)) {
     fail(*x, st, false);
   } else {

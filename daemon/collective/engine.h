@@ -108,7 +108,6 @@ class Engine final : public cluster::OpTraffic {
   void on_abort(int peer, const cluster::OpAbort& m);
   cluster::OpReady op_message(const XOp& x, uint8_t type, double weight) const;
   void send_ready(XOp& x);
-  Status shape_mismatch(const XOp& x, const cluster::OpReady& m, const std::string& from) const;
   bool joined(const XOp& x, int peer, const std::vector<cluster::OpKey>& open) const;
   void replay_early(XOp& x);
   void expire_early();

@@ -327,18 +327,25 @@ Status load_config_file(const std::string& path, bool required, DaemonConfig* cf
     if (missing && !required) return Status::ok();
     return s;
   }
+  return load_config_text(text, path, cfg);
+}
+
+Status load_config_text(std::string_view text, const std::string& name, DaemonConfig* cfg) {
+  if (text.size() > kMaxConfigFileBytes)
+    return Status(GSYNC_ERR_INVALID, fmt::format("{}: config file is larger than {} bytes", name,
+                                                 kMaxConfigFileBytes));
   toml::table root;
   try {
-    root = toml::parse(std::string_view(text), std::string_view(path));
+    root = toml::parse(text, std::string_view(name));
   } catch (const toml::parse_error& e) {
     const toml::source_position& at = e.source().begin;
     return Status(GSYNC_ERR_INVALID,
-                  fmt::format("{}:{}:{}: {}", path, at.line, at.column, e.description()));
+                  fmt::format("{}:{}:{}: {}", name, at.line, at.column, e.description()));
   }
   // Work on a copy so that a bad file leaves *cfg as it was.
   DaemonConfig loaded = *cfg;
-  if (Status s = Loader(path).load(root, &loaded); !s) return s;
-  loaded.source = path;
+  if (Status s = Loader(name).load(root, &loaded); !s) return s;
+  loaded.source = name;
   *cfg = std::move(loaded);
   return Status::ok();
 }

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "daemon/core/status.h"
@@ -18,6 +19,11 @@ struct DaemonConfig {
   std::string socket_path = "/run/gsync/gsyncd.sock";
   std::string admin_socket_path = "/run/gsync/gsyncd-admin.sock";
   uint32_t socket_mode = 0666;  // access is decided by SO_PEERCRED, below
+  // The admin socket answers anyone who can connect: its mode and group
+  // decide who may (root, the daemon's user, the group). "" keeps the
+  // daemon's group; a group that does not exist does too (with a warning).
+  uint32_t admin_socket_mode = 0660;
+  std::string admin_group = "gsync";
   std::string log_level = "info";  // trace debug info warn error critical off
   uint32_t reduce_threads = 0;     // 0: one per online CPU
   uint32_t poll_us = 200;          // keep polling this long after an event; 0: always sleep
@@ -61,6 +67,9 @@ constexpr const char* kDefaultConfigPath = "/etc/gsync/gsyncd.toml";
 // required (the user named it); otherwise the defaults stand. Errors name the
 // file, line and key: "/etc/gsync/gsyncd.toml:12: limits.ring_entries: ...".
 Status load_config_file(const std::string& path, bool required, DaemonConfig* cfg);
+// The same for TOML text already read; name stands for the file in errors
+// and in cfg->source. A bad text leaves *cfg as it was.
+Status load_config_text(std::string_view text, const std::string& name, DaemonConfig* cfg);
 // Checks cross-field rules (ring_entries a power of two, default <= max ...).
 Status validate_config(const DaemonConfig& cfg);
 // The config in force as TOML text (gsyncctl status, --print-config).

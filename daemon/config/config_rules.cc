@@ -14,6 +14,7 @@
 
 #include "daemon/config/config.h"
 #include "daemon/config/config_internal.h"
+#include "daemon/core/text.h"
 
 namespace gsync {
 namespace {
@@ -27,6 +28,8 @@ constexpr uint32_t kMaxReduceThreads = 1024;
 // Polling longer than this between events is a spinning daemon, not a window.
 constexpr uint32_t kMaxPollUs = 100000;
 constexpr uint32_t kMaxSocketMode = 07777;
+// useradd(8): group names are at most 32 bytes.
+constexpr size_t kMaxGroupName = 32;
 constexpr std::array<std::string_view, 6> kAlgorithms = {"auto", "ring", "hier", "direct", "tree",
                                                           "doubling"};
 constexpr std::array<std::string_view, 3> kTransports = {"auto", "tcp", "verbs"};
@@ -37,6 +40,8 @@ const ConfigField kFields[] = {
     {"daemon", "socket", ConfigKind::kString, &DaemonConfig::socket_path},
     {"daemon", "admin_socket", ConfigKind::kString, &DaemonConfig::admin_socket_path},
     {"daemon", "socket_mode", ConfigKind::kMode, &DaemonConfig::socket_mode},
+    {"daemon", "admin_socket_mode", ConfigKind::kMode, &DaemonConfig::admin_socket_mode},
+    {"daemon", "admin_group", ConfigKind::kString, &DaemonConfig::admin_group},
     {"daemon", "log_level", ConfigKind::kString, &DaemonConfig::log_level},
     {"daemon", "reduce_threads", ConfigKind::kCount, &DaemonConfig::reduce_threads},
     {"daemon", "poll_us", ConfigKind::kCount, &DaemonConfig::poll_us},
@@ -82,6 +87,38 @@ std::optional<std::string> check_socket_path(const std::string& path) {
     return fmt::format("is {} bytes; a unix socket path must be shorter than {} (unix(7))",
                        path.size(), kSunPathSize);
   }
+  return std::nullopt;
+}
+
+// A group name as useradd(8) and systemd-sysusers accept them: letters,
+// digits, '_', '-' and '.', not starting with '-' or a digit, at most 32
+// bytes; "" means the daemon's own group.
+std::optional<std::string> check_group_name(const std::string& name) {
+  if (name.empty()) return std::nullopt;
+  auto quoted = [&] { return fmt::format("\"{}\"", printable(name, 64)); };
+  if (name.size() > kMaxGroupName)
+    return fmt::format("{} is {} bytes; a group name has at most {}", quoted(), name.size(),
+                       kMaxGroupName);
+  for (char c : name) {
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '_' && c != '-' && c != '.')
+      return fmt::format("{} is not a group name (letters, digits, '_', '-', '.'; \"\" for the "
+                         "daemon's own group)",
+                         quoted());
+  }
+  if (name[0] == '-' || std::isdigit(static_cast<unsigned char>(name[0])))
+    return fmt::format("{} is not a group name (it must not start with '-' or a digit)",
+                       quoted());
+  return std::nullopt;
+}
+
+// Who may connect to the sockets: their modes and the admin socket's group.
+std::optional<ConfigProblem> access_problem(const DaemonConfig& cfg) {
+  for (auto [key, mode] : {std::pair{"daemon.socket_mode", cfg.socket_mode},
+                           std::pair{"daemon.admin_socket_mode", cfg.admin_socket_mode}}) {
+    if (mode > kMaxSocketMode)
+      return ConfigProblem{{key}, fmt::format("0o{:o} is not a file mode (at most 0o7777)", mode)};
+  }
+  if (auto p = check_group_name(cfg.admin_group)) return ConfigProblem{{"daemon.admin_group"}, *p};
   return std::nullopt;
 }
 
@@ -136,10 +173,7 @@ std::optional<ConfigProblem> find_config_problem(const DaemonConfig& cfg) {
         {"daemon.admin_socket", "daemon.socket"},
         fmt::format("must differ from daemon.socket (both are \"{}\")", cfg.socket_path)};
   }
-  if (cfg.socket_mode > kMaxSocketMode) {
-    return problem("daemon.socket_mode",
-                   fmt::format("0o{:o} is not a file mode (at most 0o7777)", cfg.socket_mode));
-  }
+  if (auto p = access_problem(cfg)) return p;
   if (std::find(kLogLevels.begin(), kLogLevels.end(), cfg.log_level) == kLogLevels.end()) {
     return problem("daemon.log_level",
                    fmt::format("\"{}\" is not one of {}", cfg.log_level,

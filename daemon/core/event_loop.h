@@ -3,6 +3,12 @@
 // A single-threaded epoll loop. All daemon state (sessions, jobs, ops) is
 // owned by the thread running it, so that state needs no locks; worker
 // threads hand results back through an eventfd watched here.
+//
+// The last line of defence (docs/errors.md, "Nothing from outside stops the
+// daemon"): an exception that escapes a handler, a timer, a deferred task or
+// a looker is caught here, logged naming the fd or timer, counted, and the
+// loop goes on serving every other job. Parsers of outside bytes return a
+// Status and never rely on this; it is there for the bug nobody found yet.
 #pragma once
 
 #include <sys/epoll.h>
@@ -31,8 +37,10 @@ class EventLoop {
   bool modify(int fd, uint32_t events);
   void remove(int fd);
 
-  // Run fn every period on the loop thread (timeouts, watchdog).
-  void every(std::chrono::milliseconds period, std::function<void()> fn);
+  // Run fn every period on the loop thread (timeouts, watchdog). name says
+  // which timer it is when fn throws.
+  void every(std::chrono::milliseconds period, std::function<void()> fn,
+             const char* name = "timer");
   // Run fn once at the start of the next iteration (deferred work).
   void defer(std::function<void()> fn);
 
@@ -55,12 +63,25 @@ class EventLoop {
   void run();   // until stop()
   void stop();  // safe from the loop thread (signals arrive by signalfd)
 
+  // Exceptions caught from handlers, timers, deferred tasks and lookers.
+  uint64_t exceptions_caught() const { return exceptions_; }
+
  private:
   struct Timer {
     std::chrono::milliseconds period;
     Clock::time_point next;
     std::function<void()> fn;
+    const char* name;
   };
+  void run_deferred();
+  int next_timeout_ms(Clock::time_point now) const;
+  bool look_all(bool polling);
+  void dispatch(const epoll_event* events, int n);
+  void run_timers();
+  // Runs fn; an exception it throws is logged as coming from `what` and
+  // counted, never passed on.
+  template <typename Fn>
+  void guarded(Fn&& fn, const char* what, int64_t id);
   int epfd_ = -1;
   bool running_ = false;
   uint64_t generation_ = 0;
@@ -80,6 +101,7 @@ class EventLoop {
   std::vector<Looker> lookers_;
   bool announced_ = false;
   unsigned looks_ = 0;  // polling rounds, counted to ask the fds every few
+  uint64_t exceptions_ = 0;
 };
 
 }  // namespace gsync

@@ -1,12 +1,14 @@
 // SPDX-License-Identifier: Apache-2.0
 //
-// Checks of what a rank submits: every field of a submission entry copied
-// out of shared memory (the client can write anything there), and the
-// agreement of every rank of an op on its shape.
+// Checks of what a rank sends: its hello's identity, every field of a
+// submission entry copied out of shared memory (the client can write
+// anything there), and the agreement of every rank of an op on its shape.
 #include <cmath>
 
 #include <fmt/format.h>
 
+#include "daemon/core/text.h"
+#include "daemon/jobs/admission.h"
 #include "daemon/jobs/job_manager.h"
 
 namespace gsync {
@@ -29,11 +31,11 @@ std::string shape_of(const proto::OpShape& s) {
 }
 }  // namespace
 
-Status JobManager::validate(const Session& s, const Job& job, const proto::SubmitEntry& e,
-                            proto::OpShape* shape, void** data) const {
+Status check_submission(const proto::SubmitEntry& e, int world_size, uint64_t arena_bytes,
+                        const std::string& who, proto::OpShape* shape, uint64_t* bytes) {
   auto bad = [&](int code, const std::string& what) {
-    return Status(code, fmt::format("{}: submission tag {} key {} step {}: {}", s.describe(), e.tag,
-                                    e.key, e.step, what));
+    return Status(code, fmt::format("{}: submission tag {} key {} step {}: {}", who, e.tag, e.key,
+                                    e.step, what));
   };
   if (e.flags != 0 || e.reserved != 0)
     return bad(GSYNC_ERR_PROTOCOL, fmt::format("flags {:#x} / reserved {:#x} must be 0", e.flags,
@@ -42,7 +44,7 @@ Status JobManager::validate(const Session& s, const Job& job, const proto::Submi
     return bad(GSYNC_ERR_PROTOCOL, fmt::format("unknown opcode {}", e.opcode));
   if (e.timeout_ms > kMaxTimeoutMs)
     return bad(GSYNC_ERR_INVALID, fmt::format("timeout {} ms is over 24 h", e.timeout_ms));
-  *data = nullptr;
+  *bytes = 0;
   shape->count = e.count;
   if (shape->opcode == proto::Opcode::kBarrier) {
     if (e.count != 0) return bad(GSYNC_ERR_PROTOCOL, "a barrier carries no tensor (count must be 0)");
@@ -61,20 +63,57 @@ Status JobManager::validate(const Session& s, const Job& job, const proto::Submi
                                                     proto::name(shape->dtype)));
     if (shape->redop == proto::RedOp::kWeightedAvg && (!std::isfinite(e.weight) || e.weight < 0))
       return bad(GSYNC_ERR_INVALID, fmt::format("weight {} must be finite and >= 0", e.weight));
-  } else if (e.root < 0 || e.root >= job.world_size) {
+  } else if (e.root < 0 || e.root >= world_size) {
     return bad(GSYNC_ERR_INVALID,
-               fmt::format("broadcast root {} is not a rank of a {}-rank job", e.root, job.world_size));
+               fmt::format("broadcast root {} is not a rank of a {}-rank job", e.root, world_size));
   } else {
     shape->root = e.root;
   }
   size_t elem = proto::dtype_size(shape->dtype);
   if (e.count > (uint64_t{1} << 48) / elem)
     return bad(GSYNC_ERR_PROTOCOL, fmt::format("count {} is absurd", e.count));
-  uint64_t bytes = e.count * elem;
-  if (!s.arena_range(e.offset, bytes, data))
+  *bytes = e.count * elem;
+  if (e.offset > arena_bytes || *bytes > arena_bytes - e.offset)
     return bad(GSYNC_ERR_PROTOCOL,
                fmt::format("tensor at arena offset {} of {} bytes ends past the {}-byte arena",
-                           e.offset, bytes, s.arena_bytes()));
+                           e.offset, *bytes, arena_bytes));
+  return Status::ok();
+}
+
+Status check_join_request(const JoinRequest& r, bool multi_host_ok) {
+  if (r.job_id.empty()) return {GSYNC_ERR_INVALID, "job id is empty"};
+  if (r.job_id.size() >= proto::kJobIdMax)
+    return {GSYNC_ERR_INVALID, fmt::format("job id '{}' is longer than {} bytes",
+                                           printable(r.job_id, 96), proto::kJobIdMax - 1)};
+  for (char c : r.job_id)
+    if (c < 0x21 || c > 0x7e)
+      return {GSYNC_ERR_INVALID, fmt::format("job id '{}' has a character outside printable ASCII",
+                                             printable(r.job_id, 96))};
+  if (r.world_size < 1 || r.local_size < 1 || r.local_size > r.world_size || r.rank < 0 ||
+      r.rank >= r.world_size || r.local_rank < 0 || r.local_rank >= r.local_size)
+    return {GSYNC_ERR_INVALID,
+            fmt::format("job {}: inconsistent shape world_size={} rank={} local_size={} "
+                        "local_rank={}",
+                        r.job_id, r.world_size, r.rank, r.local_size, r.local_rank)};
+  if (r.world_size != r.local_size && !multi_host_ok)
+    return {GSYNC_ERR_REFUSED,
+            fmt::format("job {}: world_size {} spans more hosts than this one (local_size {}), but "
+                        "this daemon has no cluster configured",
+                        r.job_id, r.world_size, r.local_size)};
+  return Status::ok();
+}
+
+Status JobManager::validate(const Session& s, const Job& job, const proto::SubmitEntry& e,
+                            proto::OpShape* shape, void** data) const {
+  uint64_t bytes = 0;
+  *data = nullptr;
+  if (Status st = check_submission(e, job.world_size, s.arena_bytes(), s.describe(), shape, &bytes);
+      !st)
+    return st;
+  if (shape->opcode == proto::Opcode::kBarrier) return Status::ok();
+  // Checked above against the same arena size; this only finds the address.
+  if (!s.arena_range(e.offset, bytes, data))
+    return Status(GSYNC_ERR_INTERNAL, fmt::format("{}: arena range check disagrees", s.describe()));
   return Status::ok();
 }
 

@@ -4,6 +4,8 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "daemon/jobs/admission.h"
+
 namespace gsync {
 
 namespace {
@@ -21,22 +23,7 @@ JobManager::JobManager(const DaemonConfig& cfg, pipeline::Pipeline& pipeline,
 }
 
 Status JobManager::check_join(const JoinRequest& r) {
-  if (r.job_id.empty()) return {GSYNC_ERR_INVALID, "job id is empty"};
-  for (char c : r.job_id)
-    if (c < 0x21 || c > 0x7e)
-      return {GSYNC_ERR_INVALID, fmt::format("job id '{}' has a character outside printable ASCII",
-                                             r.job_id)};
-  if (r.world_size < 1 || r.local_size < 1 || r.local_size > r.world_size || r.rank < 0 ||
-      r.rank >= r.world_size || r.local_rank < 0 || r.local_rank >= r.local_size)
-    return {GSYNC_ERR_INVALID,
-            fmt::format("job {}: inconsistent shape world_size={} rank={} local_size={} "
-                        "local_rank={}",
-                        r.job_id, r.world_size, r.rank, r.local_size, r.local_rank)};
-  if (r.world_size != r.local_size && !control_)
-    return {GSYNC_ERR_REFUSED,
-            fmt::format("job {}: world_size {} spans more hosts than this one (local_size {}), but "
-                        "this daemon has no cluster configured",
-                        r.job_id, r.world_size, r.local_size)};
+  if (Status st = check_join_request(r, control_ != nullptr); !st) return st;
   auto it = jobs_.find(r.job_id);
   if (it == jobs_.end()) return Status::ok();
   const Job& job = *it->second;

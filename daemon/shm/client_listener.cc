@@ -119,12 +119,7 @@ void ClientListener::on_hello(int fd) {
 }
 
 void ClientListener::open_session(int fd, const Peer& peer, const proto::HelloRequest& hello) {
-  JoinRequest join;
-  join.job_id = hello.job_id;
-  join.world_size = hello.world_size;
-  join.rank = hello.rank;
-  join.local_rank = hello.local_rank;
-  join.local_size = hello.local_size;
+  JoinRequest join = join_request(hello);
   uint64_t arena = hello.arena_bytes ? hello.arena_bytes : cfg_.default_arena_bytes;
   reap_stale_holder(join);
   Status st = sink_.check_join(join);

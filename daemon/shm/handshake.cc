@@ -11,6 +11,8 @@
 
 #include <fmt/format.h>
 
+#include "daemon/core/text.h"
+
 namespace gsync {
 
 bool peer_credentials(int fd, Peer* peer) {
@@ -28,6 +30,11 @@ Status read_hello(int fd, proto::HelloRequest* hello) {
   alignas(8) char buf[sizeof(proto::HelloRequest) + 1];
   ssize_t n = recv(fd, buf, sizeof buf, MSG_DONTWAIT);
   if (n < 0) return {GSYNC_ERR_PROTOCOL, fmt::format("reading hello: {}", strerror(errno))};
+  return parse_hello(buf, static_cast<size_t>(n), hello);
+}
+
+Status parse_hello(const void* msg, size_t n, proto::HelloRequest* hello) {
+  const char* buf = static_cast<const char*>(msg);
   if (n < 8) return {GSYNC_ERR_PROTOCOL, fmt::format("hello of {} bytes is too short", n)};
   uint32_t magic, version;
   std::memcpy(&magic, buf, 4);
@@ -40,13 +47,24 @@ Status read_hello(int fd, proto::HelloRequest* hello) {
             fmt::format("protocol version mismatch: client speaks version {}, daemon speaks "
                         "version {}",
                         version, proto::kVersion)};
-  if (n != static_cast<ssize_t>(sizeof *hello))
+  if (n != sizeof *hello)
     return {GSYNC_ERR_PROTOCOL, fmt::format("hello of {} bytes, expected {} for version {}", n,
                                             sizeof *hello, version)};
   std::memcpy(hello, buf, sizeof *hello);
   if (memchr(hello->job_id, 0, sizeof hello->job_id) == nullptr)
     return {GSYNC_ERR_PROTOCOL, "job id is not NUL-terminated within 64 bytes"};
   return Status::ok();
+}
+
+JoinRequest join_request(const proto::HelloRequest& hello) {
+  JoinRequest join;
+  // parse_hello found the NUL within the field.
+  join.job_id = std::string(hello.job_id, strnlen(hello.job_id, sizeof hello.job_id));
+  join.world_size = hello.world_size;
+  join.rank = hello.rank;
+  join.local_rank = hello.local_rank;
+  join.local_size = hello.local_size;
+  return join;
 }
 
 bool send_reply(int fd, const proto::HelloReply& reply, const std::vector<int>& fds) {
@@ -72,7 +90,10 @@ proto::HelloReply refusal(const Status& st) {
   r.magic = proto::kHelloMagic;
   r.version = proto::kVersion;
   r.status = st.code();
-  std::snprintf(r.message, sizeof r.message, "%s", st.message().c_str());
+  // The message may quote what the client sent (its job id): printable,
+  // and cut at a character boundary, always NUL-terminated (r is zeroed).
+  std::string text = printable(st.message(), sizeof r.message - 1);
+  std::memcpy(r.message, text.data(), text.size());
   return r;
 }
 

@@ -27,10 +27,18 @@ bool peer_credentials(int fd, Peer* peer);
 // Reads one hello. Refuses short messages, bad magic and other versions
 // with a status whose message names both versions.
 Status read_hello(int fd, proto::HelloRequest* hello);
+// The checks of read_hello on the n bytes of one received message (n may
+// exceed sizeof *hello: a client that sent more is refused).
+Status parse_hello(const void* msg, size_t n, proto::HelloRequest* hello);
+
+// Who a checked hello says the client is.
+JoinRequest join_request(const proto::HelloRequest& hello);
 
 // Sends the reply; with fds (status 0) they travel by SCM_RIGHTS.
 bool send_reply(int fd, const proto::HelloReply& reply, const std::vector<int>& fds);
 
+// The reply that refuses a client; its message is st's, made printable
+// (text.h) and cut to the field.
 proto::HelloReply refusal(const Status& st);
 
 }  // namespace gsync

@@ -13,6 +13,8 @@
 
 #include <fmt/format.h>
 
+#include "daemon/core/text.h"
+
 namespace gsync {
 
 Status Session::create(uint64_t id, uint32_t ring_entries, uint64_t arena_bytes,
@@ -110,8 +112,13 @@ Status Session::complete(uint64_t tag, int status, const std::string& message) {
   proto::CompleteEntry e{};
   e.tag = tag;
   e.status = status;
-  // Cut to the field, always terminated (e is zeroed).
-  std::memcpy(e.message, message.data(), std::min(message.size(), sizeof e.message - 1));
+  // The message may quote a peer's or another client's text: printable,
+  // cut to the field at a character boundary, always terminated (e is
+  // zeroed).
+  if (!message.empty()) {
+    std::string text = printable(message, sizeof e.message - 1);
+    std::memcpy(e.message, text.data(), text.size());
+  }
   std::memcpy(&ring[cq_tail_ & (cq_entries_ - 1)], &e, sizeof e);
   cq_tail_++;
   h->cq_tail.store(cq_tail_, std::memory_order_release);

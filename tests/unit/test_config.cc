@@ -417,6 +417,8 @@ TEST(ConfigJson, MirrorsTomlLayout) {
   EXPECT_EQ(j["daemon"]["socket"], "/run/gsync/gsyncd.sock");
   EXPECT_EQ(j["daemon"]["admin_socket"], "/run/gsync/gsyncd-admin.sock");
   EXPECT_EQ(j["daemon"]["socket_mode"], "0666");
+  EXPECT_EQ(j["daemon"]["admin_socket_mode"], "0660");
+  EXPECT_EQ(j["daemon"]["admin_group"], "gsync");
   EXPECT_EQ(j["daemon"]["log_level"], "info");
   EXPECT_EQ(j["daemon"]["reduce_threads"], 0);
   EXPECT_EQ(j["auth"]["allowed_uids"], nlohmann::json::array({0, 1000}));
@@ -432,8 +434,77 @@ TEST(ConfigJson, MirrorsTomlLayout) {
   EXPECT_EQ(j["cluster"]["tcp_streams_cross_rack"], 1);
   EXPECT_EQ(j.size(), 4u);
   EXPECT_EQ(j["cluster"]["key_file"], "");
-  EXPECT_EQ(j["daemon"].size() + j["auth"].size() + j["limits"].size() + j["cluster"].size(), 24u);
+  EXPECT_EQ(j["daemon"].size() + j["auth"].size() + j["limits"].size() + j["cluster"].size(), 26u);
 }
+
+// [daemon] admin_socket_mode and admin_group: who may connect to the
+// admin socket (issue #15).
+const BadCase kBadAdminCases[] = {
+    {"AdminDecimalMode", "[daemon]\nadmin_socket_mode = 660\n", "2: daemon.admin_socket_mode: ",
+     "TOML octal"},
+    {"AdminHugeMode", "[daemon]\n\nadmin_socket_mode = 0o17777\n",
+     "3: daemon.admin_socket_mode: ", "is not a file mode"},
+    {"AdminModeString", "[daemon]\nadmin_socket_mode = \"0660\"\n",
+     "2: daemon.admin_socket_mode: ", "expected an octal integer"},
+    {"AdminGroupWrongType", "[daemon]\nadmin_group = 1000\n", "2: daemon.admin_group: ",
+     "expected a string, got integer"},
+    {"AdminGroupSpace", "[daemon]\nadmin_group = \"gsync users\"\n", "2: daemon.admin_group: ",
+     "\"gsync users\" is not a group name"},
+    {"AdminGroupDash", "[daemon]\nadmin_group = \"-g\"\n", "2: daemon.admin_group: ",
+     "must not start with '-' or a digit"},
+    {"AdminGroupControl", "[daemon]\nadmin_group = \"g\\u001b[2J\"\n", "2: daemon.admin_group: ",
+     "\"g\\x1b[2J\" is not a group name"},
+    {"AdminGroupTooLong", "[daemon]\nadmin_group = \"ggggggggggggggggggggggggggggggggg\"\n",
+     "2: daemon.admin_group: ", "is 33 bytes; a group name has at most 32"},
+};
+
+INSTANTIATE_TEST_SUITE_P(BadAdmin, ConfigErrorTest, ::testing::ValuesIn(kBadAdminCases),
+                         [](const auto& info) { return std::string(info.param.name); });
+
+TEST_F(ConfigTest, AdminSocketModeAndGroup) {
+  DaemonConfig defaults;
+  EXPECT_EQ(defaults.admin_socket_mode, 0660u);
+  EXPECT_EQ(defaults.admin_group, "gsync");
+  DaemonConfig cfg;
+  Status s = load_config_text("[daemon]\nadmin_socket_mode = 0o600\nadmin_group = \"ml-ops.team_1\"\n",
+                              "text.toml", &cfg);
+  ASSERT_TRUE(s) << s.message();
+  EXPECT_EQ(cfg.admin_socket_mode, 0600u);
+  EXPECT_EQ(cfg.admin_group, "ml-ops.team_1");
+  EXPECT_EQ(cfg.source, "text.toml");
+  // "" keeps the daemon's own group; the printed config reads back the same.
+  s = load_config_text("[daemon]\nadmin_group = \"\"\n", "t", &cfg);
+  ASSERT_TRUE(s) << s.message();
+  EXPECT_EQ(cfg.admin_group, "");
+  DaemonConfig back;
+  ASSERT_TRUE(load_config_text(config_to_toml(cfg), "printed", &back));
+  EXPECT_EQ(back.admin_socket_mode, 0600u);
+  EXPECT_EQ(back.admin_group, "");
+  EXPECT_EQ(config_to_json(cfg)["daemon"]["admin_socket_mode"], "0600");
+}
+
+TEST_F(ConfigTest, TextLoaderNamesItsSourceAndLeavesConfigOnError) {
+  DaemonConfig cfg;
+  cfg.admin_group = "before";
+  Status s = load_config_text("[daemon]\nadmin_group = \"x y\"\n", "inline", &cfg);
+  EXPECT_THAT(s.message(), HasSubstr("inline:2: daemon.admin_group: ")) << s.message();
+  EXPECT_EQ(cfg.admin_group, "before");
+  s = load_config_text(std::string((1 << 20) + 1, '#'), "huge", &cfg);
+  EXPECT_THAT(s.message(), HasSubstr("larger than")) << s.message();
+}
+
+#ifdef GSYNC_EXAMPLE_CONFIG
+// The example documents the admin keys with their defaults.
+TEST(ExampleConfig, AdminKeysAreTheDefaults) {
+  DaemonConfig cfg;
+  cfg.admin_socket_mode = 0;
+  cfg.admin_group = "unset";
+  Status s = load_config_file(GSYNC_EXAMPLE_CONFIG, true, &cfg);
+  ASSERT_TRUE(s) << s.message();
+  EXPECT_EQ(cfg.admin_socket_mode, 0660u);
+  EXPECT_EQ(cfg.admin_group, "gsync");
+}
+#endif
 
 #ifdef GSYNC_EXAMPLE_CONFIG
 // deploy/gsyncd.toml documents every key with its default value; if a default

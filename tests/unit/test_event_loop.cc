@@ -15,6 +15,7 @@
 #include <functional>
 #include <memory>
 #include <random>
+#include <stdexcept>
 #include <thread>
 
 #include "daemon/core/event_loop.h"
@@ -242,6 +243,55 @@ TEST(EventLoop, EveryLookerAndTheFdsAreServedWhilePolling) {
       << "fd events were served only once the loop stopped polling";
   running.reset();
   close(efd);
+}
+
+// The last line of defence: a handler, a timer or a deferred task that
+// throws is logged and counted, and the loop goes on serving: the same fd
+// again, another fd, the other timers. (Without the catch the exception
+// leaves run() and the test's loop thread calls std::terminate.)
+TEST(EventLoop, AnExceptionFromAHandlerIsCaughtAndTheLoopGoesOn) {
+  EventLoop loop;
+  int bad = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC), good = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  std::atomic<int> bad_calls{0}, good_seen{0}, timer_calls{0}, deferred_ran{0};
+  loop.add(bad, EPOLLIN, [&](uint32_t) {
+    uint64_t v;
+    [[maybe_unused]] ssize_t n = read(bad, &v, sizeof v);
+    bad_calls++;
+    // What nlohmann::json's dump() did with invalid UTF-8 in an admin reply.
+    throw std::runtime_error("[json.exception.type_error.316] invalid UTF-8 byte");
+  });
+  loop.add(good, EPOLLIN, [&](uint32_t) {
+    uint64_t v;
+    if (read(good, &v, sizeof v) == sizeof v) good_seen += static_cast<int>(v);
+    // A deferred task that throws something that is not a std::exception.
+    loop.defer([] { throw 42; });
+    loop.defer([&] { deferred_ran++; });
+  });
+  loop.every(2ms, [&] {
+    timer_calls++;
+    throw std::logic_error("timer");
+  }, "test timer");
+  auto running = std::make_unique<LoopThread>(loop);
+  auto wait_for = [](const std::function<bool()>& done) {
+    auto deadline = std::chrono::steady_clock::now() + 5s;
+    while (!done() && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(1ms);
+    return done();
+  };
+  uint64_t one = 1;
+  for (int i = 1; i <= 3; i++) {
+    ASSERT_EQ(write(bad, &one, sizeof one), ssize_t(sizeof one));
+    ASSERT_TRUE(wait_for([&] { return bad_calls == i; })) << "the throwing fd was not served again";
+    ASSERT_EQ(write(good, &one, sizeof one), ssize_t(sizeof one));
+    ASSERT_TRUE(wait_for([&] { return good_seen == i && deferred_ran == i; }))
+        << "another fd or a deferred task was not served after an exception";
+  }
+  ASSERT_TRUE(wait_for([&] { return timer_calls >= 3; })) << "a throwing timer stopped firing";
+  running.reset();
+  // 3 from the fd, 3 deferred, at least 3 from the timer.
+  EXPECT_GE(loop.exceptions_caught(), 9u);
+  close(bad);
+  close(good);
 }
 
 }  // namespace

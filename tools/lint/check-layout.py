@@ -9,7 +9,10 @@
     nothing of jobs/ or shm/, admin/ nothing of the daemon's wiring, core/
     nothing of another daemon folder but config/, jobs/ nothing of
     collective/ (the build's layer views enforce more; this names the rule
-    that broke).
+    that broke);
+  - JSON is written by json_text() (daemon/core/json_text.h) only: a
+    .dump() elsewhere in daemon/ throws on the first invalid UTF-8 byte a
+    peer or a client put in a string (docs/errors.md, "Text from outside").
 Prints one line per violation and exits 1 if there is any.
 """
 import os
@@ -24,6 +27,8 @@ FORBIDDEN = [
     ("daemon/core/", re.compile(r'#include "daemon/(?!core/|config/)')),
     ("daemon/jobs/", re.compile(r'#include "daemon/collective/')),
 ]
+DUMP = re.compile(r'\.dump\s*\(')
+DUMP_ALLOWED = "daemon/core/json_text.h"
 STRINGS = re.compile(r'"(\\.|[^"\\])*"|\'(\\.|[^\'\\])*\'')
 
 
@@ -71,6 +76,11 @@ def check(root):
                 if n > MAX_FUNCTION:
                     bad.append(f"{rel}:{name + 1}: function of {n} lines (at most {MAX_FUNCTION}): "
                                f"{lines[name].strip()[:70]}")
+            if rel != DUMP_ALLOWED:
+                for n, line in enumerate(lines, 1):
+                    if DUMP.search(code_of(line)):
+                        bad.append(f"{rel}:{n}: {line.strip()}: write JSON with json_text() "
+                                   f"({DUMP_ALLOWED}): dump() throws on invalid UTF-8")
             for prefix, pattern in FORBIDDEN:
                 if not rel.startswith(prefix):
                     continue

@@ -159,7 +159,7 @@ void CompositeContext::on_link_down(int peer, const Status& why) {
   mismatch_[size_t(peer)].clear();
   if (was_fast) provider_->link_down(peer, why);
   if (was_tcp) post_peer_down(peer, why);
-  partial_[size_t(peer)].clear();
+  partial_[size_t(peer)].reset();
   // It can no longer write anything into our memory: its fast link is gone
   // with the bootstrap link.
   std::vector<uint32_t> ids;
@@ -221,18 +221,18 @@ void CompositeContext::on_internal(int peer, std::string_view msg) {
 }
 
 void CompositeContext::on_user(int peer, std::string_view msg, bool last) {
-  std::string& part = partial_[size_t(peer)];
-  if (!last) {
-    part.append(msg);
-    return;
+  std::string_view whole;
+  switch (partial_[size_t(peer)].add(msg, last, &whole)) {
+    case UserReassembly::Result::kMore:
+      return;
+    case UserReassembly::Result::kDropped:
+      spdlog::error("transport: a control message from {} in parts of more than {} bytes in all; "
+                    "dropped",
+                    describe_host(peer), kMaxControl);
+      return;
+    case UserReassembly::Result::kWhole:
+      break;
   }
-  if (part.empty()) {
-    if (handlers_.on_control) handlers_.on_control(peer, msg);
-    return;
-  }
-  std::string whole = std::move(part);
-  part.clear();
-  whole.append(msg);
   if (handlers_.on_control) handlers_.on_control(peer, whole);
 }
 

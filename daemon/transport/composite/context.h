@@ -114,7 +114,7 @@ class CompositeContext : public Context, public LinkHost {
   std::unique_ptr<LinkProvider> provider_;  // null: every link is TCP
   std::string why_none_;
   std::unordered_map<uint32_t, Retiring> retiring_;
-  std::vector<std::string> partial_;  // a user message arriving in parts
+  std::vector<UserReassembly> partial_;  // a user message arriving in parts
   std::vector<Link> link_;            // by host index
   std::vector<bool> decided_;         // the peer's CAPS came on this TCP link
   std::vector<std::string> logged_;   // the last choice logged, per peer

@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "daemon/transport/composite/frame.h"
 
+#include "daemon/transport/transport.h"
+
 namespace gsync::transport::composite {
 
 bool is_composite_tag(uint8_t tag) {
@@ -47,6 +49,34 @@ bool decode(std::string_view in, Caps* m) {
 bool decode_id(std::string_view in, uint32_t* id) {
   Reader r(in);
   return r.get(id) && r.done();
+}
+
+UserReassembly::Result UserReassembly::add(std::string_view part, bool last,
+                                           std::string_view* whole) {
+  if (!dropping_ && part.size() > kMaxControl - buf_.size()) {
+    dropping_ = true;
+    std::string().swap(buf_);  // its memory too
+  }
+  if (dropping_) {
+    if (!last) return Result::kMore;
+    dropping_ = false;
+    return Result::kDropped;
+  }
+  if (last && buf_.empty()) {
+    *whole = part;
+    return Result::kWhole;
+  }
+  buf_.append(part);
+  if (!last) return Result::kMore;
+  whole_.swap(buf_);
+  buf_.clear();
+  *whole = whole_;
+  return Result::kWhole;
+}
+
+void UserReassembly::reset() {
+  buf_.clear();
+  dropping_ = false;
 }
 
 }  // namespace gsync::transport::composite

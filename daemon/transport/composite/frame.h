@@ -41,6 +41,25 @@ std::string encode_id(Ctl kind, uint32_t id);  // kRetire, kRetireAck
 bool decode(std::string_view in, Caps* m);
 bool decode_id(std::string_view in, uint32_t* id);
 
+// A user message longer than the bootstrap link's frames arrives in parts
+// (kUserPart ..., then kUser). A whole message is at most kMaxControl bytes
+// (send_control refuses more); a peer whose parts add up to more is broken
+// or hostile, and that message is dropped whole instead of buffered
+// without bound.
+class UserReassembly {
+ public:
+  enum class Result { kMore, kWhole, kDropped };
+  // One part; on kWhole, *whole is the message (valid until the next add).
+  Result add(std::string_view part, bool last, std::string_view* whole);
+  void reset();
+  size_t buffered() const { return buf_.size(); }
+
+ private:
+  std::string buf_;
+  std::string whole_;  // the last message put together
+  bool dropping_ = false;
+};
+
 // Fixed-layout messages: a tag byte, then fields in host order (both ends
 // are the same build on the same architecture: the HELLO's build id says
 // so). For providers' messages too.

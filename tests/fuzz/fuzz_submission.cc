@@ -1,0 +1,41 @@
+// SPDX-License-Identifier: Apache-2.0
+//
+// A submission entry as a client may write it into its ring (it can write
+// anything), checked by check_submission (daemon/jobs/admission.h) as the
+// jobs layer does before it touches the tensor. Input: 64 bytes of
+// SubmitEntry, then the job's world size (1 byte) and the arena's size (8
+// bytes). Properties: an entry that passes names a tensor inside the arena
+// (offset + bytes cannot wrap past it), of count x the dtype's size bytes,
+// a known op, a root inside the job; an error names the rank and the tag.
+#include <cstring>
+
+#include "daemon/jobs/admission.h"
+#include "tests/fuzz/fuzz_target.h"
+
+GSYNC_FUZZ_TARGET(submission) {
+  using namespace gsync;
+  fuzz::Input in(data, size);
+  auto e = in.take<proto::SubmitEntry>();
+  int world = 1 + in.byte();
+  uint64_t arena = in.take<uint64_t>() % (uint64_t{1} << 40);
+  proto::OpShape shape;
+  uint64_t bytes = ~0ull;
+  Status st = check_submission(e, world, arena, "job fuzz rank 0 (local 0, pid 1)", &shape, &bytes);
+  if (!st) {
+    FUZZ_CHECK(st.code() < 0);
+    FUZZ_CHECK(st.message().find("job fuzz rank 0") == 0);
+    FUZZ_CHECK(st.message().find(std::to_string(e.tag)) != std::string::npos);
+    return 0;
+  }
+  FUZZ_CHECK(e.flags == 0 && e.reserved == 0);
+  if (shape.opcode == proto::Opcode::kBarrier) {
+    FUZZ_CHECK(e.count == 0 && bytes == 0);
+    return 0;
+  }
+  FUZZ_CHECK(bytes == e.count * proto::dtype_size(shape.dtype));
+  FUZZ_CHECK(bytes / proto::dtype_size(shape.dtype) == e.count);  // no wrap
+  FUZZ_CHECK(e.offset <= arena && bytes <= arena - e.offset);
+  if (shape.opcode == proto::Opcode::kBroadcast) FUZZ_CHECK(shape.root >= 0 && shape.root < world);
+  if (shape.opcode == proto::Opcode::kAllreduce) FUZZ_CHECK(proto::defined(shape.dtype, shape.redop));
+  return 0;
+}

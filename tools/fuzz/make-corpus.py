@@ -1,0 +1,173 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
+"""make-corpus.py [DIR]: writes the seed corpus of every fuzz target.
+
+The seeds are committed under tests/fuzz/corpus/<target>/ (DIR defaults to
+it); this script is how they were made, run once, and again only when a
+wire layout changes. Each seed is a well-formed input of its target and a
+few near misses, so the fuzzer starts from the formats instead of from
+nothing. The layouts below are those of protocol/wire.h,
+daemon/cluster/messages.h and daemon/transport/*/frame.h (the replay test
+checks that every seed still runs).
+"""
+import os
+import struct
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def cstr(text, size):
+    data = text.encode()
+    return data[:size - 1] + b"\0" * (size - min(len(data), size - 1))
+
+
+def hello_request(job, world, rank, local_rank, local_size, version=2, magic=0x4E595347):
+    return (struct.pack("<II", magic, version) + cstr(job, 64) +
+            struct.pack("<iiiiQII", world, rank, local_rank, local_size, 0, 0, 0))
+
+
+def submit_entry(opcode, dtype=0, redop=0, count=16, offset=0, root=0, weight=1.0, tag=1, key=7,
+                 step=0, flags=0, reserved=0):
+    return struct.pack("<QQQQQdIBBBBiI", tag, key, step, offset, count, weight, 0, opcode, dtype,
+                       redop, flags, root, reserved)
+
+
+def frame_header(ftype, length, region=0, offset=0, imm=0, write_id=0, write_len=None):
+    if write_len is None:
+        write_len = length
+    return struct.pack("<IBBHIIQQQQ", 0x54535347, ftype, 0, 1, region, length, offset, imm,
+                       write_id, write_len)
+
+
+def tcp_hello(cluster, build, host, index=0, stream=0, streams=2, proto=2):
+    def s(t):
+        b = t.encode()
+        return struct.pack("<H", len(b)) + b
+    return struct.pack("<IIIIQQ", index, stream, streams, proto, 0x1234, 0x5678) + s(cluster) + \
+        s(build) + s(host)
+
+
+def job_announce(job, world, ranks):
+    return struct.pack("<B3xii", 1, world, len(ranks)) + cstr(job, 64) + \
+        b"".join(struct.pack("<i", r) for r in ranks)
+
+
+def job_leave(job, rank, pid, reason, open_ops):
+    return struct.pack("<B3xiiI", 2, rank, pid, len(open_ops)) + cstr(job, 64) + \
+        cstr(reason, 160) + b"".join(struct.pack("<QQ", k, s) for k, s in open_ops)
+
+
+def op_ready(mtype, algo, opcode, dtype, redop, count, chunk_bytes, xfer=0, slot=0, job="j",
+             key=1, step=0, weight=1.0, token=5, data_region=1, scratch_region=2, slot_bytes=0):
+    return struct.pack("<BBBBBBBx", mtype, algo, opcode, dtype, redop, xfer, slot) + \
+        cstr(job, 64) + struct.pack("<QQQQdIIIIQ", key, step, count, chunk_bytes, weight, token,
+                                    data_region, scratch_region, 0, slot_bytes)
+
+
+def op_abort(job, key, step, code, message):
+    return struct.pack("<B3xi", 4, code) + cstr(job, 64) + struct.pack("<QQ", key, step) + \
+        cstr(message, 240)
+
+
+def scenario(hosts, self, two_racks, algo, peer, world):
+    return bytes([hosts - 2, self, two_racks, algo, peer, world - 1])
+
+
+def parts(*msgs):
+    return b"".join(struct.pack("<H", len(m)) + m for m in msgs)
+
+
+SEEDS = {
+    "admin": {
+        "status": b"\0status\n",
+        "jobs-crlf": b"\0jobs\r\n",
+        "closed-no-newline": b"\1status",
+        "issue15-utf8": b"\0\xed\xa0\x80\n",
+        "too-long": b"\0" + b"a" * 300,
+        "unknown": b"\0staus\n",
+        "peers": b"\0peers\n",
+    },
+    "config": {
+        "example": None,  # deploy/gsyncd.toml, read below
+        "admin-keys": b'[daemon]\nadmin_socket_mode = 0o660\nadmin_group = "gsync"\n',
+        "limits": b'[limits]\nring_entries = 1024\ndefault_arena = "256M"\nmax_arena = "1G"\n',
+        "cluster": b'[cluster]\nalgorithm = "ring"\ntcp_streams = 2\nchunk_bytes = "1M"\n',
+        "auth": b"[auth]\nallowed_uids = [0, 1000]\nallowed_gids = []\n",
+        "bad-mode": b"[daemon]\nsocket_mode = 666\n",
+    },
+    "cluster_file": {
+        "two-hosts": b'name = "prod-a"\n[[hosts]]\nid = "h1"\naddress = "10.0.0.1"\nport = 7700\n'
+                     b'rack = "r1"\n[[hosts]]\nid = "h2"\naddress = "10.0.0.2"\nport = 7700\n'
+                     b'rack = "r1"\n',
+        "two-racks": b'name = "c"\n' + b"".join(
+            b'[[hosts]]\nid = "h%d"\naddress = "127.0.0.1"\nport = %d\nrack = "r%d"\n' %
+            (i, 7700 + i, 1 + i // 2) for i in range(4)),
+        "duplicate": b'name = "c"\n[[hosts]]\nid = "h"\naddress = "a"\nport = 1\n'
+                     b'[[hosts]]\nid = "h"\naddress = "b"\nport = 1\n',
+    },
+    "client_hello": {
+        "single-host": b"\0" + hello_request("train-1", 2, 1, 1, 2),
+        "multi-host": b"\1" + hello_request("train-2", 8, 5, 1, 4),
+        "other-version": b"\0" + hello_request("v", 1, 0, 0, 1, version=9),
+        "bad-shape": b"\0" + hello_request("shape", 2, 5, 0, 2),
+        "short": b"\0GSYN",
+    },
+    "submission": {
+        "allreduce": submit_entry(1) + bytes([1]) + struct.pack("<Q", 1 << 20),
+        "weighted": submit_entry(1, dtype=1, redop=2, weight=3.5) + bytes([3]) +
+        struct.pack("<Q", 1 << 20),
+        "broadcast": submit_entry(2, dtype=3, root=2) + bytes([3]) + struct.pack("<Q", 4096),
+        "barrier": submit_entry(3, count=0, key=(1 << 64) - 1) + bytes([1]) +
+        struct.pack("<Q", 4096),
+        "past-arena": submit_entry(1, offset=4000) + bytes([1]) + struct.pack("<Q", 4096),
+    },
+    "tcp_frame": {
+        "hello": (lambda p: frame_header(1, len(p)) + p)(tcp_hello("prod-a", "0.1.0", "h1")),
+        "hello-ack": (lambda p: frame_header(2, len(p)) + p)(
+            tcp_hello("prod-a", "0.1.0", "h2", index=1, stream=1)),
+        "write": frame_header(5, 64, region=1, offset=128) + bytes([2, 0, 1, 0, 16, 0, 0]) +
+        bytes(57),
+        "refuse": (lambda p: frame_header(3, len(p)) + p)(b"cluster name mismatch"),
+        "heartbeat": frame_header(6, 0),
+    },
+    "bootstrap": {
+        "caps": parts(b"C\x01rxe0 port 1 gid 1", b"C\x00no RDMA device"),
+        "retire": parts(b"X" + struct.pack("<I", 7), b"A" + struct.pack("<I", 7)),
+        "qp-info": parts(b"Q" + struct.pack("<IIH", 17, 99, 0) + bytes(16) +
+                         struct.pack("<BBI", 3, 2, 64),
+                         b"R" + struct.pack("<II", 17, 18)),
+        "region": parts(b"G" + struct.pack("<IQQI", 3, 0x7f0000001000, 4096, 0x1234),
+                        b"G" + struct.pack("<IQQI", 4, 0, 0, 0) + b"ibv_reg_mr: ENOMEM"),
+        "user-parts": parts(b"F" + b"x" * 100, b"U" + b"y" * 10, b"U" + b"z"),
+    },
+    "control_messages": {
+        "announce": scenario(2, 0, 0, 3, 1, 2) + job_announce("j", 2, [1]),
+        "announce-three": scenario(3, 1, 0, 1, 2, 3) + job_announce("j", 3, [2, 1]),
+        "leave": scenario(2, 0, 0, 0, 1, 2) + job_leave("j", 1, 4242, "killed", [(1, 0), (2, 0)]),
+        "abort": scenario(2, 0, 0, 0, 1, 2) + op_abort("j", 1, 0, -9, "bad data"),
+        "ready-ring": scenario(2, 0, 0, 1, 1, 2) + op_ready(3, 1, 1, 0, 0, 30011, 0),
+        "data-direct": scenario(2, 0, 0, 3, 1, 2) + op_ready(5, 3, 1, 0, 0, 16, 64, slot=1) +
+        bytes(64),
+        "data-tree": scenario(4, 0, 1, 4, 2, 4) + op_ready(5, 4, 1, 0, 0, 256, 1024) + bytes(1024),
+        "data-doubling": scenario(4, 1, 0, 5, 0, 4) + op_ready(5, 5, 1, 1, 1, 100, 200) +
+        bytes(200),
+    },
+}
+
+
+def main():
+    out = sys.argv[1] if len(sys.argv) > 1 else os.path.join(ROOT, "tests", "fuzz", "corpus")
+    with open(os.path.join(ROOT, "deploy", "gsyncd.toml"), "rb") as f:
+        SEEDS["config"]["example"] = f.read()
+    for target, seeds in SEEDS.items():
+        d = os.path.join(out, target)
+        os.makedirs(d, exist_ok=True)
+        for name, data in seeds.items():
+            with open(os.path.join(d, name), "wb") as f:
+                f.write(data)
+    print(f"make-corpus: {sum(len(s) for s in SEEDS.values())} seeds in {out}")
+
+
+if __name__ == "__main__":
+    main()
