@@ -29,6 +29,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "daemon/cluster/cluster_key.h"
 #include "daemon/cluster/messages.h"
 #include "daemon/core/text.h"
 #include "daemon/transport/transport.h"
@@ -282,6 +283,9 @@ int fake_host(const testbed::Testbed& bed, int self, const std::string& cluster_
   for (int h = 0; h < bed.hosts(); h++)
     o.hosts.push_back({bed.host_id(h), bed.address(h), bed.port(h), ""});
   o.self = self;
+  // The fake proves the bed's cluster key, as a real daemon of it would:
+  // what it sends must get past the handshake to reach the code under test.
+  if (!load_cluster_key(bed.key_file(), &o.cluster_key)) return 3;
   Status err;
   auto net = transport::make_tcp_context(o, &err);
   if (!net) return 3;
