@@ -1,22 +1,57 @@
 #!/usr/bin/env bash
-# The test command: installs dependencies, builds, runs the whole suite
-# (unit, integration, systemd, rxe, torch), and ends with meson's summary
-# plus one "N passed, N failed, N skipped" line. A green run means what it
-# says: it fails on a skip that tests/skip-allowlist.txt does not allow, and
-# (run without arguments) on a suite that did not run at all
-# (docs/testing.md). GSYNC_ALLOW_SKIPS=1 lists them without failing, for a
-# partial local run on a machine that lacks something.
+# The test command: installs dependencies, builds, runs the whole suite and
+# ends with meson's summary plus one "N passed, N failed, N skipped" line.
+#
+# Run without arguments (CI, .ci/run) it runs every lane (docs/testing.md):
+#   - the release build: suites unit, systemd, rxe, torch, and the soak
+#     (its resident-set check means nothing under ASan);
+#   - the sanitizer lane (tools/sanitize/run.sh): unit and integration with
+#     ASan and UBSan, which stands in for the release run of integration
+#     (issue #15 allows it: two builds of integration do not fit the budget);
+#   - the fuzzing lane (tools/fuzz/run.sh): every fuzz target, 30 s each.
+# With arguments they go to `meson test` on the release build only
+# (tools/run-tests.sh integration, tools/run-tests.sh multihost).
+#
+# A green run means what it says: it fails on a skip that
+# tests/skip-allowlist.txt does not allow, and (run without arguments) on a
+# suite that did not run at all. GSYNC_ALLOW_SKIPS=1 lists them without
+# failing, for a partial local run on a machine that lacks something.
+# GSYNC_LANES=0 runs integration in the release build instead of the two
+# lanes (a quicker local run; not what CI runs).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 bash tools/setup-deps.sh || exit 1
 bash tools/build.sh || exit 1
 build=${BUILD_DIR:-build}
-meson test -C "$build" --print-errorlogs --num-processes 1 "$@"
-rc=$?
+sanitize=${SANITIZE_BUILD_DIR:-build-sanitize}
 strict=(--strict)
 [ "${GSYNC_ALLOW_SKIPS:-0}" = 1 ] && strict=()
-expect=()
-[ $# -eq 0 ] && expect=(--expect-suites unit,integration,systemd,rxe,torch)
-python3 tools/test-summary.py "$build/meson-logs/testlog.json" "${strict[@]}" \
-  --allow tests/skip-allowlist.txt "${expect[@]}" || rc=1
+start=$(date +%s)
+
+if [ $# -gt 0 ]; then
+  meson test -C "$build" --print-errorlogs --num-processes 1 "$@"
+  rc=$?
+  python3 tools/test-summary.py "$build/meson-logs/testlog.json" "${strict[@]}" \
+    --allow tests/skip-allowlist.txt || rc=1
+  exit $rc
+fi
+
+rc=0
+logs=("$build/meson-logs/testlog.json")
+if [ "${GSYNC_LANES:-1}" = 0 ]; then
+  meson test -C "$build" --print-errorlogs --num-processes 1 || rc=1
+else
+  meson test -C "$build" --print-errorlogs --num-processes 1 \
+    --suite unit --suite soak --suite systemd --suite rxe --suite torch || rc=1
+  released=$(date +%s)
+  SANITIZE_BUILD_DIR=$sanitize bash tools/sanitize/run.sh || rc=1
+  sanitized=$(date +%s)
+  logs+=("$sanitize/meson-logs/testlog.json")
+  bash tools/fuzz/run.sh 30 || rc=1
+  fuzzed=$(date +%s)
+  echo "run-tests: release suites $((released - start)) s, sanitizer lane" \
+    "$((sanitized - released)) s, fuzzing lane $((fuzzed - sanitized)) s"
+fi
+python3 tools/test-summary.py "${logs[@]}" "${strict[@]}" --allow tests/skip-allowlist.txt \
+  --expect-suites unit,integration,systemd,rxe,torch || rc=1
 exit $rc

@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
-"""test-summary.py TESTLOG [--strict] [--allow FILE] [--expect-suites a,b,...]
+"""test-summary.py TESTLOG... [--strict] [--allow FILE] [--expect-suites a,b,...]
 
-Prints one 'N passed, N failed, N skipped' line from meson's testlog.json,
-counting each gtest case (not each binary), so CI reads a real total.
+Prints one 'N passed, N failed, N skipped' line from meson's testlog.json
+files (the release build's and the sanitizer lane's), counting each gtest
+case (not each binary), so CI reads a real total.
 
 A green run must mean what it says, so with --strict it also fails (exit 1)
 when:
@@ -32,9 +33,10 @@ PART_SKIPPED = re.compile(r"^SKIPPED \([^\n]*", re.M)
 
 
 def suite_and_test(name):
-    """'gsync:unit / kernels' -> ('unit', 'kernels')."""
+    """'gsync:unit / kernels' -> ('unit', 'kernels'); a test of several
+    suites ('gsync:integration+soak / soak') counts under the first."""
     left, _, test = name.partition(" / ")
-    return left.split(":", 1)[-1], test
+    return left.split(":", 1)[-1].split("+")[0], test
 
 
 def load_allow(path):
@@ -59,7 +61,7 @@ def allowed(rules, ident):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("testlog")
+    ap.add_argument("testlogs", nargs="+")
     ap.add_argument("--strict", action="store_true")
     ap.add_argument("--allow", help="the skip allow-list")
     ap.add_argument("--expect-suites", default="", help="comma-separated suites that must have run")
@@ -68,7 +70,7 @@ def main():
     passed = failed = 0
     skips = []  # (ident, why)
     suites = set()
-    for line in open(o.testlog):
+    for line in (ln for path in o.testlogs for ln in open(path)):
         t = json.loads(line)
         suite, test = suite_and_test(t["name"])
         suites.add(suite)

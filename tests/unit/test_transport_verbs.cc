@@ -125,19 +125,28 @@ class FakeRegistrar : public verbs::Registrar {
   bool fail_next = false;
 };
 
+// An anonymous mapping that is its own VMA whatever lies next to it: the
+// kernel merges adjacent mappings of the same protection into one (and
+// ASan's allocator places them side by side), which would make two
+// Mappings one registration. A PROT_NONE page on each side keeps it apart.
 struct Mapping {
   explicit Mapping(size_t n) : bytes(n) {
-    base = static_cast<uint8_t*>(mmap(nullptr, n, PROT_READ | PROT_WRITE,
-                                      MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+    const size_t page = 4096;
+    void* all = mmap(nullptr, n + 2 * page, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (all == MAP_FAILED) return;
+    guarded = static_cast<uint8_t*>(all);
+    base = guarded + page;
+    if (mprotect(base, n, PROT_READ | PROT_WRITE) != 0) base = nullptr;
   }
   ~Mapping() {
-    if (base) munmap(base, bytes);
+    if (guarded) munmap(guarded, bytes + 2 * 4096);
   }
   void unmap() {
-    munmap(base, bytes);
-    base = nullptr;
+    munmap(guarded, bytes + 2 * 4096);
+    guarded = base = nullptr;
   }
-  uint8_t* base;
+  uint8_t* guarded = nullptr;
+  uint8_t* base = nullptr;
   size_t bytes;
 };
 
