@@ -12,6 +12,7 @@
 #include <compare>
 #include <cstddef>
 #include <cstdint>
+#include <string_view>
 
 #include "gsync/gsync.h"
 
@@ -20,6 +21,8 @@ namespace gsync::proto {
 enum class Opcode : uint8_t { kAllreduce = 1, kBroadcast = 2, kBarrier = 3 };
 enum class DType : uint8_t { kF32 = 0, kF16 = 1, kBF16 = 2, kF64 = 3, kI32 = 4 };
 enum class RedOp : uint8_t { kSum = 0, kAvg = 1, kWeightedAvg = 2, kMin = 3, kMax = 4 };
+// How fp32 gradients cross between hosts (docs/compression.md).
+enum class Codec : uint8_t { kNone = 0, kF16 = 1, kBF16 = 2, kInt8 = 3, kTopk = 4 };
 
 // The public C enums (gsync.h) are the same numbers: checked here, once.
 static_assert(static_cast<int>(DType::kF32) == GSYNC_FLOAT32 &&
@@ -32,11 +35,17 @@ static_assert(static_cast<int>(RedOp::kSum) == GSYNC_SUM &&
               static_cast<int>(RedOp::kWeightedAvg) == GSYNC_WEIGHTED_AVG &&
               static_cast<int>(RedOp::kMin) == GSYNC_MIN &&
               static_cast<int>(RedOp::kMax) == GSYNC_MAX);
+static_assert(static_cast<int>(Codec::kNone) == GSYNC_CODEC_NONE &&
+              static_cast<int>(Codec::kF16) == GSYNC_CODEC_FP16 &&
+              static_cast<int>(Codec::kBF16) == GSYNC_CODEC_BF16 &&
+              static_cast<int>(Codec::kInt8) == GSYNC_CODEC_INT8 &&
+              static_cast<int>(Codec::kTopk) == GSYNC_CODEC_TOPK);
 
 // The byte that goes on the wire.
 constexpr uint8_t wire(Opcode v) { return static_cast<uint8_t>(v); }
 constexpr uint8_t wire(DType v) { return static_cast<uint8_t>(v); }
 constexpr uint8_t wire(RedOp v) { return static_cast<uint8_t>(v); }
+constexpr uint8_t wire(Codec v) { return static_cast<uint8_t>(v); }
 
 // A byte from the wire (or an int from the C API); false for a value that
 // names nothing, and *out is left alone.
@@ -53,6 +62,12 @@ constexpr bool dtype_from_wire(int v, DType* out) {
 constexpr bool redop_from_wire(int v, RedOp* out) {
   if (v < 0 || v > 4) return false;
   *out = static_cast<RedOp>(v);
+  return true;
+}
+
+constexpr bool codec_from_wire(int v, Codec* out) {
+  if (v < 0 || v > 4) return false;
+  *out = static_cast<Codec>(v);
   return true;
 }
 
@@ -84,6 +99,16 @@ constexpr const char* name(RedOp v) {
   }
   return "unknown-redop";
 }
+constexpr const char* name(Codec v) {
+  switch (v) {
+    case Codec::kNone: return "none";
+    case Codec::kF16: return "fp16";
+    case Codec::kBF16: return "bf16";
+    case Codec::kInt8: return "int8";
+    case Codec::kTopk: return "topk";
+  }
+  return "unknown-codec";
+}
 
 // The name of a raw value as it came, for messages about bad input.
 constexpr const char* opcode_name(int v) {
@@ -97,6 +122,23 @@ constexpr const char* dtype_name(int v) {
 constexpr const char* redop_name(int v) {
   RedOp r{};
   return redop_from_wire(v, &r) ? name(r) : "unknown-redop";
+}
+constexpr const char* codec_name(int v) {
+  Codec c{};
+  return codec_from_wire(v, &c) ? name(c) : "unknown-codec";
+}
+
+// A codec as a person writes it (a config file, a command line): one of the
+// names above; false for anything else, and *out is left alone.
+constexpr bool parse_codec(std::string_view text, Codec* out) {
+  for (int v = 0; v <= 4; ++v) {
+    const Codec c = static_cast<Codec>(v);
+    if (text == name(c)) {
+      *out = c;
+      return true;
+    }
+  }
+  return false;
 }
 
 constexpr size_t dtype_size(DType v) {

@@ -6,10 +6,11 @@
 // exact IEEE round-to-nearest-even, overflow to infinity, subnormals kept, and
 // a NaN stays a NaN (made quiet, sign and top payload bits kept).
 //
-// Only kernels_scalar.cc includes this file. It is compiled without -m flags;
-// an ISA translation unit including it would emit its own copies of these
-// inline functions, and the linker could then hand an AVX-512 copy to the
-// scalar path.
+// Only the scalar translation units include this file (through
+// simd_scalar.h: kernels_scalar.cc, codec_scalar.cc), all compiled without -m
+// flags; an ISA translation unit including it would emit its own copies of
+// these inline functions, and the linker could then hand an AVX-512 copy to
+// the scalar path.
 #pragma once
 
 #include <bit>

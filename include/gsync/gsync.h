@@ -62,6 +62,15 @@ enum gsync_redop {
   GSYNC_MAX = 4
 };
 
+/* Lossy compression of fp32 gradients between hosts (docs/compression.md). */
+typedef enum gsync_codec {
+  GSYNC_CODEC_NONE = 0, /* fp32 as is */
+  GSYNC_CODEC_FP16 = 1, /* IEEE half, nearest-even */
+  GSYNC_CODEC_BF16 = 2, /* bfloat16, nearest-even */
+  GSYNC_CODEC_INT8 = 3, /* int8 with one fp32 scale per block */
+  GSYNC_CODEC_TOPK = 4  /* the largest magnitudes, as index + value */
+} gsync_codec_t;
+
 typedef struct gsync_comm gsync_comm_t;
 typedef struct gsync_request gsync_request_t;
 
