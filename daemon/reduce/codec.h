@@ -75,7 +75,8 @@ void block_absmax(const CodecParams& p, const float* x, const float* residual, s
 //    (v * (127 / absmax)) clamped to [-127, 127]. absmax == 0: an all-zero
 //    block, encoded as a zero scale and decoded as exact zeros (its values
 //    must be zero, else it is encoded raw). absmax NaN or Inf (or any v in
-//    the block non-finite), or below 2^-100 (where 127 / absmax would
+//    the block non-finite), above 2^126 (where the largest value could
+//    decode past FLT_MAX), or below 2^-100 (where 127 / absmax would
 //    overflow or the scale lose its precision): the block is flagged and
 //    carried raw as fp32 (residual 0 for it), so NaN/Inf are never hidden
 //    by a scale. With the same shared_absmax every host flags the same

@@ -43,7 +43,8 @@ BlockKind classify(float eff, uint32_t local_bits) {
   const uint32_t eff_bits = bits_of(eff) & kAbsMask;
   if (eff_bits >= kInfBits) return BlockKind::kRaw;
   if (eff == 0.0f) return local_bits == 0 ? BlockKind::kZero : BlockKind::kRaw;
-  return eff >= wire::kMinAbsmax ? BlockKind::kQuantised : BlockKind::kRaw;
+  return eff >= wire::kMinAbsmax && eff <= wire::kMaxAbsmax ? BlockKind::kQuantised
+                                                              : BlockKind::kRaw;
 }
 
 size_t block_length(size_t b, size_t block, size_t count) {

@@ -24,6 +24,10 @@ inline constexpr uint8_t kVersion = 1;
 // overflow near 2^-121, and the scale absmax / 127 turns subnormal (and
 // loses bits) near 2^-119; 2^-100 leaves room on both sides.
 inline constexpr float kMinAbsmax = 0x1p-100f;
+// And above this: the largest value, 127 * (absmax / 127) rounded in fp32,
+// could decode past FLT_MAX to Inf when absmax nears it (2^128); at 2^126
+// and below it cannot.
+inline constexpr float kMaxAbsmax = 0x1p126f;
 // The scale-table entry of a block carried raw as fp32.
 inline constexpr uint32_t kRawScaleBits = 0x7f800000u;  // +Inf
 

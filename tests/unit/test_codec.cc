@@ -311,8 +311,9 @@ TEST_F(Codecs, Int8ZeroAndNonFiniteBlocks) {
   }
 }
 
-// absmax FLT_MAX: float(127) * (absmax / 127) rounds past it, so the
-// largest value decodes as Inf; its residual must be 0, not -Inf.
+// absmax FLT_MAX: float(127) * (absmax / 127) would round past it and
+// decode the largest value as Inf, so the block goes raw and keeps its
+// bits; a block just under 2^126 is still quantised, and finite.
 TEST_F(Codecs, Int8LargestFiniteAbsmax) {
   std::mt19937_64 rng(9);
   std::vector<float> x0 = gaussian(128, rng, 1e37f);
@@ -324,10 +325,13 @@ TEST_F(Codecs, Int8LargestFiniteAbsmax) {
     std::vector<float> x = x0, r(x0.size(), 0.0f);
     const Encoded e = run_encode(CodecParams{Codec::kInt8, 64}, &x, &r, nullptr, true);
     expect_int8_matches(e, x0, 64, ref, r);
-    EXPECT_EQ(x[10], kInf);
-    EXPECT_EQ(x[11], -kInf);
+    EXPECT_EQ(scale_at(e, 0), 0x7f800000u) << "block 0 is raw";
+    EXPECT_EQ(x[10], std::numeric_limits<float>::max());
+    EXPECT_EQ(x[11], -std::numeric_limits<float>::max());
     for (float ri : r) ASSERT_TRUE(std::isfinite(ri));
     EXPECT_EQ(bits(r[10]), 0u);
+    EXPECT_NE(scale_at(e, 1), 0x7f800000u) << "block 1 (|v| ~ 1e37) is quantised";
+    for (size_t i = 64; i < 128; i++) ASSERT_TRUE(std::isfinite(x[i])) << i;
   }
 }
 

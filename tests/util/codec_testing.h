@@ -102,7 +102,8 @@ inline RefInt8 ref_int8(const std::vector<float>& v, size_t block, const float* 
     }
     const float eff = shared ? shared[b] : static_cast<float>(local);
     const bool zero = finite && eff == 0 && local == 0;
-    const bool quantised = finite && std::isfinite(eff) && eff >= std::ldexp(1.0f, -100);
+    const bool quantised = finite && std::isfinite(eff) && eff >= std::ldexp(1.0f, -100) &&
+                           eff <= std::ldexp(1.0f, 126);
     if (!zero && !quantised) {
       r.scales.push_back(0x7f800000u);
       for (size_t i = off; i < end; ++i) r.decoded[i] = v[i];
