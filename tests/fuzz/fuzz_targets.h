@@ -12,6 +12,7 @@
   X(admin)                    \
   X(bootstrap)                \
   X(client_hello)             \
+  X(codec)                    \
   X(cluster_file)             \
   X(config)                   \
   X(control_messages)         \

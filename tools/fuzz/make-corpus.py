@@ -74,6 +74,30 @@ def scenario(hosts, self, two_racks, algo, peer, world):
     return bytes([hosts - 2, self, two_racks, algo, peer, world - 1])
 
 
+def codec_header(fmt, block, count, n, length):
+    """daemon/reduce/codec_wire.h's 32-byte header, version 1."""
+    return struct.pack("<BBHIQQQ", fmt, 1, 0, block, count, n, length)
+
+
+def codec_seed(mode, count, body):
+    """fuzz_codec's input: a mode byte, the count (u16), the rest."""
+    return bytes([mode]) + struct.pack("<H", count) + body
+
+
+def int8_encoding():
+    # 128 values in 2 blocks of 64: block 0 scaled by 1/127, block 1 zeros.
+    head = codec_header(4, 64, 128, 0, 192) + struct.pack("<ff", 1.0 / 127, 0.0)
+    q = bytes((i - 32) & 0xff for i in range(64)) + bytes(64)
+    return head + bytes(64 - len(head)) + q
+
+
+def int8_flagged():
+    # One block of 64 carried raw: scale +Inf, zero int8 values, raw fp32.
+    head = codec_header(4, 64, 64, 1, 384) + struct.pack("<I", 0x7f800000)
+    raw = struct.pack("<64f", *[float(i) for i in range(63)] + [float("nan")])
+    return head + bytes(64 - len(head)) + bytes(64) + raw
+
+
 def parts(*msgs):
     return b"".join(struct.pack("<H", len(m)) + m for m in msgs)
 
@@ -140,6 +164,23 @@ SEEDS = {
         "region": parts(b"G" + struct.pack("<IQQI", 3, 0x7f0000001000, 4096, 0x1234),
                         b"G" + struct.pack("<IQQI", 4, 0, 0, 0) + b"ibv_reg_mr: ENOMEM"),
         "user-parts": parts(b"F" + b"x" * 100, b"U" + b"y" * 10, b"U" + b"z"),
+    },
+    "codec": {
+        "dense32": codec_seed(0, 8, codec_header(1, 0, 8, 0, 64) + struct.pack("<8f", *range(8))),
+        "fp16": codec_seed(0, 8, codec_header(2, 0, 8, 0, 48) + struct.pack("<8H", *range(0x3c00, 0x3c08))),
+        "bf16": codec_seed(0, 8, codec_header(3, 0, 8, 0, 48) + struct.pack("<8H", *range(0x3f80, 0x3f88))),
+        "int8": codec_seed(0, 128, int8_encoding()),
+        "int8-flagged": codec_seed(0, 64, int8_flagged()),
+        "sparse": codec_seed(0, 100, codec_header(5, 0, 100, 3, 56) +
+                             struct.pack("<IfIfIf", 3, 1.5, 40, -2.0, 99, 7.25)),
+        "sparse-unsorted": codec_seed(0, 100, codec_header(5, 0, 100, 2, 48) +
+                                      struct.pack("<IfIf", 40, 1.0, 3, 2.0)),
+        "short-length": codec_seed(0, 8, codec_header(1, 0, 8, 0, 60) + bytes(28)),
+        "encode-int8": codec_seed(1, 16, bytes([3, 0, 10]) + struct.pack("<16f", *range(-8, 8))),
+        "encode-topk": codec_seed(1, 16, bytes([4, 0, 20]) + struct.pack("<16f", *range(16))),
+        "encode-fp16": codec_seed(1, 4, bytes([1, 0, 0]) + struct.pack("<4f", 1e5, -0.0, 3.0, 6e-8)),
+        "int8-sum": codec_seed(2, 128, bytes([0]) + struct.pack("<HH", 192, 192) +
+                               int8_encoding() * 2),
     },
     "control_messages": {
         "announce": scenario(2, 0, 0, 3, 1, 2) + job_announce("j", 2, [1]),
