@@ -16,8 +16,11 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <unordered_map>
 #include <vector>
+
+#include "daemon/core/spare_cpu.h"
 
 namespace gsync {
 
@@ -46,7 +49,17 @@ class EventLoop {
 
   // After an event, keep looking for the next one without sleeping for this
   // long, yielding the core between looks (0: always sleep in epoll_wait).
-  void set_poll(std::chrono::microseconds window) { poll_ = window; }
+  // only_when_spare: and only while a CPU is spare (spare_cpu.h), so that
+  // the looks never take a core from a computing rank.
+  void set_poll(std::chrono::microseconds window, bool only_when_spare = false) {
+    poll_ = window;
+    spare_ = only_when_spare ? std::make_unique<SpareCpu>() : nullptr;
+  }
+  // What the polling test last found (null: polling does not depend on it).
+  const SpareCpu* spare_cpu() const { return spare_.get(); }
+  // Polling windows begun, and those skipped for want of a spare CPU.
+  uint64_t poll_windows() const { return windows_; }
+  uint64_t poll_windows_skipped() const { return windows_skipped_; }
 
   // Work announced in memory rather than on an fd (the clients' submission
   // rings, the network's completion ring). While the loop polls it calls
@@ -76,6 +89,7 @@ class EventLoop {
   void run_deferred();
   int next_timeout_ms(Clock::time_point now) const;
   bool look_all(bool polling);
+  bool window_open(Clock::time_point now);
   void dispatch(const epoll_event* events, int n);
   void run_timers();
   // Runs fn; an exception it throws is logged as coming from `what` and
@@ -93,6 +107,9 @@ class EventLoop {
   std::vector<Timer> timers_;
   std::vector<std::function<void()>> deferred_;
   std::chrono::microseconds poll_{0};
+  std::unique_ptr<SpareCpu> spare_;
+  uint64_t windows_ = 0, windows_skipped_ = 0;
+  bool in_window_ = false;
   Clock::time_point last_event_;
   struct Looker {
     std::function<bool()> look;

@@ -73,8 +73,8 @@ struct Fixture {
   std::unique_ptr<LoopThread> running;
   clockid_t clock{};
 
-  explicit Fixture(std::chrono::microseconds poll) {
-    loop.set_poll(poll);
+  explicit Fixture(std::chrono::microseconds poll, bool only_when_spare = false) {
+    loop.set_poll(poll, only_when_spare);
     loop.add(efd, EPOLLIN, [this](uint32_t) {
       uint64_t v;
       if (read(efd, &v, sizeof v) == sizeof v) seen += static_cast<int>(v);
@@ -125,6 +125,52 @@ TEST(EventLoop, NoPollingSleepsAtOnce) {
   double before = thread_cpu_ms(f.clock);
   std::this_thread::sleep_for(200ms);
   EXPECT_LT(thread_cpu_ms(f.clock) - before, 30.0);
+}
+
+TEST(SpareCpu, TheRule) {
+  EXPECT_TRUE(SpareCpu::spare_given(0.0, 1));
+  EXPECT_TRUE(SpareCpu::spare_given(0.4, 1));
+  EXPECT_FALSE(SpareCpu::spare_given(0.6, 1));
+  EXPECT_TRUE(SpareCpu::spare_given(1.4, 2));
+  EXPECT_FALSE(SpareCpu::spare_given(2.0, 2));
+  EXPECT_FALSE(SpareCpu::spare_given(9.0, 8));
+}
+
+// More spinning threads than CPUs: /proc/loadavg shows them runnable, the
+// check finds no spare CPU, and a loop in mode auto sleeps instead of
+// polling after its events (each skipped window is counted).
+TEST(EventLoop, PollingWaitsForASpareCpu) {
+  SpareCpu probe;
+  std::atomic<bool> stop{false};
+  std::vector<std::thread> spinners;
+  for (int i = 0; i < probe.cpus() + 2; i++)
+    spinners.emplace_back([&] {
+      while (!stop.load(std::memory_order_relaxed)) {
+      }
+    });
+  bool busy = false;
+  auto until = SpareCpu::Clock::now() + 5s;
+  while (!busy && SpareCpu::Clock::now() < until) {
+    busy = !probe.spare(SpareCpu::Clock::now());
+    std::this_thread::sleep_for(1ms);
+  }
+  uint64_t polled = 0, skipped = 0;
+  if (busy) {
+    Fixture f(200us, true);
+    for (int i = 1; i <= 60; i++) {
+      f.ring();
+      ASSERT_TRUE(f.wait_seen(i));
+      std::this_thread::sleep_for(1ms);
+    }
+    f.running.reset();  // the loop thread joined: its counters are ours to read
+    polled = f.loop.poll_windows();
+    skipped = f.loop.poll_windows_skipped();
+  }
+  stop = true;
+  for (auto& t : spinners) t.join();
+  ASSERT_TRUE(busy) << "no spare CPU never seen: " << probe.runnable() << " runnable on "
+                    << probe.cpus() << " CPUs";
+  EXPECT_GE(skipped, 20u) << polled << " windows polled, " << skipped << " skipped";
 }
 
 // The producer side of a looker, as libgsync does it for a submission:
