@@ -99,7 +99,7 @@ Status Gsyncd::start() {
   if (Status st = admin_.listen({cfg_.admin_socket_path, cfg_.admin_socket_mode, cfg_.admin_group});
       !st)
     return st;
-  loop_.set_poll(std::chrono::microseconds(cfg_.poll_us));
+  loop_.set_poll(std::chrono::microseconds(cfg_.poll_us), cfg_.poll_mode == "auto");
   loop_.every(kTick, [this] { tick(); });
   watchdog_period_ = watchdog_period();
   return Status::ok();
@@ -115,6 +115,21 @@ void Gsyncd::register_reports() {
     return json_text(
         nlohmann::json{{"cluster", nullptr}, {"epoch", 0}, {"peers", nlohmann::json::array()}});
   });
+}
+
+// The event loop's polling (docs/operations.md, "Polling"): its window, its
+// mode, and in mode auto what the last look at the CPUs found.
+nlohmann::json Gsyncd::polling_report() const {
+  nlohmann::json j{{"window_us", cfg_.poll_us},
+                   {"mode", cfg_.poll_mode},
+                   {"windows", loop_.poll_windows()},
+                   {"windows_skipped", loop_.poll_windows_skipped()}};
+  if (const SpareCpu* s = loop_.spare_cpu()) {
+    j["cpu_spare"] = SpareCpu::spare_given(s->runnable(), s->cpus());
+    j["runnable_others"] = s->runnable();
+    j["cpus"] = s->cpus();
+  }
+  return j;
 }
 
 std::string Gsyncd::status_report() const {
@@ -149,6 +164,7 @@ std::string Gsyncd::status_report() const {
       {"epoch", control_ ? control_->epoch() : 0},
       {"plans", plans},
       {"event_loop_exceptions", loop_.exceptions_caught()},
+      {"polling", polling_report()},
   });
 }
 

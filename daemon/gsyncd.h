@@ -16,6 +16,8 @@
 #include <chrono>
 #include <memory>
 
+#include <nlohmann/json.hpp>
+
 #include "daemon/admin/admin_server.h"
 #include "daemon/cluster/control_plane.h"
 #include "daemon/collective/engine.h"
@@ -48,6 +50,7 @@ class Gsyncd {
   Status start_cluster();
   void register_reports();
   std::string status_report() const;
+  nlohmann::json polling_report() const;
   void tick();
   static sigset_t stop_signals();
 

@@ -20,6 +20,7 @@ int main(int argc, char** argv) {
   uint32_t tcp_streams = 0;
   int tcp_streams_cross_rack = -1;
   int64_t tcp_buffer_kib = -1, poll_us = -1;
+  std::string poll_mode;
   bool print_config = false;
   auto* config_opt = app.add_option("-c,--config", config_path, "TOML config file");
   app.add_option("--socket", socket, "client socket (overrides [daemon] socket)");
@@ -28,6 +29,7 @@ int main(int argc, char** argv) {
   app.add_option("--reduce-threads", reduce_threads, "reduce worker threads (0: one per CPU)");
   app.add_option("--op-timeout-ms", op_timeout_ms, "default op timeout");
   app.add_option("--poll-us", poll_us, "keep polling this long after an event (0: always sleep)");
+  app.add_option("--poll-mode", poll_mode, "auto (poll only while a CPU is spare) or always");
   app.add_option("--cluster", cluster_file, "cluster file (overrides [cluster] file)");
   app.add_option("--host-id", host_id, "this daemon's id in the cluster file");
   app.add_option("--cluster-key", cluster_key,
@@ -67,6 +69,7 @@ int main(int argc, char** argv) {
   if (tcp_streams) cfg.tcp_streams = tcp_streams;
   if (tcp_streams_cross_rack >= 0) cfg.tcp_streams_cross_rack = static_cast<uint32_t>(tcp_streams_cross_rack);
   if (poll_us >= 0) cfg.poll_us = static_cast<uint32_t>(poll_us);
+  if (!poll_mode.empty()) cfg.poll_mode = poll_mode;
   if (tcp_buffer_kib >= 0) cfg.tcp_buffer_kib = static_cast<uint32_t>(tcp_buffer_kib);
   if (!transport.empty()) cfg.transport = transport;
   if (!chunk_bytes.empty() && !gsync::parse_byte_size(chunk_bytes, &cfg.chunk_bytes)) {

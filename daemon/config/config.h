@@ -27,6 +27,7 @@ struct DaemonConfig {
   std::string log_level = "info";  // trace debug info warn error critical off
   uint32_t reduce_threads = 0;     // 0: one per online CPU
   uint32_t poll_us = 200;          // keep polling this long after an event; 0: always sleep
+  std::string poll_mode = "auto";  // "auto": poll only while a CPU is spare; "always"
 
   // [auth] Empty lists: root and the daemon's own uid only.
   std::vector<uint32_t> allowed_uids;

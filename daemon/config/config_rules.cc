@@ -33,6 +33,7 @@ constexpr size_t kMaxGroupName = 32;
 constexpr std::array<std::string_view, 6> kAlgorithms = {"auto", "ring", "hier", "direct", "tree",
                                                           "doubling"};
 constexpr std::array<std::string_view, 3> kTransports = {"auto", "tcp", "verbs"};
+constexpr std::array<std::string_view, 2> kPollModes = {"auto", "always"};
 constexpr std::array<std::string_view, 7> kLogLevels = {"trace", "debug",    "info", "warn",
                                                         "error", "critical", "off"};
 
@@ -45,6 +46,7 @@ const ConfigField kFields[] = {
     {"daemon", "log_level", ConfigKind::kString, &DaemonConfig::log_level},
     {"daemon", "reduce_threads", ConfigKind::kCount, &DaemonConfig::reduce_threads},
     {"daemon", "poll_us", ConfigKind::kCount, &DaemonConfig::poll_us},
+    {"daemon", "poll_mode", ConfigKind::kString, &DaemonConfig::poll_mode},
     {"auth", "allowed_uids", ConfigKind::kIdList, &DaemonConfig::allowed_uids},
     {"auth", "allowed_gids", ConfigKind::kIdList, &DaemonConfig::allowed_gids},
     {"limits", "default_arena", ConfigKind::kSize, &DaemonConfig::default_arena_bytes},
@@ -202,6 +204,9 @@ std::optional<ConfigProblem> find_config_problem(const DaemonConfig& cfg) {
   if (cfg.poll_us > kMaxPollUs)
     return problem("daemon.poll_us",
                    fmt::format("must be 0 (always sleep) to {}, got {}", kMaxPollUs, cfg.poll_us));
+  if (std::find(kPollModes.begin(), kPollModes.end(), cfg.poll_mode) == kPollModes.end())
+    return problem("daemon.poll_mode", fmt::format("\"{}\" is not one of {}", printable(cfg.poll_mode),
+                                                   fmt::join(kPollModes.begin(), kPollModes.end(), ", ")));
   if (cfg.max_clients == 0) return problem("limits.max_clients", "must be > 0");
   uint32_t ring = cfg.ring_entries;
   if (ring < kMinRingEntries || ring > kMaxRingEntries || (ring & (ring - 1)) != 0) {

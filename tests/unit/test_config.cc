@@ -29,6 +29,7 @@ void ExpectSameValues(const DaemonConfig& a, const DaemonConfig& b) {
   EXPECT_EQ(a.log_level, b.log_level);
   EXPECT_EQ(a.reduce_threads, b.reduce_threads);
   EXPECT_EQ(a.poll_us, b.poll_us);
+  EXPECT_EQ(a.poll_mode, b.poll_mode);
   EXPECT_EQ(a.allowed_uids, b.allowed_uids);
   EXPECT_EQ(a.allowed_gids, b.allowed_gids);
   EXPECT_EQ(a.default_arena_bytes, b.default_arena_bytes);
@@ -220,6 +221,8 @@ const BadCase kBadCases[] = {
     {"RingTooSmall", "[limits]\nring_entries = 8\n", "2: limits.ring_entries: ", "power of two"},
     {"BadLogLevel", "[daemon]\nlog_level = \"verbose\"\n",
      "2: daemon.log_level: ", "\"verbose\" is not one of"},
+    {"BadPollMode", "[daemon]\npoll_mode = \"never\"\n",
+     "2: daemon.poll_mode: ", "\"never\" is not one of auto, always"},
     {"EmptySocket", "[daemon]\nsocket = \"\"\n", "2: daemon.socket: ", "must not be empty"},
     {"ZeroTimeout", "[limits]\nop_timeout_ms = 0\n", "2: limits.op_timeout_ms: ", "must be > 0"},
     {"DefaultOverMaxPointsAtDefault", "[limits]\ndefault_arena = \"2G\"\nmax_arena = \"1G\"\n",
@@ -434,7 +437,7 @@ TEST(ConfigJson, MirrorsTomlLayout) {
   EXPECT_EQ(j["cluster"]["tcp_streams_cross_rack"], 1);
   EXPECT_EQ(j.size(), 4u);
   EXPECT_EQ(j["cluster"]["key_file"], "");
-  EXPECT_EQ(j["daemon"].size() + j["auth"].size() + j["limits"].size() + j["cluster"].size(), 26u);
+  EXPECT_EQ(j["daemon"].size() + j["auth"].size() + j["limits"].size() + j["cluster"].size(), 27u);
 }
 
 // [daemon] admin_socket_mode and admin_group: who may connect to the
