@@ -157,9 +157,9 @@ constexpr size_t dtype_size(DType v) {
 // of integers has none).
 constexpr bool defined(DType t, RedOp op) { return !(t == DType::kI32 && op == RedOp::kWeightedAvg); }
 
-// Which hops of an allreduce a codec applies to (docs/compression.md):
-// between racks only, every hop between hosts, or every hop there is. The
-// public numbers are GSYNC_HOPS_* (gsync.h).
+// Which hops of an allreduce a codec applies to (docs/compression.md,
+// "Where the codecs apply"): between racks only, every hop between hosts, or
+// every hop there is (the cross-host schedule treats the last two alike).
 enum class Hops : uint8_t { kCrossRack = 0, kCrossHost = 1, kAll = 2 };
 constexpr uint8_t wire(Hops v) { return static_cast<uint8_t>(v); }
 constexpr bool hops_from_wire(int v, Hops* out) {

@@ -2,6 +2,7 @@
 #include "daemon/collective/compress_schedule.h"
 
 #include <algorithm>
+#include <map>
 #include <string>
 
 namespace gsync::collective {
@@ -41,7 +42,9 @@ bool symmetric(const Phase& ph, int self) {
 }
 
 // int8's agreement on scales before a symmetric phase: the same peers, the
-// same slots, the maxima instead of the data.
+// same slots, the maxima instead of the data. It takes the step of the
+// phase it precedes: it waits on the same hosts, who waited on nobody else
+// before sending their maxima.
 Phase maxima_phase(const Phase& ph) {
   Phase m;
   for (const auto& t : ph.sends) m.sends.push_back({t.peer, Xfer::kMaxima, t.slot});
@@ -54,58 +57,133 @@ Phase maxima_phase(const Phase& ph) {
   return m;
 }
 
+// Whether some host hands on, encoded, a final value that several hosts
+// computed in a symmetric phase: a hier rack owner to its rack (when the
+// rack's hops are packed), a doubling host to the host beyond the power of
+// two. Then every holder of that value must encode it (and take the
+// decoding) the same way, senders or not, or they end with different bits.
+// Top-k forwards sums exactly (kExact): nothing to agree on.
+bool shared_final_reencoded(Algo algo, const std::vector<Participant>& parts, proto::Codec codec,
+                            proto::Hops hops, bool whole_packed) {
+  if (selects(codec)) return false;
+  size_t n = parts.size();
+  if (algo == Algo::kDoubling) return whole_packed && (n & (n - 1)) != 0;
+  if (algo != Algo::kHier || hops == proto::Hops::kCrossRack) return false;
+  std::map<std::string, int> racks;
+  for (const auto& p : parts) racks[p.rack]++;
+  if (racks.size() < 2) return false;
+  return std::any_of(racks.begin(), racks.end(), [](const auto& r) { return r.second > 1; });
+}
+
+// One chunk's rewrite, phase by phase.
+struct ChunkState {
+  bool selected = false;    // top-k: this host's data was selected
+  bool holds_copy = false;  // the copy slot holds an encoded final value
+  bool shared = false;      // data is a symmetric phase's sum: its peers hold it too
+  bool lead = true;         // first in the fold of every symmetric phase so far
+  bool reencoded = false;   // this host encoded the shared final value
+  int residuals = 0;        // error buffers used
+  int own = -1;             // the first, of this host's own contribution
+  int scratch = -1;         // the one of shared encodes (zero between uses)
+};
+
 struct ChunkRewrite {
   proto::Codec codec;
-  bool hier = false, whole_packed = false;
+  bool hier, whole_packed, final_reencoded;
   proto::Hops hops;
   const std::vector<Participant>* parts;
   int self;
 
+  int8_t own_buffer(ChunkState* st) const {
+    int e = st->residuals++;
+    if (st->own < 0) st->own = e;
+    return static_cast<int8_t>(e);
+  }
+
+  // The hosts that hold a shared value encode it alike (no error buffer
+  // enters it); what it drops goes to one of them, the lead: the host first
+  // in the fold of every symmetric phase so far (the lowest host of a
+  // doubling group, the first rack's owner in hier). Its error buffer
+  // `own` carries it into its contribution of the next step.
+  void encode_shared(Phase* ph, ChunkState* st) const {
+    if (st->scratch < 0) st->scratch = st->residuals++;
+    ph->residual = static_cast<int8_t>(st->scratch);
+    ph->shared = true;
+    ph->feedback = static_cast<int8_t>(st->lead ? st->own : -1);
+  }
+
+  void assign_send(Phase* ph, ChunkState* st) const {
+    bool copy = has(ph->sends, Xfer::kCopy);
+    if (copy && st->holds_copy) {
+      ph->send = SendMode::kForward;
+      return;
+    }
+    if (selects(codec) && st->selected) {
+      ph->send = SendMode::kExact;
+      return;
+    }
+    // The sender of a final value takes the decoding of what it sent: its
+    // receivers' bits.
+    ph->send = SendMode::kEncode;
+    ph->write_back = copy;
+    if (st->shared) {
+      encode_shared(ph, st);
+      st->reencoded |= copy;
+    } else {
+      ph->residual = own_buffer(st);
+    }
+    st->selected = selects(codec);
+  }
+
+  void rewrite(Phase ph, ChunkState* st, std::vector<Phase>* out) const {
+    bool packed = hier ? crosses_rack(ph, *parts, self) || hops != proto::Hops::kCrossRack
+                       : whole_packed;
+    bool folds = has(ph.recvs, Xfer::kReduce), lands = has(ph.recvs, Xfer::kCopy);
+    bool sym = symmetric(ph, self);
+    if (packed) {
+      ph.packed = true;
+      ph.symmetric = sym;
+      if (folds && !sym && selects(codec) && !st->selected) {
+        ph.select = true;
+        ph.residual = own_buffer(st);
+        st->selected = true;
+      }
+      if (!ph.sends.empty()) assign_send(&ph, st);
+      if (sym && codec == proto::Codec::kInt8) {
+        out->push_back(maxima_phase(ph));
+        ph.shared_scale = true;
+      }
+    }
+    if (folds) {
+      st->shared = sym;
+      if (sym) st->lead &= ph.fold.front() == self;
+    }
+    if (lands) {
+      st->shared = false;
+      st->holds_copy = packed;
+    }
+    out->push_back(std::move(ph));
+  }
+
   // Rewrites one chunk's phases; returns how many error buffers they use.
   int run(std::vector<Phase>* phases, bool* copy_slot) const {
     std::vector<Phase> out;
-    bool selected = false, holds_copy = false;
-    int e = 0;
-    for (Phase ph : *phases) {
-      bool packed = hier ? crosses_rack(ph, *parts, self) || hops != proto::Hops::kCrossRack
-                         : whole_packed;
-      if (!packed) {
-        if (has(ph.recvs, Xfer::kCopy)) holds_copy = false;
-        out.push_back(std::move(ph));
-        continue;
-      }
-      ph.packed = true;
-      ph.symmetric = symmetric(ph, self);
-      if (has(ph.recvs, Xfer::kReduce) && !ph.symmetric && selects(codec) && !selected) {
-        ph.select = true;
-        ph.residual = static_cast<int8_t>(e++);
-        selected = true;
-      }
-      if (!ph.sends.empty()) {
-        bool sends_copy = has(ph.sends, Xfer::kCopy);
-        if (sends_copy && holds_copy) {
-          ph.send = SendMode::kForward;
-        } else if (selects(codec) && selected) {
-          ph.send = SendMode::kExact;
-        } else {
-          ph.send = SendMode::kEncode;
-          ph.residual = static_cast<int8_t>(e++);
-          ph.write_back = ph.symmetric || sends_copy;
-          selected = selects(codec);
-        }
-      }
-      if (ph.symmetric && codec == proto::Codec::kInt8) {
-        out.push_back(maxima_phase(ph));
-        ph.shared_scale = true;
-      }
-      if (has(ph.recvs, Xfer::kCopy)) {
-        holds_copy = true;
-        *copy_slot = true;
-      }
-      out.push_back(std::move(ph));
+    ChunkState st;
+    for (Phase& ph : *phases) rewrite(std::move(ph), &st, &out);
+    if (final_reencoded && st.shared && !st.reencoded) {
+      // A holder that hands the shared final value to nobody still takes
+      // the decoding its peers hand on: a phase that only encodes.
+      Phase f;
+      f.step = out.empty() ? 0 : out.back().step;
+      f.packed = true;
+      f.send = SendMode::kEncode;
+      f.write_back = true;
+      encode_shared(&f, &st);
+      out.push_back(std::move(f));
     }
+    for (const auto& ph : out) *copy_slot |= ph.packed && has(ph.recvs, Xfer::kCopy);
     *phases = std::move(out);
-    return e;
+    return st.residuals;
   }
 };
 
@@ -114,9 +192,11 @@ struct ChunkRewrite {
 void compress_schedule(const std::vector<Participant>& parts, proto::Codec codec,
                        proto::Hops hops, Schedule* s) {
   if (codec == proto::Codec::kNone || parts.size() < 2 || s->self < 0) return;
-  ChunkRewrite rw{codec, s->algo == Algo::kHier,
-                  hops != proto::Hops::kCrossRack || spans_racks(parts), hops, &parts, s->self};
-  for (auto& phases : s->chunks) s->residuals = std::max(s->residuals, rw.run(&phases, &s->copy_slot));
+  bool whole_packed = hops != proto::Hops::kCrossRack || spans_racks(parts);
+  bool reencoded = shared_final_reencoded(s->algo, parts, codec, hops, whole_packed);
+  ChunkRewrite rw{codec, s->algo == Algo::kHier, whole_packed, reencoded, hops, &parts, s->self};
+  for (auto& phases : s->chunks)
+    s->residuals = std::max(s->residuals, rw.run(&phases, &s->copy_slot));
 }
 
 }  // namespace gsync::collective

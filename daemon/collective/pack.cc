@@ -6,6 +6,8 @@
 
 #include <fmt/format.h>
 
+#include "daemon/reduce/reduce.h"
+
 namespace gsync::collective {
 namespace {
 
@@ -67,28 +69,56 @@ std::string fold_symmetric(const Phase& ph, int self, PackView& v, const std::ve
   return err;
 }
 
+// Error buffer e, or none (-1).
+float* error_buffer(const PackView& v, int e) { return e < 0 ? nullptr : v.residual(e); }
+
+// After the encoding of a shared value (Phase::shared): the lead keeps what
+// it dropped for its own contribution of the next step; every holder leaves
+// the scratch error buffer zero for the next shared encoding.
+void settle_shared(const Phase& ph, PackView& v) {
+  float* scratch = v.residual(ph.residual);
+  if (ph.feedback >= 0) {
+    float* keep = v.residual(ph.feedback);
+    const void* in[] = {keep, scratch};
+    void* out[] = {keep};
+    reduce::ReduceArgs a;
+    a.inputs = in;
+    a.n_inputs = 2;
+    a.outputs = out;
+    a.n_outputs = 1;
+    a.count = v.count;
+    reduce::reduce(a);
+  }
+  std::memset(scratch, 0, v.count * sizeof(float));
+}
+
 }  // namespace
 
 Outgoing begin_phase(const Phase& ph, PackView& v, const Arrival& copy_in) {
   if (ph.select) {
     // The encoding itself is not sent: this phase's sends (if any) carry the
     // merged sum, exactly.
-    reduce::encode(v.params, v.data, v.residual(ph.residual), v.count, nullptr, true, v.send);
+    reduce::encode(v.params, v.data, error_buffer(v, ph.residual), v.count, nullptr, true, v.send);
   }
   switch (ph.send) {
     case SendMode::kRaw:
       return {reinterpret_cast<const uint8_t*>(v.data), v.count * sizeof(float)};
     case SendMode::kEncode:
-      v.send_len = reduce::encode(v.params, v.data, v.residual(ph.residual), v.count,
+      v.send_len = reduce::encode(v.params, v.data, error_buffer(v, ph.residual), v.count,
                                   ph.shared_scale ? v.maxima : nullptr, ph.write_back, v.send);
+      if (ph.shared) settle_shared(ph, v);
       return {v.send, v.send_len};
     case SendMode::kExact:
+      // Exact but for a -0.0, which decodes as +0.0: none can be here. Every
+      // value entered through an encoding with an error buffer (v = x + r,
+      // r from +0.0: v is never -0.0), and a sum is -0.0 only if all its
+      // terms are.
       v.send_len = reduce::encode_exact_sparse(v.data, v.count, v.send);
       return {v.send, v.send_len};
     case SendMode::kForward:
       return {copy_in.bytes, copy_in.len};
     case SendMode::kMaxima:
-      reduce::block_absmax(v.params, v.data, v.residual(ph.residual), v.count, v.maxima);
+      reduce::block_absmax(v.params, v.data, error_buffer(v, ph.residual), v.count, v.maxima);
       return {reinterpret_cast<const uint8_t*>(v.maxima), v.blocks() * sizeof(float)};
   }
   return {};

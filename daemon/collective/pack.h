@@ -4,8 +4,9 @@
 // phase does what): at its start, the transforms of this host's own data
 // (top-k selection, encodings written back) and the bytes its sends carry;
 // at its end, once its receives have landed, the fold of what arrived. Pure
-// functions over the chunk's buffers, so the engine (chunks.cc) and the
-// schedule test run the same code. docs/compression.md.
+// functions over the chunk's buffers, so that the engine (chunks.cc, once it
+// runs compressed schedules) and the compressed schedules' test
+// (tests/util/compress_sim.h) run the same code. docs/compression.md.
 #pragma once
 
 #include <cstddef>
@@ -23,7 +24,9 @@ struct PackView {
   reduce::CodecParams params;
   float* data = nullptr;  // the chunk's elements
   size_t count = 0;
-  // Error buffer e of the chunk is at residuals + e * residual_stride.
+  // Error buffer e of the chunk (Schedule::residuals of them, all zero at
+  // the op's first step, kept from step to step) is at residuals + e *
+  // residual_stride.
   float* residuals = nullptr;
   size_t residual_stride = 0;
   uint8_t* send = nullptr;  // at least reduce::max_encoded_bytes(params, count)

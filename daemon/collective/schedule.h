@@ -62,11 +62,18 @@ struct Phase {
   // Compression (compress_schedule.h); all false/-1 on a plain schedule.
   bool packed = false;  // this phase's sends and receives carry encodings
   SendMode send = SendMode::kRaw;
-  int8_t residual = -1;     // kEncode, kMaxima and select: the error buffer used
+  int8_t residual = -1;     // kEncode, kMaxima and select: the error buffer (-1: none)
   bool write_back = false;  // kEncode: data takes the decoded encoding
   bool symmetric = false;   // every host of the phase folds the same encodings
   bool select = false;      // top-k: select this host's data before the fold
   bool shared_scale = false;  // int8: encode on the maxima the phase before agreed
+  // kEncode of a value other hosts hold too (a symmetric phase's sum): every
+  // holder encodes it alike, its error buffer `residual` zero before and
+  // after; on one holder (the lead) what the encoding dropped goes to error
+  // buffer `feedback`, which that host's own contribution is encoded with
+  // at the next step. -1 on the other holders: they drop it.
+  bool shared = false;
+  int8_t feedback = -1;
 };
 
 struct Participant {
