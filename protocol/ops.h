@@ -157,6 +157,25 @@ constexpr size_t dtype_size(DType v) {
 // of integers has none).
 constexpr bool defined(DType t, RedOp op) { return !(t == DType::kI32 && op == RedOp::kWeightedAvg); }
 
+// Which hops of an allreduce a codec applies to (docs/compression.md,
+// "Where the codecs apply"): between racks only, every hop between hosts, or
+// every hop there is (the cross-host schedule treats the last two alike).
+enum class Hops : uint8_t { kCrossRack = 0, kCrossHost = 1, kAll = 2 };
+constexpr uint8_t wire(Hops v) { return static_cast<uint8_t>(v); }
+constexpr bool hops_from_wire(int v, Hops* out) {
+  if (v < 0 || v > 2) return false;
+  *out = static_cast<Hops>(v);
+  return true;
+}
+constexpr const char* name(Hops v) {
+  switch (v) {
+    case Hops::kCrossRack: return "cross_rack";
+    case Hops::kCrossHost: return "cross_host";
+    case Hops::kAll: return "all";
+  }
+  return "unknown-hops";
+}
+
 // What every rank and every host of an op must agree on before any data
 // moves.
 struct OpShape {

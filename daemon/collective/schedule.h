@@ -24,13 +24,24 @@ bool parse_algo(const std::string& name, Algo* out);  // "ring" "hier" "direct" 
 bool algo_from_wire(uint8_t v, Algo* out);
 
 // kReduce lands in one of the receiver's scratch slots and is folded there;
-// kCopy lands in the receiver's data (a final value).
-enum class Xfer : uint8_t { kReduce = 0, kCopy = 1 };
+// kCopy lands in the receiver's data (a final value), or, compressed, in its
+// copy slot to be decoded there; kMaxima carries a chunk's per-block maxima
+// before an int8 exchange (compress_schedule.h).
+enum class Xfer : uint8_t { kReduce = 0, kCopy = 1, kMaxima = 2 };
 
 struct Transfer {
   int peer;  // participant index
   Xfer kind;
   uint8_t slot;  // the receiver's scratch slot (kReduce)
+};
+
+// How a compressed phase makes the bytes it sends (compress_schedule.h).
+enum class SendMode : uint8_t {
+  kRaw = 0,      // the data as it is: not compressed
+  kEncode = 1,   // a lossy encoding of data + residual, with error feedback
+  kForward = 2,  // the encoded final value this host received, as it came
+  kExact = 3,    // top-k: the merged sparse sum, without loss (SparCML)
+  kMaxima = 4,   // the per-block maxima of data + residual (int8's shared scale)
 };
 
 struct Phase {
@@ -47,6 +58,22 @@ struct Phase {
   // depth). A host waiting in step s times out s grace periods late, so
   // the one that waits for a missing host directly speaks first.
   int step = 0;
+
+  // Compression (compress_schedule.h); all false/-1 on a plain schedule.
+  bool packed = false;  // this phase's sends and receives carry encodings
+  SendMode send = SendMode::kRaw;
+  int8_t residual = -1;     // kEncode, kMaxima and select: the error buffer (-1: none)
+  bool write_back = false;  // kEncode: data takes the decoded encoding
+  bool symmetric = false;   // every host of the phase folds the same encodings
+  bool select = false;      // top-k: select this host's data before the fold
+  bool shared_scale = false;  // int8: encode on the maxima the phase before agreed
+  // kEncode of a value other hosts hold too (a symmetric phase's sum): every
+  // holder encodes it alike, its error buffer `residual` zero before and
+  // after; on one holder (the lead) what the encoding dropped goes to error
+  // buffer `feedback`, which that host's own contribution is encoded with
+  // at the next step. -1 on the other holders: they drop it.
+  bool shared = false;
+  int8_t feedback = -1;
 };
 
 struct Participant {
@@ -59,6 +86,10 @@ struct Schedule {
   int self = -1;  // participant index of this host
   int slots = 0;  // scratch slots, each as large as the tensor
   std::vector<std::vector<Phase>> chunks;  // phases per chunk
+  // Compression (compress_schedule.h): error buffers per chunk, and whether
+  // compressed final values land in a copy slot (scratch slot `slots`).
+  int residuals = 0;
+  bool copy_slot = false;
 };
 
 // The tree of kTree: participants renumbered from the root (v = (p - root)

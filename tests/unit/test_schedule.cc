@@ -9,21 +9,15 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
-#include <deque>
-#include <map>
 #include <random>
 
 #include "daemon/collective/schedule.h"
+#include "tests/util/schedule_sim.h"
 
 namespace gsync::collective {
 namespace {
 
-struct Delivery {
-  int to, from, chunk;
-  Xfer kind;
-  uint8_t slot;
-  std::vector<float> data;
-};
+using sim::racks;
 
 // Runs all hosts' schedules to the end; returns each host's final data.
 std::vector<std::vector<float>> simulate(Algo algo, const std::vector<Participant>& parts,
@@ -34,99 +28,40 @@ std::vector<std::vector<float>> simulate(Algo algo, const std::vector<Participan
   std::vector<Schedule> s;
   for (int h = 0; h < n; h++) s.push_back(build_schedule(algo, parts, h, chunks, root));
   auto data = input;
-  // scratch[h][slot][chunk]
-  std::vector<std::map<int, std::map<size_t, std::vector<float>>>> scratch(static_cast<size_t>(n));
-  struct State {
-    size_t phase = 0;
-    bool sent = false;
-    std::vector<std::tuple<int, Xfer, uint8_t>> arrived;
+  auto chunk_of = [&](int h, size_t c) { return data[size_t(h)].data() + c * per_chunk; };
+  sim::Hooks hooks;
+  hooks.begin = [&](int h, size_t c, const Phase&) {
+    auto* b = reinterpret_cast<const uint8_t*>(chunk_of(h, c));
+    return std::vector<uint8_t>(b, b + per_chunk * sizeof(float));
   };
-  std::vector<std::vector<State>> st(static_cast<size_t>(n), std::vector<State>(chunks));
-  std::mt19937 rng(seed);
-  std::vector<Delivery> net;
-  auto chunk_of = [&](int h, size_t c) {
-    return std::vector<float>(data[size_t(h)].begin() + long(c * per_chunk),
-                              data[size_t(h)].begin() + long((c + 1) * per_chunk));
-  };
-  for (int round = 0; round < 100000; round++) {
-    bool progressed = false;
-    // Deliver some of the writes in flight, in random order.
-    std::shuffle(net.begin(), net.end(), rng);
-    size_t deliver = net.empty() ? 0 : 1 + rng() % net.size();
-    for (size_t i = 0; i < deliver; i++) {
-      Delivery d = std::move(net.back());
-      net.pop_back();
-      if (d.kind == Xfer::kCopy)
-        std::copy(d.data.begin(), d.data.end(), data[size_t(d.to)].begin() + long(size_t(d.chunk) * per_chunk));
-      else
-        scratch[size_t(d.to)][d.slot][size_t(d.chunk)] = d.data;
-      st[size_t(d.to)][size_t(d.chunk)].arrived.emplace_back(d.from, d.kind, d.slot);
-      progressed = true;
+  hooks.end = [&](int h, size_t c, const Phase& p, std::vector<sim::Delivery>& in) {
+    bool reduces = false;
+    for (const auto& d : in) {
+      if (d.kind == Xfer::kCopy) std::memcpy(chunk_of(h, c), d.bytes.data(), d.bytes.size());
+      reduces |= d.kind == Xfer::kReduce;
     }
-    for (int h = 0; h < n; h++) {
-      for (size_t c = 0; c < chunks; c++) {
-        State& x = st[size_t(h)][c];
-        const auto& phases = s[size_t(h)].chunks[c];
-        while (x.phase < phases.size()) {
-          const Phase& p = phases[x.phase];
-          if (!x.sent) {
-            x.sent = true;
-            for (const auto& t : p.sends)
-              net.push_back({t.peer, h, int(c), t.kind, t.slot, chunk_of(h, c)});
-            progressed = true;
-          }
-          bool all = true;
-          for (const auto& r : p.recvs)
-            all &= std::find(x.arrived.begin(), x.arrived.end(),
-                             std::make_tuple(r.peer, r.kind, r.slot)) != x.arrived.end();
-          if (!all) break;
-          bool reduces = false;
-          for (const auto& r : p.recvs) {
-            x.arrived.erase(std::find(x.arrived.begin(), x.arrived.end(),
-                                      std::make_tuple(r.peer, r.kind, r.slot)));
-            reduces |= r.kind == Xfer::kReduce;
-          }
-          if (reduces) {
-            std::vector<float> acc;
-            for (int j : p.fold) {
-              std::vector<float> v;
-              if (j == h) {
-                v = chunk_of(h, c);
-              } else {
-                for (const auto& r : p.recvs)
-                  if (r.peer == j && r.kind == Xfer::kReduce) v = scratch[size_t(h)][r.slot][c];
-              }
-              if (acc.empty()) {
-                acc = v;
-              } else {
-                for (size_t i = 0; i < acc.size(); i++) acc[i] += v[i];
-              }
-            }
-            std::copy(acc.begin(), acc.end(), data[size_t(h)].begin() + long(c * per_chunk));
-          }
-          x.phase++;
-          x.sent = false;
-          progressed = true;
-        }
+    if (!reduces) return;
+    std::vector<float> acc;
+    for (int j : p.fold) {
+      std::vector<float> v(per_chunk);
+      if (j == h) {
+        std::memcpy(v.data(), chunk_of(h, c), per_chunk * sizeof(float));
+      } else {
+        for (const auto& d : in)
+          if (d.from == j && d.kind == Xfer::kReduce)
+            std::memcpy(v.data(), d.bytes.data(), d.bytes.size());
+      }
+      if (acc.empty()) {
+        acc = v;
+      } else {
+        for (size_t i = 0; i < acc.size(); i++) acc[i] += v[i];
       }
     }
-    bool done = net.empty();
-    for (int h = 0; h < n && done; h++)
-      for (size_t c = 0; c < chunks; c++) done &= st[size_t(h)][c].phase == s[size_t(h)].chunks[c].size();
-    if (done) return data;
-    if (!progressed) break;
-  }
-  ADD_FAILURE() << algo_name(algo) << ": deadlock with " << n << " hosts, " << chunks << " chunks";
+    std::memcpy(chunk_of(h, c), acc.data(), per_chunk * sizeof(float));
+  };
+  if (!sim::run(s, seed, hooks))
+    ADD_FAILURE() << algo_name(algo) << ": deadlock with " << n << " hosts, " << chunks << " chunks";
   return data;
-}
-
-std::vector<Participant> racks(const std::vector<int>& sizes) {
-  std::vector<Participant> p;
-  int host = 0;
-  for (size_t r = 0; r < sizes.size(); r++)
-    for (int i = 0; i < sizes[r]; i++)
-      p.push_back({host++, std::string("r").append(std::to_string(r))});
-  return p;
 }
 
 struct Case {
