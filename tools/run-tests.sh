@@ -8,7 +8,7 @@
 #   - the sanitizer lane (tools/sanitize/run.sh): unit and integration with
 #     ASan and UBSan, which stands in for the release run of integration
 #     (issue #15 allows it: two builds of integration do not fit the budget);
-#   - the fuzzing lane (tools/fuzz/run.sh): every fuzz target, 30 s each.
+#   - the fuzzing lane (tools/fuzz/run.sh): every fuzz target, 20 s each.
 # With arguments they go to `meson test` on the release build only
 # (tools/run-tests.sh integration, tools/run-tests.sh multihost).
 #
@@ -47,7 +47,7 @@ else
   SANITIZE_BUILD_DIR=$sanitize bash tools/sanitize/run.sh || rc=1
   sanitized=$(date +%s)
   logs+=("$sanitize/meson-logs/testlog.json")
-  bash tools/fuzz/run.sh 30 || rc=1
+  bash tools/fuzz/run.sh 20 || rc=1
   fuzzed=$(date +%s)
   echo "run-tests: release suites $((released - start)) s, sanitizer lane" \
     "$((sanitized - released)) s, fuzzing lane $((fuzzed - sanitized)) s"

@@ -31,7 +31,6 @@ namespace {
 // host that never came rather than a host in between.
 constexpr auto kTimeoutGrace = std::chrono::milliseconds(250);
 
-const char* xfer_name(Xfer k) { return k == Xfer::kCopy ? "final sum" : "partial sum"; }
 }  // namespace
 
 void Engine::send_eager(XOp& x, const Phase& p) {

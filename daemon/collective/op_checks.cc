@@ -8,7 +8,6 @@
 namespace gsync::collective {
 
 namespace {
-const char* xfer_name(Xfer k) { return k == Xfer::kCopy ? "final sum" : "partial sum"; }
 
 Status protocol_error(const OpParty& who, const std::string& what) {
   return Status(GSYNC_ERR_PROTOCOL, fmt::format("{}: host {} {}", who.op, who.from, what));

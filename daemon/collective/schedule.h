@@ -29,6 +29,16 @@ bool algo_from_wire(uint8_t v, Algo* out);
 // before an int8 exchange (compress_schedule.h).
 enum class Xfer : uint8_t { kReduce = 0, kCopy = 1, kMaxima = 2 };
 
+// What a transfer carries, in words, for errors that name it.
+inline const char* xfer_name(Xfer k) {
+  switch (k) {
+    case Xfer::kReduce: return "partial sum";
+    case Xfer::kCopy: return "final sum";
+    case Xfer::kMaxima: return "block maxima";
+  }
+  return "unknown transfer";
+}
+
 struct Transfer {
   int peer;  // participant index
   Xfer kind;
