@@ -15,32 +15,13 @@
 #include <thread>
 
 #include "tests/integration/client_util.h"
+#include "tests/integration/daemon_serves.h"
 #include "tests/util/raw_client.h"
 
 namespace gsync::test {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-// A small allreduce on a fresh job: proves the daemon still serves.
-void expect_daemon_serves(const DaemonProcess& d, const std::string& job) {
-  ASSERT_TRUE(d.alive()) << d.log();
-  auto res = run_ranks(2, [&](int r) {
-    gsync_comm_t* comm;
-    RANK_CHECK(connect_rank(d.socket(), job, 2, r, &comm) == 0, "{}", gsync_last_error());
-    float* buf;
-    RANK_CHECK(gsync_alloc(comm, 4096, reinterpret_cast<void**>(&buf)) == 0, "alloc");
-    for (int i = 0; i < 1024; i++) buf[i] = float(r + 1);
-    gsync_request_t* req;
-    RANK_CHECK(gsync_allreduce(comm, 1, 0, buf, 1024, GSYNC_FLOAT32, GSYNC_SUM, 0, &req) == 0, "submit");
-    RANK_CHECK(gsync_wait(req, 10000) == 0, "{}", gsync_request_error(req));
-    RANK_CHECK(buf[1023] == 3.0f, "got {}", buf[1023]);
-    gsync_request_free(req);
-    gsync_close(comm);
-    return 0;
-  });
-  for (auto& r : res) EXPECT_EQ(r.code, 0) << r.output;
-}
 
 // Ranks 0 and 1 wait in an allreduce; rank 2 is SIGKILLed. Both survivors get
 // an error naming rank 2 and its pid, long before the op timeout; a job

@@ -35,6 +35,7 @@
 #include "daemon/transport/transport.h"
 #include "gsync_build_config.h"
 #include "tests/integration/client_util.h"
+#include "tests/integration/daemon_serves.h"
 #include "tools/testbed/testbed.h"
 
 namespace gsync::test {
@@ -78,27 +79,6 @@ size_t count(const std::string& text, const std::string& what) {
   size_t n = 0;
   for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) n++;
   return n;
-}
-
-// A small allreduce on a fresh job: proves the daemon still serves.
-void expect_daemon_serves(const DaemonProcess& d, const std::string& job) {
-  ASSERT_TRUE(d.alive()) << d.log();
-  auto res = run_ranks(2, [&](int r) {
-    gsync_comm_t* comm;
-    RANK_CHECK(connect_rank(d.socket(), job, 2, r, &comm) == 0, "{}", gsync_last_error());
-    float* buf;
-    RANK_CHECK(gsync_alloc(comm, 4096, reinterpret_cast<void**>(&buf)) == 0, "alloc");
-    for (int i = 0; i < 1024; i++) buf[i] = float(r + 1);
-    gsync_request_t* req;
-    RANK_CHECK(gsync_allreduce(comm, 1, 0, buf, 1024, GSYNC_FLOAT32, GSYNC_SUM, 0, &req) == 0,
-               "submit");
-    RANK_CHECK(gsync_wait(req, 10000) == 0, "{}", gsync_request_error(req));
-    RANK_CHECK(buf[1023] == 3.0f, "got {}", buf[1023]);
-    gsync_request_free(req);
-    gsync_close(comm);
-    return 0;
-  });
-  for (auto& r : res) EXPECT_EQ(r.code, 0) << r.output;
 }
 
 // A forked child and the parent's ends of its pipes: however the test
