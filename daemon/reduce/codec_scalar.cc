@@ -63,30 +63,23 @@ struct CodecOps {
   static IVec load_i8(const uint8_t* p) { return static_cast<int8_t>(*p); }
   static void store_i8(uint8_t* p, IVec q) { *p = static_cast<uint8_t>(static_cast<int8_t>(q)); }
 
-  struct F16 {
+  // A 16-bit format read from and written to unaligned wire bytes, through
+  // its conversion in simd_scalar.h (H: scalar::F16 or scalar::BF16).
+  template <class H>
+  struct Bytes16 {
     static Vec load(const uint8_t* p) {
       uint16_t h;
       std::memcpy(&h, p, sizeof h);
-      return scalar::F16::load(&h);
+      return H::load(&h);
     }
     static void store(uint8_t* p, Vec v) {
       uint16_t h;
-      scalar::F16::store(&h, v);
+      H::store(&h, v);
       std::memcpy(p, &h, sizeof h);
     }
   };
-  struct BF16 {
-    static Vec load(const uint8_t* p) {
-      uint16_t h;
-      std::memcpy(&h, p, sizeof h);
-      return scalar::BF16::load(&h);
-    }
-    static void store(uint8_t* p, Vec v) {
-      uint16_t h;
-      scalar::BF16::store(&h, v);
-      std::memcpy(p, &h, sizeof h);
-    }
-  };
+  using F16 = Bytes16<scalar::F16>;
+  using BF16 = Bytes16<scalar::BF16>;
 };
 
 }  // namespace
