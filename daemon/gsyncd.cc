@@ -125,7 +125,7 @@ nlohmann::json Gsyncd::polling_report() const {
                    {"windows", loop_.poll_windows()},
                    {"windows_skipped", loop_.poll_windows_skipped()}};
   if (const SpareCpu* s = loop_.spare_cpu()) {
-    j["cpu_spare"] = SpareCpu::spare_given(s->runnable(), s->cpus());
+    j["cpu_spare"] = s->last();
     j["runnable_others"] = s->runnable();
     j["cpus"] = s->cpus();
   }

@@ -37,6 +37,7 @@ class SpareCpu {
   // For gsyncctl status: the smoothed count of other runnable tasks and the
   // CPUs allowed.
   double runnable() const { return runnable_; }
+  bool last() const { return spare_; }  // what the last sample decided
   int cpus() const { return cpus_; }
 
   // The rule itself: a CPU is spare when the other runnable tasks would
