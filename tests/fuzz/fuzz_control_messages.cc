@@ -71,7 +71,9 @@ void check_leave(std::string_view msg) {
   std::vector<OpKey> open;
   if (!decode_leave(msg, &m, &open)) return;
   FUZZ_CHECK(open.size() == m.nopen && open.size() <= kMaxLeaveOps);
-  FUZZ_CHECK(field(m.reason, sizeof m.reason).size() < sizeof m.reason);
+  // A peer may fill a field to its end with no NUL; field() stops there.
+  FUZZ_CHECK(field(m.reason, sizeof m.reason).size() <= sizeof m.reason);
+  FUZZ_CHECK(field(m.job, sizeof m.job).size() <= kJobMax);
   FUZZ_CHECK(encode_leave(m, open) == msg);
 }
 
