@@ -907,7 +907,11 @@ TEST(TcpTransport, CoalescedAndTrickledFramesAreEachDelivered) {
 
 TEST(TcpTransport, PeerDestroyedMidTransferThenReplaced) {
   Cluster c(2);
-  c.base().peer_timeout_ms = 1000;  // a close is seen well before it
+  // Long enough that silence never takes the link down, even with both
+  // contexts pumped by this one thread under a sanitizer on a loaded
+  // machine (1 s did: a link lost to silence before the stop, and one
+  // link more than the test counts): here the close must end it.
+  c.base().peer_timeout_ms = 10000;
   c.start(0);
   c.start(1);
   ASSERT_TRUE(c.pump([&] { return c.all_up(); }));
@@ -938,9 +942,12 @@ TEST(TcpTransport, PeerDestroyedMidTransferThenReplaced) {
                      int(c.base().peer_timeout_ms) + 500));
   auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0).count();
   EXPECT_LE(waited, c.base().peer_timeout_ms);
+  EXPECT_EQ(c[0].downs.size(), 1u);
   EXPECT_EQ(c[0].downs[0].first, 1);
   EXPECT_NE(c[0].downs[0].second.message().find("h1 (127.0.0.1:"), std::string::npos)
       << c[0].downs[0].second.message();
+  EXPECT_EQ(c[0].downs[0].second.message().find("no traffic"), std::string::npos)
+      << "the close, not silence, must end the link: " << c[0].downs[0].second.message();
   size_t failed = 0;
   for (const Done& d : c[0].dones) {
     if (d.st.is_ok()) continue;
