@@ -56,12 +56,16 @@ AdminServer::~AdminServer() {
 }
 
 Status AdminServer::listen(const AdminSocketOptions& o) {
+  // The group is looked up before the socket exists, so that whatever the
+  // daemon has to say about it is in the log by the time anyone can connect.
+  gid_t gid = 0;
+  const bool chgrp = !o.group.empty() && group_of(o.path, o.group, &gid);
   Status err;
   listen_fd_ = listen_unix(o.path, SOCK_STREAM, o.mode, &err);
   if (listen_fd_ < 0) return err;
   path_ = o.path;
-  if (!o.group.empty())
-    if (Status st = set_group(o.group); !st) return st;
+  if (chgrp)
+    if (Status st = set_group(o.group, gid); !st) return st;
   loop_.add(listen_fd_, EPOLLIN, [this](uint32_t) { accept_all(); });
   return Status::ok();
 }
@@ -69,15 +73,16 @@ Status AdminServer::listen(const AdminSocketOptions& o) {
 // A missing group is not an error: the socket keeps the daemon's group, so
 // with mode 0660 only root and the daemon's own group may connect (closed,
 // not open, when the install did not create the group). docs/operations.md.
-Status AdminServer::set_group(const std::string& group) const {
-  gid_t gid = 0;
+bool AdminServer::group_of(const std::string& path, const std::string& group, gid_t* gid) {
   std::string why;
-  if (!find_group(group, &gid, &why)) {
-    spdlog::warn("admin socket {}: {}; it keeps group {} (create the group with `groupadd "
-                 "--system {}`, or set [daemon] admin_group)",
-                 path_, why, getegid(), group);
-    return Status::ok();
-  }
+  if (find_group(group, gid, &why)) return true;
+  spdlog::warn("admin socket {}: {}; it keeps group {} (create the group with `groupadd "
+               "--system {}`, or set [daemon] admin_group)",
+               path, why, getegid(), group);
+  return false;
+}
+
+Status AdminServer::set_group(const std::string& group, gid_t gid) const {
   if (chown(path_.c_str(), static_cast<uid_t>(-1), gid) != 0)
     return Status(GSYNC_ERR_INVALID, fmt::format("admin socket {}: chown to group {} ({}): {}",
                                                  path_, group, gid, strerror(errno)));

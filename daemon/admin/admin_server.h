@@ -16,6 +16,8 @@
 // (SO_PEERCRED). docs/operations.md, "The admin protocol".
 #pragma once
 
+#include <sys/types.h>
+
 #include <chrono>
 #include <functional>
 #include <map>
@@ -55,7 +57,8 @@ class AdminServer {
     std::string in, out;
     size_t sent = 0;
   };
-  Status set_group(const std::string& group) const;
+  static bool group_of(const std::string& path, const std::string& group, gid_t* gid);
+  Status set_group(const std::string& group, gid_t gid) const;
   void accept_all();
   void on_event(int fd, uint32_t events);
   bool read_request(int fd, Conn& c, uint32_t events);
