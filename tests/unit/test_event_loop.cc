@@ -170,7 +170,11 @@ TEST(EventLoop, PollingWaitsForASpareCpu) {
   for (auto& t : spinners) t.join();
   ASSERT_TRUE(busy) << "no spare CPU never seen: " << probe.runnable() << " runnable on "
                     << probe.cpus() << " CPUs";
-  EXPECT_GE(skipped, 20u) << polled << " windows polled, " << skipped << " skipped";
+  // Not a count of the 60 rings: on a loaded machine several rings fall in
+  // one window, and the first windows poll while the smoothed sample
+  // climbs. What must hold is that most windows were skipped.
+  EXPECT_GE(skipped, 10u) << polled << " windows polled, " << skipped << " skipped";
+  EXPECT_GT(skipped, 2 * polled) << polled << " windows polled, " << skipped << " skipped";
 }
 
 // The producer side of a looker, as libgsync does it for a submission:
