@@ -3,6 +3,9 @@
 // The extern "C" surface: argument checks that need no session, then a call
 // into Session. No C++ exception may cross this boundary: each entry point
 // converts them to GSYNC_ERR_NOMEM (allocation) or GSYNC_ERR_INTERNAL.
+#include <algorithm>
+#include <cstddef>
+#include <cstring>
 #include <new>
 #include <stdexcept>
 
@@ -15,6 +18,8 @@
 #include "libclient/comm.h"
 #include "libclient/error.h"
 #include "libclient/format.h"
+#include "libclient/connect.h"
+#include "protocol/compression.h"
 #include "protocol/wire.h"
 
 namespace gc = gsync::client;
@@ -71,12 +76,68 @@ const char* gsync_strerror(int code) { return gc::error_name(code); }
 
 const char* gsync_last_error(void) { return gc::last_error(); }
 
-void gsync_config_init(gsync_config_t* cfg) {
+}  // extern "C"
+
+namespace {
+// gsync_config_init writes the whole struct its caller was compiled with:
+// a program built against 0.1 passes a struct that ends at timeout_ms, and
+// must keep the 0.1 function, which writes no further (rdma-core's habit:
+// one symbol version per struct size, .symver binding each). New programs
+// link the 0.2 one; the library's own exported name is the default, @@.
+void config_init(gsync_config_t* cfg, size_t size) {
   if (cfg == nullptr) return;
-  *cfg = gsync_config_t{};
-  cfg->struct_size = sizeof(gsync_config_t);
-  cfg->world_size = 1;
-  cfg->local_size = 1;
+  gsync_config_t c{};
+  c.struct_size = static_cast<uint32_t>(size);
+  c.world_size = 1;
+  c.local_size = 1;
+  c.compression.codec = GSYNC_CODEC_NONE;
+  c.compression.hops = GSYNC_HOPS_CROSS_RACK;
+  c.compression.error_feedback = 1;
+  std::memcpy(static_cast<void*>(cfg), &c, size);
+}
+constexpr size_t kConfigSize01 = offsetof(gsync_config_t, timeout_ms) + sizeof(uint32_t);
+}  // namespace
+
+extern "C" {
+
+// Not named gsync_*: the version script keeps them local; only the
+// versioned aliases below are exported.
+#pragma GCC visibility push(default)
+void libgsync_config_init_0_1(gsync_config_t* cfg);
+void libgsync_config_init_0_2(gsync_config_t* cfg);
+#pragma GCC visibility pop
+void libgsync_config_init_0_1(gsync_config_t* cfg) {
+  config_init(cfg, (kConfigSize01 + 7) / 8 * 8);
+}
+void libgsync_config_init_0_2(gsync_config_t* cfg) { config_init(cfg, sizeof(gsync_config_t)); }
+__asm__(".symver libgsync_config_init_0_1,gsync_config_init@GSYNC_0.1");
+__asm__(".symver libgsync_config_init_0_2,gsync_config_init@@GSYNC_0.2");
+
+void gsync_allreduce_opts_init(gsync_allreduce_opts_t* opts) {
+  if (opts == nullptr) return;
+  *opts = gsync_allreduce_opts_t{};
+  opts->struct_size = sizeof(gsync_allreduce_opts_t);
+  opts->compression.codec = GSYNC_CODEC_JOB;
+  opts->compression.hops = GSYNC_HOPS_CROSS_RACK;
+  opts->compression.error_feedback = 1;
+}
+
+int gsync_compression_parse(const char* text, gsync_compression_t* out) {
+  return guarded("gsync_compression_parse", [&] {
+    if (text == nullptr) return null_arg("gsync_compression_parse", "text");
+    if (out == nullptr) return null_arg("gsync_compression_parse", "out");
+    gsync::proto::Compression c;
+    if (std::string why = gsync::proto::parse(text, &c); !why.empty())
+      return gc::fail(GSYNC_ERR_INVALID, "gsync_compression_parse: " + why);
+    *out = gsync_compression_t{};
+    out->codec = c.codec == gsync::proto::Codec::kNone ? GSYNC_CODEC_NONE
+                                                       : static_cast<int32_t>(c.codec);
+    out->hops = static_cast<int32_t>(c.hops);
+    out->block = c.block;
+    out->topk_fraction = c.topk_fraction;
+    out->error_feedback = c.error_feedback ? 1 : 0;
+    return static_cast<int>(GSYNC_OK);
+  });
 }
 
 int gsync_connect(const gsync_config_t* cfg, gsync_comm_t** out) {
@@ -132,6 +193,46 @@ int gsync_allreduce(gsync_comm_t* comm, uint64_t key, uint64_t step, void* buf, 
                           .dtype = dtype,
                           .redop = op,
                           .weight = weight};
+    return submit(comm, args, req);
+  });
+}
+
+int gsync_allreduce_ex(gsync_comm_t* comm, uint64_t key, uint64_t step, void* buf, size_t count,
+                       int dtype, int op, const gsync_allreduce_opts_t* opts,
+                       gsync_request_t** req) {
+  return guarded("gsync_allreduce_ex", [&] {
+    gsync_allreduce_opts_t o;
+    gsync_allreduce_opts_init(&o);
+    if (opts != nullptr) {
+      // Fields up to what the caller's struct holds; the rest keep their
+      // defaults (the ABI grows by appending).
+      if (opts->struct_size < offsetof(gsync_allreduce_opts_t, compression) ||
+          opts->struct_size > 4096)
+        return gc::fail(GSYNC_ERR_INVALID,
+                        gc::format("gsync_allreduce_ex: opts->struct_size is %u, expected %zu; "
+                                   "initialize the options with gsync_allreduce_opts_init",
+                                   opts->struct_size, sizeof(gsync_allreduce_opts_t)));
+      std::memcpy(&o, opts, std::min<size_t>(opts->struct_size, sizeof o));
+    }
+    gsync::proto::Compression c;
+    const bool own = o.compression.codec != GSYNC_CODEC_JOB;
+    if (own) {
+      if (int rc = gc::compression_from_public(o.compression, "gsync_allreduce_ex: opts.compression",
+                                               &c);
+          rc != GSYNC_OK)
+        return rc;
+    }
+    const gc::OpArgs args{.api = "gsync_allreduce_ex",
+                          .opcode = gsync::proto::Opcode::kAllreduce,
+                          .key = key,
+                          .step = step,
+                          .buf = buf,
+                          .count = count,
+                          .dtype = dtype,
+                          .redop = op,
+                          .weight = o.weight,
+                          .timeout_ms = o.timeout_ms,
+                          .compress = own ? &c : nullptr};
     return submit(comm, args, req);
   });
 }

@@ -17,6 +17,7 @@
 #include "libclient/cpu_share.h"
 #include "libclient/error.h"
 #include "libclient/format.h"
+#include "protocol/compression.h"
 
 namespace gsync::client {
 namespace {
@@ -228,6 +229,12 @@ int Session::validate(const OpArgs& a, bool* zero_copy, uint64_t* bytes) const {
     return bad(
         format("root %d is not a rank of the job (world_size %d)", a.root, params_.world_size));
   }
+  if (a.compress != nullptr && a.opcode == proto::Opcode::kAllreduce) {
+    proto::RedOp redop{};
+    proto::redop_from_wire(a.redop, &redop);
+    if (std::string why = proto::check_use(*a.compress, a.opcode, dtype, redop); !why.empty())
+      return bad("compression: " + why);
+  }
   const size_t elem = proto::dtype_size(dtype);
   if (a.count > SIZE_MAX / elem) {
     return bad(format("count %zu of %zu-byte elements overflows", a.count, elem));
@@ -254,6 +261,17 @@ int Session::validate(const OpArgs& a, bool* zero_copy, uint64_t* bytes) const {
   *zero_copy = inside;
   *bytes = n;
   return GSYNC_OK;
+}
+
+proto::Compression Session::compression_of(const OpArgs& a) const {
+  if (a.opcode != proto::Opcode::kAllreduce) return {};
+  if (a.compress != nullptr) return *a.compress;
+  proto::DType dtype{};
+  proto::RedOp redop{};
+  if (!proto::dtype_from_wire(a.dtype, &dtype) || !proto::redop_from_wire(a.redop, &redop))
+    return {};
+  const proto::Compression& job = params_.compression;
+  return proto::check_use(job, a.opcode, dtype, redop).empty() ? job : proto::Compression{};
 }
 
 int Session::submit(const OpArgs& a, std::shared_ptr<RequestState>* out) {
@@ -370,9 +388,8 @@ int Session::publish_locked(const OpArgs& a, const std::shared_ptr<RequestState>
   e.opcode = proto::wire(a.opcode);
   e.dtype = static_cast<uint8_t>(a.dtype);
   e.redop = static_cast<uint8_t>(a.redop);
-  e.flags = 0;
+  proto::to_entry(compression_of(a), &e.compress, &e.compress_arg);
   e.root = a.root;
-  e.reserved = 0;
   std::memcpy(static_cast<void*>(&sq_[sq_tail_ & sq_mask_]), &e, sizeof(e));
   ++sq_tail_;
   // Release: the entry and the tensor data (written by this thread, or by

@@ -45,6 +45,9 @@ struct OpArgs {
   double weight = 0.0;
   int root = 0;
   uint32_t timeout_ms = 0;  // 0: session default
+  // An allreduce's compression (checked, defaults filled); nullptr: the
+  // job's, where it applies (float32 sum, avg or weighted_avg).
+  const proto::Compression* compress = nullptr;
 };
 
 class Session {
@@ -72,6 +75,9 @@ class Session {
 
  private:
   int validate(const OpArgs& a, bool* zero_copy, uint64_t* bytes) const;
+  // What the op's submission carries: its own codec, or the job's where
+  // the job's can apply.
+  proto::Compression compression_of(const OpArgs& a) const;
   int publish_locked(const OpArgs& a, const std::shared_ptr<RequestState>& st, uint64_t offset);
   void undo_submit_locked(RequestState& st);
 

@@ -16,6 +16,7 @@
 
 #include "libclient/error.h"
 #include "libclient/format.h"
+#include "protocol/compression.h"
 #include "protocol/wire.h"
 
 namespace gsync::client {
@@ -355,7 +356,38 @@ int parse_config(const gsync_config_t* cfg, ConnectParams* out) {
   if (p.local_rank < 0 || p.local_rank >= p.local_size) {
     return bad("local_rank must be in [0, local_size)");
   }
+  if (cfg->struct_size >= offsetof(gsync_config_t, compression) + sizeof(gsync_compression_t)) {
+    if (int rc = compression_from_public(cfg->compression, "gsync_connect: cfg.compression",
+                                         &p.compression);
+        rc != GSYNC_OK)
+      return rc;
+  }
+  if (const char* env = std::getenv("GSYNC_COMPRESSION"); env != nullptr && *env != '\0') {
+    if (std::string why = proto::parse(env, &p.compression); !why.empty())
+      return fail(GSYNC_ERR_INVALID, format("gsync_connect: $GSYNC_COMPRESSION: %s", why.c_str()));
+  }
   *out = std::move(p);
+  return GSYNC_OK;
+}
+
+int compression_from_public(const gsync_compression_t& in, const char* where,
+                            proto::Compression* out) {
+  proto::Compression c;
+  if (!proto::codec_from_wire(in.codec, &c.codec))
+    return fail(GSYNC_ERR_INVALID, format("%s: codec %d is not a gsync_codec_t "
+                                          "(GSYNC_CODEC_NONE .. GSYNC_CODEC_TOPK)",
+                                          where, in.codec));
+  if (!proto::hops_from_wire(in.hops, &c.hops))
+    return fail(GSYNC_ERR_INVALID, format("%s: hops %d is not a gsync_hops_t "
+                                          "(GSYNC_HOPS_CROSS_RACK .. GSYNC_HOPS_ALL)",
+                                          where, in.hops));
+  c.error_feedback = in.error_feedback != 0;
+  c.block = in.block;
+  c.topk_fraction = in.topk_fraction;
+  c = proto::with_defaults(c);
+  if (std::string why = proto::check_params(c); !why.empty())
+    return fail(GSYNC_ERR_INVALID, format("%s: %s", where, why.c_str()));
+  *out = c;
   return GSYNC_OK;
 }
 

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "gsync/gsync.h"
+#include "protocol/ops.h"
 #include "libclient/unique_fd.h"
 
 namespace gsync::client {
@@ -25,6 +26,9 @@ struct ConnectParams {
   int32_t local_size = 0;
   uint64_t arena_bytes = 0;
   uint32_t timeout_ms = 0;
+  // The job's compression (cfg.compression or $GSYNC_COMPRESSION), with
+  // its defaults filled; applied to the allreduces it can apply to.
+  proto::Compression compression;
 };
 
 // The static part of ShmHeader, read once and checked: the client never
@@ -48,6 +52,11 @@ struct Connection {
   uint64_t session_id = 0;
   uint32_t default_timeout_ms = 0;
 };
+
+// A public compression struct as the protocol's, defaults filled, its
+// rules checked; GSYNC_ERR_INVALID naming `where`'s bad field.
+int compression_from_public(const gsync_compression_t& in, const char* where,
+                            proto::Compression* out);
 
 // GSYNC_OK or GSYNC_ERR_INVALID with a message naming the bad field.
 int parse_config(const gsync_config_t* cfg, ConnectParams* out);

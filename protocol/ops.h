@@ -12,6 +12,7 @@
 #include <compare>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <string_view>
 
 #include "gsync/gsync.h"
@@ -176,6 +177,21 @@ constexpr const char* name(Hops v) {
   return "unknown-hops";
 }
 
+// How an allreduce's data crosses between hosts (protocol/compression.h
+// has its rules, its place in a submission and its text form).
+struct Compression {
+  Codec codec = Codec::kNone;
+  Hops hops = Hops::kCrossRack;
+  bool error_feedback = true;
+  uint32_t block = 0;       // int8: values per scale; 0 for every other codec
+  float topk_fraction = 0;  // topk: the share of values sent; 0 for the others
+  bool on() const { return codec != Codec::kNone; }
+  bool operator==(const Compression& o) const {
+    return codec == o.codec && hops == o.hops && error_feedback == o.error_feedback &&
+           block == o.block && std::memcmp(&topk_fraction, &o.topk_fraction, sizeof topk_fraction) == 0;
+  }
+};
+
 // What every rank and every host of an op must agree on before any data
 // moves.
 struct OpShape {
@@ -184,6 +200,7 @@ struct OpShape {
   RedOp redop = RedOp::kSum;
   uint64_t count = 0;  // elements; 0 for a barrier
   int32_t root = -1;   // broadcast: the root's rank
+  Compression compress;  // allreduce of float32 between hosts
   size_t elem() const { return dtype_size(dtype); }
   uint64_t bytes() const { return count * elem(); }
   bool operator==(const OpShape&) const = default;

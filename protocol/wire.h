@@ -17,7 +17,8 @@ namespace gsync::proto {
 // Bumped on any change of the structs below. The first two fields of
 // HelloRequest and HelloReply (magic, version) never move, so peers of any
 // version can read each other's version and name both in the refusal.
-constexpr uint32_t kVersion = 2;
+// 3: SubmitEntry's flags and reserved became compress and compress_arg.
+constexpr uint32_t kVersion = 3;
 constexpr uint32_t kHelloMagic = 0x4e595347;  // "GSYN"
 constexpr uint32_t kShmMagic = 0x4d485347;    // "GSHM"
 constexpr size_t kJobIdMax = 64;              // including the NUL
@@ -70,9 +71,11 @@ struct SubmitEntry {
   uint8_t opcode;  // proto::Opcode (protocol/ops.h)
   uint8_t dtype;   // proto::DType = enum gsync_dtype
   uint8_t redop;   // proto::RedOp = enum gsync_redop
-  uint8_t flags;  // must be 0
-  int32_t root;   // broadcast: the root's rank
-  uint32_t reserved;  // must be 0
+  // Compression (protocol/compression.h, to_entry): codec, hops, error
+  // feedback; all zero for none.
+  uint8_t compress;
+  int32_t root;           // broadcast: the root's rank
+  uint32_t compress_arg;  // the codec's parameter: int8 block, topk fraction
 };
 static_assert(sizeof(SubmitEntry) == 64);
 

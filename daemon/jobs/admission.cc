@@ -10,6 +10,7 @@
 #include "daemon/core/text.h"
 #include "daemon/jobs/admission.h"
 #include "daemon/jobs/job_manager.h"
+#include "protocol/compression.h"
 
 namespace gsync {
 
@@ -20,8 +21,9 @@ constexpr uint64_t kMaxTimeoutMs = 24ull * 3600 * 1000;
 std::string shape_of(const proto::OpShape& s) {
   switch (s.opcode) {
     case proto::Opcode::kAllreduce:
-      return fmt::format("allreduce of {} {} ({})", s.count, proto::name(s.dtype),
-                         proto::name(s.redop));
+      return fmt::format("allreduce of {} {} ({}{})", s.count, proto::name(s.dtype),
+                         proto::name(s.redop),
+                         s.compress.on() ? ", compressed " + proto::describe(s.compress) : "");
     case proto::Opcode::kBroadcast:
       return fmt::format("broadcast of {} {} from rank {}", s.count, proto::name(s.dtype), s.root);
     case proto::Opcode::kBarrier:
@@ -37,9 +39,9 @@ Status check_submission(const proto::SubmitEntry& e, int world_size, uint64_t ar
     return Status(code, fmt::format("{}: submission tag {} key {} step {}: {}", who, e.tag, e.key,
                                     e.step, what));
   };
-  if (e.flags != 0 || e.reserved != 0)
-    return bad(GSYNC_ERR_PROTOCOL, fmt::format("flags {:#x} / reserved {:#x} must be 0", e.flags,
-                                               e.reserved));
+  if (std::string why = proto::from_entry(e.compress, e.compress_arg, &shape->compress);
+      !why.empty())
+    return bad(GSYNC_ERR_PROTOCOL, why);
   if (!proto::opcode_from_wire(e.opcode, &shape->opcode))
     return bad(GSYNC_ERR_PROTOCOL, fmt::format("unknown opcode {}", e.opcode));
   if (e.timeout_ms > kMaxTimeoutMs)
@@ -69,6 +71,10 @@ Status check_submission(const proto::SubmitEntry& e, int world_size, uint64_t ar
   } else {
     shape->root = e.root;
   }
+  if (std::string why = proto::check_use(shape->compress, shape->opcode, shape->dtype,
+                                         shape->redop);
+      !why.empty())
+    return bad(GSYNC_ERR_INVALID, why);
   size_t elem = proto::dtype_size(shape->dtype);
   if (e.count > (uint64_t{1} << 48) / elem)
     return bad(GSYNC_ERR_PROTOCOL, fmt::format("count {} is absurd", e.count));

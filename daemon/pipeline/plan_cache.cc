@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "daemon/pipeline/plan_cache.h"
 
+#include <cstring>
 #include <tuple>
 
 #include <spdlog/spdlog.h>
@@ -9,7 +10,11 @@ namespace gsync::pipeline {
 
 namespace {
 auto tie_shape(const OpShape& s) {
-  return std::make_tuple(s.opcode, s.dtype, s.redop, s.count, s.root);
+  const proto::Compression& c = s.compress;
+  uint32_t fraction = 0;  // by its bits: == on the shape compares the bits too
+  std::memcpy(&fraction, &c.topk_fraction, sizeof fraction);
+  return std::make_tuple(s.opcode, s.dtype, s.redop, s.count, s.root, c.codec, c.hops,
+                         c.error_feedback, c.block, fraction);
 }
 }  // namespace
 

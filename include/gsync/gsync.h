@@ -19,7 +19,7 @@ extern "C" {
 #endif
 
 #define GSYNC_VERSION_MAJOR 0
-#define GSYNC_VERSION_MINOR 1
+#define GSYNC_VERSION_MINOR 2
 #define GSYNC_VERSION_PATCH 0
 
 /* Default daemon socket; overridden by gsync_config.socket_path or $GSYNC_SOCKET. */
@@ -71,6 +71,28 @@ typedef enum gsync_codec {
   GSYNC_CODEC_TOPK = 4  /* the largest magnitudes, as index + value */
 } gsync_codec_t;
 
+/* Which hops between hosts a codec applies to. */
+typedef enum gsync_hops {
+  GSYNC_HOPS_CROSS_RACK = 0, /* between racks only (the default: the uplink) */
+  GSYNC_HOPS_CROSS_HOST = 1, /* every hop between hosts */
+  GSYNC_HOPS_ALL = 2         /* the same as CROSS_HOST: ranks on one host share memory */
+} gsync_hops_t;
+
+/* The job's own (gsync_config_t.compression) in gsync_allreduce_opts_t. */
+#define GSYNC_CODEC_JOB (-1)
+
+/* How an allreduce's fp32 data is compressed between hosts
+ * (docs/compression.md). Only for GSYNC_FLOAT32 with GSYNC_SUM, GSYNC_AVG or
+ * GSYNC_WEIGHTED_AVG; a job on one host has no hop to compress. */
+typedef struct gsync_compression {
+  int32_t codec;          /* gsync_codec_t; GSYNC_CODEC_NONE: off */
+  int32_t hops;           /* gsync_hops_t */
+  uint32_t block;         /* int8: values per scale, a multiple of 64; 0: 1024 */
+  float topk_fraction;    /* topk: the share of values sent, in (0, 1]; 0: 0.01 */
+  int32_t error_feedback; /* nonzero (the default): what a codec drops is kept
+                             by the daemon and added to the next step */
+} gsync_compression_t;
+
 typedef struct gsync_comm gsync_comm_t;
 typedef struct gsync_request gsync_request_t;
 
@@ -84,7 +106,21 @@ typedef struct gsync_config {
   int32_t local_size;      /* ranks of the job on this host */
   uint64_t arena_bytes;    /* shared tensor arena; 0: daemon default */
   uint32_t timeout_ms;     /* per-op timeout; 0: daemon default */
+  /* Since 0.2: the job's compression, for every gsync_allreduce of this
+   * session (gsync_allreduce_ex may choose another per op). $GSYNC_COMPRESSION
+   * overrides it: "none", "fp16", "bf16", "int8[:BLOCK]", "topk[:FRACTION]",
+   * then optionally "@cross_rack" / "@cross_host" / "@all" and ",noef". */
+  gsync_compression_t compression;
 } gsync_config_t;
+
+/* Options of one allreduce (gsync_allreduce_ex); fields may be appended. */
+typedef struct gsync_allreduce_opts {
+  uint32_t struct_size;  /* set by gsync_allreduce_opts_init */
+  uint32_t timeout_ms;   /* 0: the session's */
+  double weight;         /* GSYNC_WEIGHTED_AVG: this rank's weight */
+  /* codec GSYNC_CODEC_JOB (what gsync_allreduce_opts_init sets): the job's */
+  gsync_compression_t compression;
+} gsync_allreduce_opts_t;
 
 /* Library version "MAJOR.MINOR.PATCH". */
 const char *gsync_version(void);
@@ -115,6 +151,16 @@ int gsync_arena_info(gsync_comm_t *comm, size_t *capacity, size_t *free_bytes);
 int gsync_allreduce(gsync_comm_t *comm, uint64_t key, uint64_t step, void *buf,
                     size_t count, int dtype, int op, double weight,
                     gsync_request_t **req);
+/* gsync_allreduce with options (NULL: the defaults of
+ * gsync_allreduce_opts_init). A bad option is GSYNC_ERR_INVALID naming the
+ * field, and nothing is submitted. */
+void gsync_allreduce_opts_init(gsync_allreduce_opts_t *opts);
+int gsync_allreduce_ex(gsync_comm_t *comm, uint64_t key, uint64_t step, void *buf,
+                       size_t count, int dtype, int op, const gsync_allreduce_opts_t *opts,
+                       gsync_request_t **req);
+/* A codec as text ("int8", "topk:0.01@cross_host,noef", as $GSYNC_COMPRESSION
+ * takes it) into *out; GSYNC_ERR_INVALID naming what is wrong. */
+int gsync_compression_parse(const char *text, gsync_compression_t *out);
 int gsync_broadcast(gsync_comm_t *comm, uint64_t key, uint64_t step, void *buf,
                     size_t count, int dtype, int root, gsync_request_t **req);
 int gsync_ibarrier(gsync_comm_t *comm, uint64_t step, gsync_request_t **req);

@@ -38,8 +38,20 @@ FLOAT32, FLOAT16, BFLOAT16, FLOAT64, INT32 = 0, 1, 2, 3, 4
 SUM, AVG, WEIGHTED_AVG, MIN, MAX = 0, 1, 2, 3, 4
 
 
+class GsyncCompression(ctypes.Structure):
+    """struct gsync_compression (docs/compression.md)."""
+
+    _fields_ = [
+        ("codec", ctypes.c_int32),
+        ("hops", ctypes.c_int32),
+        ("block", ctypes.c_uint32),
+        ("topk_fraction", ctypes.c_float),
+        ("error_feedback", ctypes.c_int32),
+    ]
+
+
 class GsyncConfig(ctypes.Structure):
-    """struct gsync_config; filled by gsync_config_init (sets struct_size)."""
+    """struct gsync_config (0.2); filled by gsync_config_init (sets struct_size)."""
 
     _fields_ = [
         ("struct_size", ctypes.c_uint32),
@@ -51,6 +63,7 @@ class GsyncConfig(ctypes.Structure):
         ("local_size", ctypes.c_int32),
         ("arena_bytes", ctypes.c_uint64),
         ("timeout_ms", ctypes.c_uint32),
+        ("compression", GsyncCompression),
     ]
 
 
@@ -98,6 +111,7 @@ def _declare(lib: ctypes.CDLL) -> None:
                                      ctypes.POINTER(ctypes.c_size_t)]),
         "gsync_allreduce": (c_int, [c_void_p, ctypes.c_uint64, ctypes.c_uint64, c_void_p,
                                     ctypes.c_size_t, c_int, c_int, ctypes.c_double, comm_pp]),
+        "gsync_compression_parse": (c_int, [c_char_p, ctypes.POINTER(GsyncCompression)]),
         "gsync_barrier": (c_int, [c_void_p, ctypes.c_uint64, c_int]),
         "gsync_test": (c_int, [c_void_p]),
         "gsync_wait": (c_int, [c_void_p, c_int]),

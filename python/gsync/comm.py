@@ -49,7 +49,10 @@ class Comm:
 
     def __init__(self, job: str, world_size: int, rank: int, local_rank: int,
                  local_size: int, socket: Optional[str] = None, arena_bytes: int = 0,
-                 timeout_ms: int = 0):
+                 timeout_ms: int = 0, compression: Optional[str] = None):
+        """compression: the job's codec between hosts, as text ("int8",
+        "topk:0.01@cross_host", "bf16,noef"; docs/compression.md); None
+        leaves it to $GSYNC_COMPRESSION, else none."""
         L = _lib.lib()
         cfg = _lib.GsyncConfig()
         L.gsync_config_init(ctypes.byref(cfg))
@@ -64,12 +67,16 @@ class Comm:
         cfg.local_size = local_size
         cfg.arena_bytes = arena_bytes
         cfg.timeout_ms = timeout_ms
+        if compression is not None:
+            _lib.check(L.gsync_compression_parse(compression.encode(),
+                                                 ctypes.byref(cfg.compression)))
         handle = ctypes.c_void_p()
         _lib.check(L.gsync_connect(ctypes.byref(cfg), ctypes.byref(handle)))
         self._ptr: Optional[int] = handle.value
         self.job, self.world_size, self.rank = job, world_size, rank
         self.local_rank, self.local_size = local_rank, local_size
         self.socket = socket
+        self.compression = compression
 
     @property
     def handle(self) -> int:

@@ -342,7 +342,7 @@ def init(job: Optional[str] = None, socket: Optional[str] = None, *,
          world_size: Optional[int] = None, rank: Optional[int] = None,
          local_rank: Optional[int] = None, local_world_size: Optional[int] = None,
          timeout_ms: int = 0, arena_bytes: int = 0, key_base: int = 0,
-         zero_copy: bool = True) -> GsyncState:
+         zero_copy: bool = True, compression: Optional[str] = None) -> GsyncState:
     """Connects this rank to its host's gsyncd and returns the hook state.
 
     job: the job name shared by all ranks (default $GSYNC_JOB).
@@ -358,6 +358,10 @@ def init(job: Optional[str] = None, socket: Optional[str] = None, *,
         hold one copy of all gradient buckets.
     zero_copy: True: per-bucket arena buffers (one copy in, no copy out);
         False: hand DDP's bucket to libgsync to stage (one copy each way).
+    compression: how fp32 gradients cross between hosts: "int8", "fp16",
+        "bf16", "topk:0.01", optionally "@cross_host" and ",noef"
+        (docs/compression.md); default $GSYNC_COMPRESSION, else none. The
+        daemons keep the error feedback, so the hook needs nothing more.
     """
     job = job or os.environ.get("GSYNC_JOB")
     if not job:
@@ -368,7 +372,7 @@ def init(job: Optional[str] = None, socket: Optional[str] = None, *,
     local_rank = _pick(local_rank, "LOCAL_RANK", rank)
     local_world_size = _pick(local_world_size, "LOCAL_WORLD_SIZE", world_size)
     comm = Comm(job, world_size, rank, local_rank, local_world_size, socket=socket,
-                arena_bytes=arena_bytes, timeout_ms=timeout_ms)
+                arena_bytes=arena_bytes, timeout_ms=timeout_ms, compression=compression)
     # Our own bound on a request, past the daemon's: only when a timeout is
     # known, and generously, since the daemon's own error text says more.
     grace = (2 * timeout_ms / 1000.0 + 10.0) if timeout_ms > 0 else None

@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "daemon/jobs/admission.h"
+#include "protocol/compression.h"
 #include "tests/fuzz/fuzz_target.h"
 
 GSYNC_FUZZ_TARGET(submission) {
@@ -27,7 +28,10 @@ GSYNC_FUZZ_TARGET(submission) {
     FUZZ_CHECK(st.message().find(std::to_string(e.tag)) != std::string::npos);
     return 0;
   }
-  FUZZ_CHECK(e.flags == 0 && e.reserved == 0);
+  proto::Compression c;
+  FUZZ_CHECK(proto::from_entry(e.compress, e.compress_arg, &c).empty() && c == shape.compress);
+  if (shape.compress.on())
+    FUZZ_CHECK(shape.opcode == proto::Opcode::kAllreduce && shape.dtype == proto::DType::kF32);
   if (shape.opcode == proto::Opcode::kBarrier) {
     FUZZ_CHECK(e.count == 0 && bytes == 0);
     return 0;

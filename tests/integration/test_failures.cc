@@ -218,8 +218,8 @@ TEST(Failures, GarbageInTheRingGetsErrorCompletionsNotACrash) {
   cases.back().e.dtype = 9;
   cases.push_back({"bad redop", entry(5), GSYNC_ERR_PROTOCOL, "unknown reduce op 200"});
   cases.back().e.redop = 200;
-  cases.push_back({"flags set", entry(6), GSYNC_ERR_PROTOCOL, "must be 0"});
-  cases.back().e.flags = 1;
+  cases.push_back({"reserved compression bits", entry(6), GSYNC_ERR_PROTOCOL, "reserved bits"});
+  cases.back().e.compress = 0x80;
   cases.push_back({"bad root", entry(7), GSYNC_ERR_INVALID, "root"});
   cases.back().e.opcode = proto::wire(proto::Opcode::kBroadcast);
   cases.back().e.root = 5;
