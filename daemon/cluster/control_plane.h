@@ -46,6 +46,15 @@ class OpTraffic {
                                 const Status& why) = 0;
   // The ops of the job this host has begun and not finished (JobLeave).
   virtual std::vector<OpKey> open_ops(std::string_view job) const = 0;
+  // Tensor bytes this host has written to peer: as they went on the wire
+  // (encoded where a codec applied) and the fp32 bytes they stand for.
+  struct Payload {
+    uint64_t wire = 0, logical = 0;
+  };
+  virtual Payload payload_sent(int peer) const {
+    (void)peer;
+    return {};
+  }
 };
 
 class ControlPlane {

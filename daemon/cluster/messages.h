@@ -23,7 +23,9 @@ namespace gsync::cluster {
 // 2: JobLeave lists the open ops; OpData (type 5) replaced OpResult.
 // 3: the handshake proves the cluster key (HELLO's nonce, HELLO_ACK's proof,
 //    AUTH; docs/transport.md, "Authentication").
-constexpr uint32_t kProtocolVersion = 3;
+// 4: OpReady carries the op's compression (protocol/compression.h) where it
+//    had padding; a write's immediate has a 2-bit transfer kind.
+constexpr uint32_t kProtocolVersion = 4;
 
 enum MsgType : uint8_t {
   kJobAnnounce = 1,
@@ -77,13 +79,13 @@ struct OpReady {
   uint8_t type = kOpReady;
   uint8_t algo = 0, opcode = 0, dtype = 0, redop = 0;
   uint8_t xfer = 0, slot = 0;  // OpData: the transfer's kind (collective::Xfer) and slot
-  uint8_t pad = 0;
+  uint8_t compress = 0;  // the op's compression, as a SubmitEntry carries it
   char job[kJobMax] = {};
   uint64_t key = 0, step = 0, count = 0, chunk_bytes = 0;
   double weight_sum = 0;  // the host's share of the weights (weighted average)
   uint32_t token = 0;     // names the op in the immediates of writes to this host
   uint32_t data_region = 0, scratch_region = 0;
-  uint32_t pad2 = 0;
+  uint32_t compress_arg = 0;
   uint64_t slot_bytes = 0;  // scratch slot stride
 };
 

@@ -40,6 +40,11 @@ nlohmann::json ControlPlane::peers_report() const {
                      {"streams", st.streams},
                      {"bytes_sent", st.bytes_sent},
                      {"bytes_received", st.bytes_received},
+                     // Tensor payload written to the peer, on the wire and
+                     // the fp32 bytes it carried (they differ where a codec
+                     // applied: docs/compression.md).
+                     {"payload_wire_bytes", traffic_ ? traffic_->payload_sent(h).wire : 0},
+                     {"payload_logical_bytes", traffic_ ? traffic_->payload_sent(h).logical : 0},
                      {"send_gbps", sent_meter_[size_t(h)].rate(now) / 1e9},
                      {"recv_gbps", recv_meter_[size_t(h)].rate(now) / 1e9},
                      {"connects", st.connects},

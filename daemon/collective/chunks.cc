@@ -64,18 +64,22 @@ void Engine::maybe_run(XOp& x) {
   for (size_t c = 0; c < p.nchunks && !x.finished; c++) progress(x, c);
 }
 
-void Engine::issue_sends(XOp& x, size_t c) {
+// The phase's writes of chunk c: [src, src + len) to every peer it sends
+// to, where that peer's plan lands it (Plan::land_offset with the peer's
+// slot stride from its rendezvous). A raw final value goes into the
+// peer's data; everything else into its scratch.
+void Engine::issue_sends(XOp& x, size_t c, const Phase& ph, const uint8_t* src, uint64_t len) {
   const Plan& p = x.p();
-  const Phase& ph = x.sched->chunks[c][x.chunks[c].phase];
-  uint64_t off = c * p.chunk_bytes;
-  uint64_t len = p.chunk_len(c);
   x.chunks[c].pending_sends = static_cast<int>(ph.sends.size());
   for (const auto& t : ph.sends) {
     const cluster::OpReady& r = x.ready[size_t(t.peer)].msg;
-    uint32_t region = t.kind == Xfer::kReduce ? r.scratch_region : r.data_region;
-    uint64_t roff = t.kind == Xfer::kReduce ? t.slot * r.slot_bytes + off : off;
-    net_.write(p.hosts[size_t(t.peer)], x.data + off, len, region, roff,
-               imm_of(r.token, c, t.kind, t.slot), (uint64_t{x.token} << 32) | c);
+    bool into_data = t.kind == Xfer::kCopy && !ph.packed;
+    uint32_t region = into_data ? r.data_region : r.scratch_region;
+    uint64_t roff = into_data ? c * p.chunk_bytes : p.land_offset(t.kind, t.slot, c, r.slot_bytes);
+    net_.write(p.hosts[size_t(t.peer)], src, len, region, roff, imm_of(r.token, c, t.kind, t.slot),
+               (uint64_t{x.token} << 32) | c);
+    count_sent(p.hosts[size_t(t.peer)], len,
+               ph.packed ? (t.kind == Xfer::kMaxima ? 0 : p.chunk_len(c)) : len);
   }
 }
 
@@ -102,7 +106,8 @@ void Engine::fold(XOp& x, size_t c, const Phase& ph) {
       continue;
     }
     for (const auto& r : ph.recvs)
-      if (r.peer == j && r.kind == Xfer::kReduce) in[n++] = x.scratch + r.slot * p.slot_bytes + off;
+      if (r.peer == j && r.kind == Xfer::kReduce)
+        in[n++] = x.scratch + p.land_offset(Xfer::kReduce, r.slot, c, p.slot_bytes);
   }
   void* out[] = {x.data + off};
   reduce::ReduceArgs a;
@@ -121,29 +126,53 @@ void Engine::fold(XOp& x, size_t c, const Phase& ph) {
 
 // The current phase of chunk c has sent everything and everything it
 // expects has landed: fold, move on. False while it still waits.
+// False while the op goes on; true when it failed (and has ended).
+bool Engine::start_phase(XOp& x, size_t c, const Phase& ph) {
+  Chunk& ch = x.chunks[c];
+  ch.sent = true;
+  if (x.p().eager) {
+    send_eager(x, ph);
+    return false;
+  }
+  if (!ph.packed) {
+    issue_sends(x, c, ph, x.data + c * x.p().chunk_bytes, x.p().chunk_len(c));
+    return false;
+  }
+  PackView v = pack_view(x, c);
+  Arrival copy_in{-1, x.scratch + x.p().land_offset(Xfer::kCopy, 0, c, x.p().slot_bytes),
+                  ch.copy_len};
+  Outgoing o = begin_phase(ph, v, copy_in);
+  ch.send_len = v.send_len;
+  if (o.len > x.p().land_stride && !ph.sends.empty()) {
+    fail(x, Status(GSYNC_ERR_INTERNAL, fmt::format("{}: chunk {}: an encoding of {} bytes is "
+                                                   "larger than the {}-byte landing area",
+                                                   x.describe(), c, o.len, x.p().land_stride)),
+         true);
+    return true;
+  }
+  issue_sends(x, c, ph, o.bytes, o.len);
+  return false;
+}
+
 bool Engine::phase_done(XOp& x, size_t c) {
   Chunk& ch = x.chunks[c];
   const Phase& ph = x.sched->chunks[c][ch.phase];
-  if (!ch.sent) {
-    ch.sent = true;
-    if (x.p().eager) {
-      send_eager(x, ph);
-    } else {
-      issue_sends(x, c);
-    }
-  }
+  if (!ch.sent && start_phase(x, c, ph)) return false;
   if (ch.pending_sends > 0) return false;
   for (const auto& r : ph.recvs)
     if (std::find(ch.arrived.begin(), ch.arrived.end(), arrival_code(r.peer, r.kind, r.slot)) ==
         ch.arrived.end())
       return false;
+  std::vector<Arrived> in;
   bool reduces = false;
   for (const auto& r : ph.recvs) {
-    ch.arrived.erase(
-        std::find(ch.arrived.begin(), ch.arrived.end(), arrival_code(r.peer, r.kind, r.slot)));
+    auto it = std::find(ch.arrived.begin(), ch.arrived.end(), arrival_code(r.peer, r.kind, r.slot));
+    in.push_back(*it);
+    ch.arrived.erase(it);
     reduces |= r.kind == Xfer::kReduce;
   }
-  if (reduces) fold(x, c, ph);
+  if (!x.p().eager && x.p().packed && end_packed(x, c, ph, in)) return false;
+  if (reduces && !ph.packed) fold(x, c, ph);
   if (x.p().eager)
     for (const auto& r : ph.recvs)
       if (r.kind == Xfer::kReduce) x.weight_acc += x.slot_weight[r.slot];
@@ -183,23 +212,37 @@ void Engine::chunk_finished(XOp& x, size_t c) {
 }
 
 void Engine::on_write(int peer, uint32_t region, uint64_t offset, uint64_t len, uint64_t imm) {
-  (void)region;
   XOp* found = find(static_cast<uint32_t>(imm >> 32));
   if (!found) return;  // an op that already ended here
   XOp& x = *found;
   const Plan& p = x.p();
-  size_t c = (imm >> 8) & 0xffffff;
+  size_t c = xop::imm_chunk(imm);
   int j = x.participant_of(peer);
-  uint64_t expect = c < p.nchunks ? p.chunk_len(c) : 0;
-  bool copy = (imm >> 7) & 1;
-  uint8_t slot = static_cast<uint8_t>(imm & 0x7f);
-  uint64_t expect_off = (copy ? 0 : slot * p.slot_bytes) + c * p.chunk_bytes;
-  if (j < 0 || c >= p.nchunks || len != expect || offset != expect_off) {
-    spdlog::error("{}: unexpected write from host {}: chunk {}, {} bytes at {} (expected {} bytes)",
-                  x.describe(), host_id(peer), c, len, offset, expect);
+  uint8_t slot = xop::imm_slot(imm);
+  Xfer kind = Xfer::kReduce;
+  bool known = xop::imm_kind(imm, &kind);
+  // A raw final value lands in the data; every other transfer in scratch,
+  // where this plan's layout puts it. A packed transfer's length is the
+  // encoding's (checked by its decoder), a raw one's the chunk's (checked
+  // when its phase ends: in a packed plan both kinds land in scratch).
+  bool into_data = region == p.data_region && region != 0;
+  // Into the data only a raw final value; in a plan that packs nothing,
+  // every final value is raw and nothing else comes.
+  bool where_ok = into_data ? kind == Xfer::kCopy
+                            : p.packed || (p.eager ? true : kind == Xfer::kReduce);
+  uint64_t expect_off =
+      into_data ? c * p.chunk_bytes : p.land_offset(kind, slot, c, p.slot_bytes);
+  uint64_t room = !p.packed || into_data ? (c < p.nchunks ? p.chunk_len(c) : 0)
+                  : kind == Xfer::kMaxima ? p.maxima_stride
+                                          : p.land_stride;
+  bool fits = p.packed && !into_data ? len <= room : len == room;
+  if (j < 0 || !known || c >= p.nchunks || !fits || offset != expect_off || !where_ok) {
+    spdlog::error("{}: unexpected write from host {}: chunk {}, {} bytes at {} (expected {} "
+                  "bytes at {})",
+                  x.describe(), host_id(peer), c, len, offset, room, expect_off);
     return;
   }
-  x.chunks[c].arrived.push_back(arrival_code(j, copy ? Xfer::kCopy : Xfer::kReduce, slot));
+  x.chunks[c].arrived.push_back({arrival_code(j, kind, slot), len, into_data});
   if (x.running) {
     auto keep = x.hold();
     progress(x, c);

@@ -61,7 +61,7 @@ void Engine::on_eager_data(XOp& x, int peer, const cluster::OpReady& m, std::str
     fail(x, Status(GSYNC_ERR_PROTOCOL, fmt::format("{}: host {} {}", op, who.from, what)), true);
   };
   Chunk& ch = x.chunks[0];
-  uint16_t code = arrival_code(j, at.kind, at.slot);
+  uint32_t code = arrival_code(j, at.kind, at.slot);
   if (at.phase < ch.phase ||
       std::find(ch.arrived.begin(), ch.arrived.end(), code) != ch.arrived.end())
     return bad(fmt::format("sent its {} twice", xfer_name(at.kind)));
@@ -79,7 +79,7 @@ void Engine::on_eager_data(XOp& x, int peer, const cluster::OpReady& m, std::str
     x.slot_weight[at.slot] = m.weight_sum;
   }
   x.ready[size_t(j)] = XOp::PeerReady{true, m};
-  ch.arrived.push_back(code);
+  ch.arrived.push_back({code, data.size()});
   if (x.running) {
     auto keep = x.hold();
     progress(x, 0);

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "daemon/collective/engine.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include <fmt/format.h>
@@ -8,6 +9,7 @@
 
 #include "daemon/collective/engine_op.h"
 #include "daemon/collective/op_checks.h"
+#include "protocol/compression.h"
 #include "protocol/wire.h"
 
 namespace gsync::collective {
@@ -35,7 +37,9 @@ Status Engine::prepare(Plan& plan, uint8_t* data, std::shared_ptr<const void> da
     plan.prepared = true;
     return Status::ok();
   }
-  if (plan.slots > 0 && !plan.scratch.base) {
+  if (plan.packed && !plan.scratch.base) {
+    if (Status st = prepare_packed(plan); !st) return st;
+  } else if (plan.slots > 0 && !plan.scratch.base) {
     plan.slot_bytes = proto::align_up(bytes, 4096);
     plan.scratch = scratch_.take(plan.slot_bytes * static_cast<uint64_t>(plan.slots));
     if (!plan.scratch.base)
@@ -52,6 +56,31 @@ Status Engine::prepare(Plan& plan, uint8_t* data, std::shared_ptr<const void> da
     plan.data_owner = std::move(data_owner);
   }
   plan.prepared = true;
+  return Status::ok();
+}
+
+// A compressed plan's scratch (Plan::land_offset): the copy slot and the
+// scratch slots, each with a landing area as large as the largest encoding
+// of a chunk and the chunk's maxima area; and, apart and not registered,
+// the send buffers and this host's maxima.
+Status Engine::prepare_packed(Plan& plan) {
+  size_t per_chunk = static_cast<size_t>(plan.chunk_elems);
+  size_t blocks = (per_chunk + plan.codec.block - 1) / plan.codec.block;
+  plan.land_stride = proto::align_up(
+      std::max<uint64_t>(plan.chunk_bytes, reduce::max_encoded_bytes(plan.codec, per_chunk)), 64);
+  plan.maxima_stride =
+      plan.codec.codec == proto::Codec::kInt8 ? proto::align_up(blocks * sizeof(float), 64) : 0;
+  plan.slot_bytes = plan.nchunks * plan.chunk_stride();
+  uint64_t want = plan.slot_bytes * (static_cast<uint64_t>(plan.slots) + 1);
+  plan.scratch = scratch_.take(want);
+  plan.local = plan.scratch.base ? scratch_.take(plan.slot_bytes) : Scratch{};
+  if (!plan.scratch.base || !plan.local.base) {
+    scratch_.give(plan.scratch);
+    plan.scratch = {};
+    return Status(GSYNC_ERR_NOMEM, fmt::format("no memory for {} bytes of scratch ({})",
+                                               want + plan.slot_bytes, plan.describe()));
+  }
+  plan.scratch_region = net_.register_region(plan.scratch.base, plan.scratch.bytes).id;
   return Status::ok();
 }
 
@@ -75,6 +104,10 @@ void Engine::retire(Plan& plan, std::function<void()> released) {
     ++*left;
     net_.deregister_region(plan.data_region, [owner = plan.data_owner, done] { done(); });
   }
+  scratch_.give(plan.local);
+  plan.local = {};
+  plan.residuals = {};
+  plan.residual_buffers = 0;
   plan.scratch = {};
   plan.scratch_region = plan.data_region = 0;
   plan.data_base = nullptr;
@@ -103,6 +136,13 @@ void Engine::begin(const EngineOp& op, EngineCallbacks cb) {
   x->token = op.token;
   x->plan = op.plan;
   x->sched = &op.plan->schedule(op.id.key, op.id.step);
+  if (op.plan->packed) {
+    op.plan->ensure_residuals(x->sched->residuals);
+    // Without error feedback every step starts from empty error buffers:
+    // what a codec drops is gone (the run that shows what feedback is for).
+    if (!op.plan->shape.compress.error_feedback)
+      std::fill(op.plan->residuals.begin(), op.plan->residuals.end(), 0.0f);
+  }
   x->data = op.data;
   x->scratch = op.plan->eager ? op.plan->eager_scratch.data() : op.plan->scratch.base;
   x->weight_local = op.weight_local;
@@ -164,6 +204,7 @@ cluster::OpReady Engine::op_message(const XOp& x, uint8_t type, double weight) c
   m.count = p.shape.count;
   m.chunk_bytes = p.chunk_bytes;
   m.weight_sum = weight;
+  proto::to_entry(p.shape.compress, &m.compress, &m.compress_arg);
   return m;
 }
 

@@ -29,6 +29,7 @@
 
 #include "daemon/cluster/control_plane.h"
 #include "daemon/cluster/messages.h"
+#include "daemon/collective/pack.h"
 #include "daemon/collective/plan.h"
 #include "daemon/collective/scratch_pool.h"
 #include "daemon/core/clock.h"
@@ -96,12 +97,16 @@ class Engine final : public cluster::OpTraffic {
   void on_peer_left_job(std::string_view job, int peer, std::vector<cluster::OpKey> open,
                         const Status& why) override;
   std::vector<cluster::OpKey> open_ops(std::string_view job) const override;
+  Payload payload_sent(int peer) const override;
 
   size_t ops_in_flight() const { return by_token_.size(); }
 
  private:
   struct XOp;
   struct Chunk;
+  struct Arrived;
+
+  Status prepare_packed(Plan& plan);
 
   // Rendezvous (engine.cc).
   void on_ready(int peer, const cluster::OpReady& m, std::string_view msg);
@@ -124,9 +129,15 @@ class Engine final : public cluster::OpTraffic {
   size_t window_end(const XOp& x) const;
   void progress(XOp& x, size_t c);
   bool phase_done(XOp& x, size_t c);
-  void issue_sends(XOp& x, size_t c);
+  bool start_phase(XOp& x, size_t c, const Phase& ph);
+  void issue_sends(XOp& x, size_t c, const Phase& ph, const uint8_t* src, uint64_t len);
   void fold(XOp& x, size_t c, const Phase& p);
   void chunk_finished(XOp& x, size_t c);
+
+  // Compressed plans (packed.cc).
+  PackView pack_view(XOp& x, size_t c);
+  bool end_packed(XOp& x, size_t c, const Phase& ph, const std::vector<Arrived>& in);
+  void count_sent(int host, uint64_t wire, uint64_t logical);
 
   // Eager ops (eager.cc).
   void send_eager(XOp& x, const Phase& p);
@@ -162,6 +173,7 @@ class Engine final : public cluster::OpTraffic {
     Clock::time_point expires;
   };
   std::map<OpKey, Early, OpKeyLess> early_;
+  std::vector<Payload> sent_;  // by cluster index
 };
 
 }  // namespace gsync::collective

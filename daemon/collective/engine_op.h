@@ -17,25 +17,47 @@
 namespace gsync::collective {
 
 namespace xop {
-// Immediate of a write: the receiver's op token, the chunk, and what the
-// write is (kind bit and scratch slot).
+// Immediate of a write: the receiver's op token (bits 32-63), the transfer's
+// kind (30-31), the chunk (8-29: Plan's kMaxChunks) and the scratch slot
+// (0-7).
 constexpr uint64_t imm_of(uint32_t token, size_t chunk, Xfer kind, uint8_t slot) {
-  return (uint64_t{token} << 32) | (uint64_t{chunk & 0xffffff} << 8) |
-         (uint64_t{kind == Xfer::kCopy} << 7) | (slot & 0x7f);
+  return (uint64_t{token} << 32) | (uint64_t{static_cast<uint8_t>(kind) & 3u} << 30) |
+         (uint64_t{chunk & 0x3fffff} << 8) | slot;
+}
+constexpr size_t imm_chunk(uint64_t imm) { return (imm >> 8) & 0x3fffff; }
+constexpr uint8_t imm_slot(uint64_t imm) { return static_cast<uint8_t>(imm & 0xff); }
+// The kind bits; false for the one value that names no kind.
+constexpr bool imm_kind(uint64_t imm, Xfer* out) {
+  const auto k = static_cast<uint8_t>((imm >> 30) & 3);
+  if (k > static_cast<uint8_t>(Xfer::kMaxima)) return false;
+  *out = static_cast<Xfer>(k);
+  return true;
 }
 // A transfer that landed, as a chunk's `arrived` list keeps it.
-constexpr uint16_t arrival_code(int peer, Xfer kind, uint8_t slot) {
-  return static_cast<uint16_t>((peer << 8) | ((kind == Xfer::kCopy) << 7) | (slot & 0x7f));
+constexpr uint32_t arrival_code(int peer, Xfer kind, uint8_t slot) {
+  return (static_cast<uint32_t>(peer) << 10) | (uint32_t{static_cast<uint8_t>(kind)} << 8) | slot;
 }
 // How long messages for an op this host has not begun are kept.
 constexpr auto kEarlyLife = std::chrono::seconds(120);
 }  // namespace xop
 
+// A transfer that landed and that no phase has taken yet.
+struct Engine::Arrived {
+  uint32_t code;  // arrival_code
+  uint64_t len;   // bytes that landed (an encoding's length varies)
+  bool in_data = false;  // a final value into the data region, not scratch
+  bool operator==(uint32_t c) const { return code == c; }
+};
+
 struct Engine::Chunk {
   size_t phase = 0;
   bool sent = false, done = false;
   int pending_sends = 0;
-  std::vector<uint16_t> arrived;  // arrival_code of the transfers that landed
+  std::vector<Arrived> arrived;  // the transfers that landed, not yet taken by a phase
+  // Compressed plans: the length of this host's last encoding (its send
+  // buffer, which a symmetric phase folds too) and of the final value that
+  // landed encoded in the copy slot (forwarded as it came).
+  uint64_t send_len = 0, copy_len = 0;
 };
 
 struct Engine::XOp : std::enable_shared_from_this<Engine::XOp> {

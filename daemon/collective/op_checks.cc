@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include "protocol/compression.h"
 #include "protocol/ops.h"
 
 namespace gsync::collective {
@@ -15,10 +16,24 @@ Status protocol_error(const OpParty& who, const std::string& what) {
 }  // namespace
 
 Status check_same_shape(const Plan& p, const cluster::OpReady& m, const OpParty& who) {
-  if (m.opcode == proto::wire(p.shape.opcode) && m.count == p.shape.count &&
-      m.dtype == proto::wire(p.shape.dtype) && m.redop == proto::wire(p.shape.redop) &&
-      m.algo == static_cast<uint8_t>(p.algo) && m.chunk_bytes == p.chunk_bytes)
-    return Status::ok();
+  uint8_t compress = 0;
+  uint32_t compress_arg = 0;
+  proto::to_entry(p.shape.compress, &compress, &compress_arg);
+  bool same = m.opcode == proto::wire(p.shape.opcode) && m.count == p.shape.count &&
+              m.dtype == proto::wire(p.shape.dtype) && m.redop == proto::wire(p.shape.redop) &&
+              m.algo == static_cast<uint8_t>(p.algo) && m.chunk_bytes == p.chunk_bytes;
+  if (same && m.compress == compress && m.compress_arg == compress_arg) return Status::ok();
+  if (same) {
+    // Only the codec differs: a peer that runs another codec (or one this
+    // build does not know) is refused before any data moves.
+    proto::Compression theirs;
+    std::string why = proto::from_entry(m.compress, m.compress_arg, &theirs);
+    return Status(GSYNC_ERR_MISMATCH,
+                  fmt::format("{}: hosts disagree on compression: host {} has {}, host {} has {}",
+                              who.op, who.from,
+                              why.empty() ? proto::describe(theirs) : "an unknown one (" + why + ")",
+                              who.self, proto::describe(p.shape.compress)));
+  }
   Algo theirs{};
   const char* their_algo = algo_from_wire(m.algo, &theirs) ? algo_name(theirs) : "unknown-algo";
   return Status(GSYNC_ERR_MISMATCH,

@@ -6,12 +6,15 @@
 #include <fmt/format.h>
 
 #include "daemon/cluster/messages.h"
+#include "daemon/collective/compress_schedule.h"
 #include "daemon/transport/transport.h"
+#include "protocol/compression.h"
 
 namespace gsync::collective {
 
 namespace {
-constexpr size_t kMaxChunks = 1 << 24;
+// The chunk's bits in a write's immediate (engine_op.h, imm_of).
+constexpr size_t kMaxChunks = 1 << 22;
 
 // The root's host sends its tensor to every other host: one phase.
 Schedule broadcast_schedule(int n, int self, int root, size_t nchunks) {
@@ -27,6 +30,14 @@ Schedule broadcast_schedule(int n, int self, int root, size_t nchunks) {
   }
   s.chunks.assign(nchunks, std::vector<Phase>{p});
   return s;
+}
+
+reduce::CodecParams codec_params(const proto::Compression& c) {
+  reduce::CodecParams k;
+  k.codec = c.codec;
+  if (c.codec == proto::Codec::kInt8) k.block = c.block;
+  if (c.codec == proto::Codec::kTopk) k.topk_fraction = c.topk_fraction;
+  return k;
 }
 }  // namespace
 
@@ -62,6 +73,23 @@ std::unique_ptr<Plan> build_plan(const PlanInputs& in) {
     p.fixed = build_schedule(algo, in.parts, in.self, p.nchunks);
   }
   p.algo = p.fixed.algo;
+  // Compression rewrites the schedule (compress_schedule.h) of ops that
+  // move by rendezvous; small ops that go eagerly cost one message either
+  // way and go as they are (docs/compression.md, "The engine").
+  bool fits_eager = (algo == Algo::kDirect || algo == Algo::kTree || algo == Algo::kDoubling) &&
+                    in.shape.opcode == proto::Opcode::kAllreduce && p.nchunks == 1 &&
+                    bytes + sizeof(cluster::OpReady) <= transport::kMaxControl;
+  if (in.shape.compress.on() && !fits_eager && in.shape.opcode == proto::Opcode::kAllreduce &&
+      p.nchunks > 0) {
+    // Every host of the op lays its scratch out alike, whether or not its
+    // own schedule packs a phase (a hier host that never crosses the
+    // racks sends raw to peers that do): peers compute where to write
+    // from the layout, not from what this host does with it.
+    p.codec = codec_params(in.shape.compress);
+    p.packed = true;
+    if (algo != Algo::kTree)
+      compress_schedule(in.parts, p.codec.codec, in.shape.compress.hops, &p.fixed);
+  }
   if (algo == Algo::kTree && in.shape.opcode != proto::Opcode::kBroadcast) {
     // Every root gives the tree the same number of slots: the widest node.
     p.slots = std::min(kTreeFanout, std::max(n - 1, 0));
@@ -75,9 +103,7 @@ std::unique_ptr<Plan> build_plan(const PlanInputs& in) {
   // every stage busy (docs/algorithms.md, "Window").
   p.window = p.algo == Algo::kHier && !p.fixed.chunks.empty() ? p.fixed.chunks[0].size() + 1
                                                                : p.nchunks;
-  p.eager = (p.algo == Algo::kDirect || p.algo == Algo::kTree || p.algo == Algo::kDoubling) &&
-            in.shape.opcode == proto::Opcode::kAllreduce && p.nchunks == 1 &&
-            bytes + sizeof(cluster::OpReady) <= transport::kMaxControl;
+  p.eager = fits_eager;
   return plan;
 }
 
@@ -96,8 +122,34 @@ const Schedule& Plan::schedule(uint64_t key, uint64_t step) {
   int n = static_cast<int>(parts.size());
   int root = tree_root(n, key, step);
   auto& s = by_root[static_cast<size_t>(root)];
-  if (!s) s = std::make_unique<Schedule>(build_schedule(Algo::kTree, parts, self, nchunks, root));
+  if (!s) {
+    s = std::make_unique<Schedule>(build_schedule(Algo::kTree, parts, self, nchunks, root));
+    if (shape.compress.on() && !eager) compress_schedule(parts, shape.compress.codec,
+                                                         shape.compress.hops, s.get());
+  }
   return *s;
+}
+
+uint64_t Plan::chunk_count(size_t c) const {
+  uint64_t first = c * chunk_elems;
+  return first >= shape.count ? 0 : std::min(chunk_elems, shape.count - first);
+}
+
+uint64_t Plan::land_offset(Xfer kind, uint8_t slot, size_t c, uint64_t slot_bytes) const {
+  if (!packed) return kind == Xfer::kCopy ? c * chunk_bytes : slot * slot_bytes + c * chunk_bytes;
+  uint64_t at = c * chunk_stride();
+  switch (kind) {
+    case Xfer::kCopy: return at;
+    case Xfer::kReduce: return (uint64_t{slot} + 1) * slot_bytes + at;
+    case Xfer::kMaxima: return (uint64_t{slot} + 1) * slot_bytes + at + land_stride;
+  }
+  return 0;
+}
+
+void Plan::ensure_residuals(int n) {
+  if (n <= residual_buffers) return;
+  residuals.resize(static_cast<size_t>(n) * shape.count, 0.0f);
+  residual_buffers = n;
 }
 
 uint64_t Plan::chunk_len(size_t c) const {
@@ -106,8 +158,9 @@ uint64_t Plan::chunk_len(size_t c) const {
 }
 
 std::string Plan::describe() const {
-  return fmt::format("{}{}, {} chunk{} of {} bytes", algo_name(algo), eager ? " (eager)" : "",
-                     nchunks, nchunks == 1 ? "" : "s", chunk_bytes);
+  return fmt::format("{}{}, {} chunk{} of {} bytes{}", algo_name(algo), eager ? " (eager)" : "",
+                     nchunks, nchunks == 1 ? "" : "s", chunk_bytes,
+                     packed ? ", " + proto::describe(shape.compress) : "");
 }
 
 }  // namespace gsync::collective

@@ -16,6 +16,7 @@
 
 #include "daemon/collective/schedule.h"
 #include "daemon/collective/scratch_pool.h"
+#include "daemon/reduce/codec.h"
 #include "protocol/ops.h"
 
 namespace gsync::collective {
@@ -64,7 +65,35 @@ struct Plan {
   std::shared_ptr<const void> data_owner;  // keeps that buffer mapped while registered
   bool prepared = false;
 
+  // Compression (compress_schedule.h, docs/compression.md, "The engine").
+  // packed: the op is compressed (whether or not this host's own schedule
+  // packs a phase: every host of the op lays out its scratch alike). Then the
+  // scratch region is a copy slot (final values that arrive encoded) and
+  // `slots` scratch slots after it, each holding per chunk a landing area
+  // of land_stride bytes (an encoding may be longer than the chunk) and
+  // the block maxima area of maxima_stride bytes after it; `local` (not
+  // registered: no peer writes there) holds per chunk this host's send
+  // buffer and its own maxima, in the same strides.
+  reduce::CodecParams codec;  // kNone: not compressed
+  bool packed = false;
+  uint64_t land_stride = 0, maxima_stride = 0;
+  Scratch local;
+  // Error buffers, kept from step to step while the plan lives: buffer e
+  // of chunk c at residuals + e * shape.count + c * chunk_elems.
+  std::vector<float> residuals;
+  int residual_buffers = 0;
+
   uint64_t chunk_len(size_t c) const;  // bytes of chunk c
+  uint64_t chunk_count(size_t c) const;  // elements of chunk c
+  // A packed plan's stride of one chunk in a scratch slot (and in local).
+  uint64_t chunk_stride() const { return land_stride + maxima_stride; }
+  // Where a transfer of chunk c lands in the receiver's scratch region
+  // (slot_bytes: the receiver's); kCopy in a packed phase only (a raw final
+  // value lands in the data region at c * chunk_bytes).
+  uint64_t land_offset(Xfer kind, uint8_t slot, size_t c, uint64_t slot_bytes) const;
+  // Error buffers for a schedule that uses n of them (a tree's schedule
+  // per root may use more than the first): grown, zero, never shrunk.
+  void ensure_residuals(int n);
   std::string describe() const;        // "ring, 8 chunks of 1 MiB"
 };
 
