@@ -8,4 +8,6 @@ if [ ! -f "$build/build.ninja" ]; then
   # instead of failing (tools/setup-deps.sh installs it).
   meson setup "$build" --buildtype=release -Dverbs=enabled
 fi
+# GSYNC_CONFIGURE_ONLY=1: configure and stop (a lane builds its own targets).
+[ "${GSYNC_CONFIGURE_ONLY:-0}" = 1 ] && exit 0
 ninja -C "$build" -j "$(nproc)"

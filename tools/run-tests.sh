@@ -3,12 +3,14 @@
 # ends with meson's summary plus one "N passed, N failed, N skipped" line.
 #
 # Run without arguments (CI, .ci/run) it runs every lane (docs/testing.md):
-#   - the release build: suites unit, systemd, rxe, torch, and the soak
-#     (its resident-set check means nothing under ASan);
+#   - the release build: suites systemd, rxe, torch, and the soak (its
+#     resident-set check means nothing under ASan);
 #   - the sanitizer lane (tools/sanitize/run.sh): unit and integration with
-#     ASan and UBSan, which stands in for the release run of integration
-#     (issue #15 allows it: two builds of integration do not fit the budget);
+#     ASan and UBSan, which stands in for the release run of those two
+#     (issue #15 allows it: two builds of them do not fit the budget);
 #   - the fuzzing lane (tools/fuzz/run.sh): every fuzz target, 20 s each.
+# Each lane builds only what its suites run (tools/suite-targets.py): on
+# two cores the build is most of the time.
 # With arguments they go to `meson test` on the release build only
 # (tools/run-tests.sh integration, tools/run-tests.sh multihost).
 #
@@ -21,8 +23,16 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 bash tools/setup-deps.sh || exit 1
-bash tools/build.sh || exit 1
 build=${BUILD_DIR:-build}
+release_suites=(soak systemd rxe torch)
+if [ $# -gt 0 ] || [ "${GSYNC_LANES:-1}" = 0 ]; then
+  bash tools/build.sh || exit 1
+else
+  GSYNC_CONFIGURE_ONLY=1 bash tools/build.sh || exit 1
+  targets=$(python3 tools/suite-targets.py "$build" "${release_suites[@]}") || exit 1
+  # shellcheck disable=SC2086 # one target per word
+  ninja -C "$build" -j "$(nproc)" $targets || exit 1
+fi
 sanitize=${SANITIZE_BUILD_DIR:-build-sanitize}
 strict=(--strict)
 [ "${GSYNC_ALLOW_SKIPS:-0}" = 1 ] && strict=()
@@ -41,8 +51,8 @@ logs=("$build/meson-logs/testlog.json")
 if [ "${GSYNC_LANES:-1}" = 0 ]; then
   meson test -C "$build" --print-errorlogs --num-processes 1 || rc=1
 else
-  meson test -C "$build" --print-errorlogs --num-processes 1 \
-    --suite unit --suite soak --suite systemd --suite rxe --suite torch || rc=1
+  meson test -C "$build" --no-rebuild --print-errorlogs --num-processes 1 \
+    "${release_suites[@]/#/--suite=}" || rc=1
   released=$(date +%s)
   SANITIZE_BUILD_DIR=$sanitize bash tools/sanitize/run.sh || rc=1
   sanitized=$(date +%s)
