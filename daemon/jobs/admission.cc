@@ -50,6 +50,8 @@ Status check_submission(const proto::SubmitEntry& e, int world_size, uint64_t ar
   shape->count = e.count;
   if (shape->opcode == proto::Opcode::kBarrier) {
     if (e.count != 0) return bad(GSYNC_ERR_PROTOCOL, "a barrier carries no tensor (count must be 0)");
+    // Found by tests/fuzz (regressions/submission/barrier-with-a-codec).
+    if (shape->compress.on()) return bad(GSYNC_ERR_PROTOCOL, "a barrier carries no codec");
     return Status::ok();
   }
   if (e.key == proto::kBarrierKey)
