@@ -42,13 +42,14 @@ inline std::string num(double v) {
 // feedback)", "none".
 inline std::string describe(const Compression& c) {
   if (!c.on()) return "none";
+  // Appends, not "lit" + std::string: GCC 12 warns on those (bug 105329).
   std::string s = name(c.codec);
-  if (c.codec == Codec::kTopk) s += " " + compression_detail::num(c.topk_fraction);
-  s += " (";
-  if (c.codec == Codec::kInt8) s += "blocks of " + std::to_string(c.block) + ", ";
-  s += name(c.hops);
-  if (!c.error_feedback) s += ", no error feedback";
-  return s + ")";
+  if (c.codec == Codec::kTopk) s.append(" ").append(compression_detail::num(c.topk_fraction));
+  s.append(" (");
+  if (c.codec == Codec::kInt8) s.append("blocks of ").append(std::to_string(c.block)).append(", ");
+  s.append(name(c.hops));
+  if (!c.error_feedback) s.append(", no error feedback");
+  return s.append(")");
 }
 
 // Fills the defaults a zero field stands for (block 1024, fraction 0.01)
