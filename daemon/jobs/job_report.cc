@@ -39,6 +39,9 @@ nlohmann::json JobManager::jobs_report() const {
                     {"remote_departures", job->remote_departures},
                     {"bytes_reduced", job->bytes_reduced},
                     {"throughput_gbps", job->meter.rate(now) / 1e9},
+                    // What compression's error feedback holds for the job
+                    // (docs/compression.md, "The engine").
+                    {"error_feedback_bytes", pipeline_.error_feedback_bytes(name)},
                     {"last_error", job->last_error}});
   }
   return json{{"jobs", list}};

@@ -296,4 +296,8 @@ void Pipeline::job_closed(const std::string& job) {
   if (plans_) plans_->job_closed(job);
 }
 
+uint64_t Pipeline::error_feedback_bytes(const std::string& job) const {
+  return plans_ ? plans_->error_feedback_bytes(job) : 0;
+}
+
 }  // namespace gsync::pipeline

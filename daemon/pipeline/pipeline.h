@@ -116,6 +116,8 @@ class Pipeline {
 
   size_t in_flight() const { return ops_.size(); }
   PlanCache* plans() { return plans_.get(); }
+  // What compressed plans of the job hold as error feedback (gsyncctl jobs).
+  uint64_t error_feedback_bytes(const std::string& job) const;
 
  private:
   friend class StageLink;

@@ -54,7 +54,7 @@ PlanLease PlanCache::lease(const PlanKey& key, const collective::PlanInputs& in,
     evict(std::move(l.plan), nullptr);
     return PlanLease{};
   }
-  leased_[l.plan.get()] = Leased{host.arena, false};
+  leased_[l.plan.get()] = Leased{host.arena, false, key.job};
   return l;
 }
 
@@ -129,6 +129,15 @@ void PlanCache::epoch_changed(uint64_t epoch) {
 
 TensorState& PlanCache::tensor(const std::string& job, uint64_t key) {
   return tensors_[{job, key}];
+}
+
+uint64_t PlanCache::error_feedback_bytes(const std::string& job) const {
+  uint64_t bytes = 0;
+  for (const auto& i : idle_)
+    if (i.key.job == job) bytes += i.plan->residuals.size() * sizeof(float);
+  for (const auto& [plan, l] : leased_)
+    if (l.job == job) bytes += plan->residuals.size() * sizeof(float);
+  return bytes;
 }
 
 PlanCacheStats PlanCache::stats() const {

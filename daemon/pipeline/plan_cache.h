@@ -86,6 +86,9 @@ class PlanCache {
 
   TensorState& tensor(const std::string& job, uint64_t key);
   PlanCacheStats stats() const;
+  // Bytes of error feedback (compressed plans' residuals) the job's plans
+  // hold, idle and leased: gsyncctl jobs.
+  uint64_t error_feedback_bytes(const std::string& job) const;
 
  private:
   struct Idle {
@@ -106,6 +109,7 @@ class PlanCache {
   struct Leased {
     uint64_t arena = 0;
     bool arena_closed = false;  // evicted when given back
+    std::string job;
   };
   std::unordered_map<const collective::Plan*, Leased> leased_;
   std::map<std::pair<std::string, uint64_t>, TensorState> tensors_;

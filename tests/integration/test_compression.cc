@@ -137,9 +137,26 @@ int run_rank(const testbed::Testbed& bed, const std::string& job, const std::vec
       }
     }
   }
+  // What the job's error feedback holds on this host, while it still runs.
+  if (p[size_t(rank)].local_rank == 0)
+    report(fmt::format("ef {}\n", job_count(bed.admin_socket(p[size_t(rank)].host), job,
+                                            "error_feedback_bytes")));
   RANK_CHECK(gsync_barrier(comm, 1, 30000) == 0, "barrier: {}", gsync_last_error());
   gsync_close(comm);
   return 0;
+}
+
+// The error feedback bytes the ranks reported, summed.
+int64_t ef_held(const std::vector<ChildResult>& res) {
+  int64_t total = 0;
+  for (const auto& r : res) {
+    std::istringstream in(r.output);
+    std::string word;
+    int64_t v = 0;
+    while (in >> word)
+      if (word == "ef" && in >> v) total += v;
+  }
+  return total;
 }
 
 // Every rank's result bits, case by case, are the same.
@@ -253,8 +270,13 @@ TEST(Compression, ACompressedAndAPlainJobRunSideBySide) {
   });
   for (size_t r = 0; r < res.size(); r++)
     EXPECT_EQ(res[r].code, 0) << "rank " << r << ": " << res[r].output;
-  expect_same_bits({res.begin(), res.begin() + 4});
-  expect_same_bits({res.begin() + 4, res.end()});
+  std::vector<ChildResult> compressed(res.begin(), res.begin() + 4), plain(res.begin() + 4, res.end());
+  expect_same_bits(compressed);
+  expect_same_bits(plain);
+  // gsyncctl jobs: the compressed job's plans hold error feedback, at least
+  // one tensor's worth per host; the plain job's none.
+  EXPECT_GE(ef_held(compressed), int64_t{4} * (1 << 20) * 4);
+  EXPECT_EQ(ef_held(plain), 0);
 }
 
 // Hosts whose ranks ask for different codecs: the op fails on every rank

@@ -162,6 +162,7 @@ std::string render_jobs(const json& reply) {
         text(field(job, "ops_in_flight")),
         bytes(field(job, "bytes_reduced")),
         gbps(field(job, "throughput_gbps")),
+        bytes(field(job, "error_feedback_bytes")),
         last_error.empty() ? std::string(kMissing) : last_error,
     });
   }
@@ -176,6 +177,7 @@ std::string render_jobs(const json& reply) {
           {"IN FLIGHT", Align::kRight},
           {"REDUCED", Align::kRight},
           {"THROUGHPUT", Align::kRight},
+          {"EF HELD", Align::kRight},
           {"LAST ERROR"},
       },
       rows);
@@ -335,6 +337,8 @@ std::string render_peers(const json& reply) {
         transport_text(p),
         bytes(field(p, "bytes_sent")),
         bytes(field(p, "bytes_received")),
+        bytes(field(p, "payload_wire_bytes")),
+        bytes(field(p, "payload_logical_bytes")),
         gbps(field(p, "send_gbps")),
         gbps(field(p, "recv_gbps")),
         text(field(p, "connects")),
@@ -350,6 +354,10 @@ std::string render_peers(const json& reply) {
                        {"TRANSPORT"},
                        {"SENT", Align::kRight},
                        {"RECEIVED", Align::kRight},
+                       // Tensor bytes written to the peer, as they went
+                       // (encoded where a codec applied) and as fp32.
+                       {"PAYLOAD", Align::kRight},
+                       {"AS FP32", Align::kRight},
                        {"SEND", Align::kRight},
                        {"RECV", Align::kRight},
                        {"CONNECTS", Align::kRight},
