@@ -37,6 +37,7 @@
 #include "tools/common/reference.h"
 #include "tools/peers/launch.h"
 #include "tools/peers/sampling.h"
+#include "tools/perf/codecs.h"
 #include "tools/perf/membw.h"
 #include "tools/perf/resnet50.h"
 #include "tools/testbed/testbed.h"
@@ -56,6 +57,7 @@ struct Place {
   std::string socket;
   int host = 0, rank = 0, local_rank = 0, local_size = 1;
   std::vector<int> cpus;  // its host's CPUs on a pinned test bed, else empty
+  std::string admin;      // its host's admin socket, where known
 };
 
 struct Options {
@@ -77,6 +79,11 @@ struct Options {
   std::string workload;
   int steps = 10;
   int dtype_id = GSYNC_FLOAT32, op_id = GSYNC_SUM;
+  // --compress, in order (one uncompressed run when none is given); when
+  // given, every op's bytes on the compressed hop are measured too.
+  std::vector<std::string> compress;
+  std::vector<CodecRun> codecs;
+  bool measure_wire() const { return !compress.empty() && hosts > 1; }
 };
 
 const std::map<std::string, int> kDtypes = {{"float32", GSYNC_FLOAT32}, {"float16", GSYNC_FLOAT16},
@@ -114,9 +121,13 @@ int connect(const Options& o, int rank, uint64_t arena, gsync_comm_t** comm) {
 
 // In a rank process: allreduce and wait, or report why not.
 bool allreduce(gsync_comm_t* comm, uint64_t key, uint64_t step, void* buf, size_t count,
-               const Options& o, int rank) {
+               const Options& o, int rank, const gsync_compression_t* codec = nullptr) {
   gsync_request_t* req = nullptr;
-  int rc = gsync_allreduce(comm, key, step, buf, count, o.dtype_id, o.op_id, rank + 1.0, &req);
+  gsync_allreduce_opts_t opts;
+  gsync_allreduce_opts_init(&opts);
+  opts.weight = rank + 1.0;
+  if (codec) opts.compression = *codec;
+  int rc = gsync_allreduce_ex(comm, key, step, buf, count, o.dtype_id, o.op_id, &opts, &req);
   if (rc == 0) rc = gsync_wait(req, -1);
   if (rc != 0) tools::report(fmt::format("error rank {}: {}\n", rank, gsync_last_error()));
   if (req) gsync_request_free(req);
@@ -142,10 +153,45 @@ size_t fill_and_count_wrong(void* buf, size_t count, const Options& o, int rank,
   return wrong;
 }
 
-// A rank of the size sweep. Reports one line per size:
-// "size <bytes> <wrong> <t_0 us> ... <t_S-1 us>", one time per op for each
+// How a compressed first op came out on this rank: its error against the
+// exact result and the hash of its bits (every rank must have the same).
+struct FirstOp {
+  size_t wrong = 0;
+  double rel_error = 0;
+  uint64_t hash = 0;
+};
+
+FirstOp check_first(void* buf, size_t count, const Options& o, const CodecRun& codec, int rank) {
+  FirstOp f;
+  f.hash = bits_hash(buf, count * tools::elem_size(o.dtype_id));
+  if (codec.none) {
+    f.wrong = fill_and_count_wrong(buf, count, o, rank, true);
+    return f;
+  }
+  std::vector<double> got(count), want(count);
+  for (size_t i = 0; i < count; i++) {
+    got[i] = tools::load(buf, o.dtype_id, i);
+    want[i] = tools::expected(o.dtype_id, o.op_id, o.world(), i);
+  }
+  f.rel_error = relative_error(got, want);
+  f.wrong = f.rel_error <= codec.bound ? 0 : count;
+  return f;
+}
+
+// A barrier of the sweep, or a report of why not.
+bool barrier(gsync_comm_t* comm, uint64_t* step, int rank) {
+  if (gsync_barrier(comm, (*step)++, kBarrierTimeoutMs) == 0) return true;
+  tools::report(fmt::format("error rank {}: {}\n", rank, gsync_last_error()));
+  return false;
+}
+
+// A rank of the size sweep. Reports one line per size and codec:
+// "size <bytes> <codec> <wrong> <relative error> <hash hi> <hash lo> <wire
+// bytes> <logical bytes> <t_0 us> ... <t_S-1 us>", one time per op for each
 // of S samples of k back-to-back ops after a barrier (tools/peers/sampling.h,
-// the schedule the peer drivers use too).
+// the schedule the peer drivers use too). The first op of each is checked
+// and, with --compress, bracketed by barriers so that the bytes its host's
+// daemon put on the compressed hop are its alone.
 int sweep_rank(const Options& o, int rank, const std::vector<uint64_t>& sizes) {
   gsync_comm_t* comm = nullptr;
   if (connect(o, rank, o.max_bytes + (16 << 20), &comm) != 0) {
@@ -159,28 +205,38 @@ int sweep_rank(const Options& o, int rank, const std::vector<uint64_t>& sizes) {
   }
   size_t elem = tools::elem_size(o.dtype_id);
   uint64_t barrier_step = 0;
+  const Place& me = o.places[size_t(rank)];
+  const bool measures = o.measure_wire() && me.local_rank == 0 && !me.admin.empty();
   for (size_t s = 0; s < sizes.size(); s++) {
     size_t count = sizes[s] / elem;
-    fill_and_count_wrong(buf, count, o, rank, false);
-    uint64_t step = 0;
-    if (!allreduce(comm, s, step++, buf, count, o, rank)) return 1;
-    size_t wrong = fill_and_count_wrong(buf, count, o, rank, true);
-    for (int w = 0; w < o.warmup; w++)
-      if (!allreduce(comm, s, step++, buf, count, o, rank)) return 1;
-    std::string line = fmt::format("size {} {}", sizes[s], wrong);
-    const int k = gsync_ops_per_sample(sizes[s]), samples = gsync_samples_for(o.iters, sizes[s]);
-    for (int i = 0; i < samples; i++) {
-      if (gsync_barrier(comm, barrier_step++, kBarrierTimeoutMs) != 0) {
-        tools::report(fmt::format("error rank {}: {}\n", rank, gsync_last_error()));
-        return 1;
+    for (size_t ci = 0; ci < o.codecs.size(); ci++) {
+      const CodecRun& codec = o.codecs[ci];
+      const uint64_t key = s * o.codecs.size() + ci;
+      fill_and_count_wrong(buf, count, o, rank, false);
+      uint64_t step = 0;
+      Payload before, after;
+      if (o.measure_wire() && !barrier(comm, &barrier_step, rank)) return 1;
+      if (measures) before = hop_payload(me.admin, codec.c);
+      if (!allreduce(comm, key, step++, buf, count, o, rank, &codec.c)) return 1;
+      if (o.measure_wire() && !barrier(comm, &barrier_step, rank)) return 1;
+      if (measures) after = hop_payload(me.admin, codec.c);
+      FirstOp first = check_first(buf, count, o, codec, rank);
+      for (int w = 0; w < o.warmup; w++)
+        if (!allreduce(comm, key, step++, buf, count, o, rank, &codec.c)) return 1;
+      std::string line = fmt::format("size {} {} {} {:.9g} {} {} {} {}", sizes[s], ci, first.wrong,
+                                     first.rel_error, first.hash >> 32, first.hash & 0xffffffffu,
+                                     after.wire - before.wire, after.logical - before.logical);
+      const int k = gsync_ops_per_sample(sizes[s]), samples = gsync_samples_for(o.iters, sizes[s]);
+      for (int i = 0; i < samples; i++) {
+        if (!barrier(comm, &barrier_step, rank)) return 1;
+        auto t0 = Clock::now();
+        for (int j = 0; j < k; j++)
+          if (!allreduce(comm, key, step++, buf, count, o, rank, &codec.c)) return 1;
+        double us = std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
+        line += fmt::format(" {:.3f}", us / k);
       }
-      auto t0 = Clock::now();
-      for (int j = 0; j < k; j++)
-        if (!allreduce(comm, s, step++, buf, count, o, rank)) return 1;
-      double us = std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
-      line += fmt::format(" {:.3f}", us / k);
+      tools::report(line + "\n");
     }
-    tools::report(line + "\n");
   }
   gsync_close(comm);
   return 0;
@@ -310,6 +366,48 @@ double uplink_floor_s(const Options& o, double bytes) {
   return floor_bytes > 0 ? floor_bytes / (o.uplink_mbit * 1e6 / 8) : 0;
 }
 
+// One row of the sweep (a size, a codec) over all ranks.
+struct Row {
+  double us = 0;       // median over samples of the slowest rank's time per op
+  uint64_t wrong = 0;  // elements wrong (for a codec: all, if its bound was broken)
+  double rel_error = 0;  // the worst rank's relative error (a codec's first op)
+  bool same_bits = true;  // every rank got the same bits
+  double wire = 0, logical = 0;  // bytes per host on the compressed hop, one op
+};
+
+// The reports' fields: bytes, codec, wrong, error, hash hi, hash lo, wire,
+// logical, then the samples' times.
+constexpr size_t kFirstTime = 8;
+
+Row row_of(const Options& o, const std::vector<std::vector<std::vector<double>>>& rows,
+           size_t r, int samples) {
+  Row out;
+  std::vector<double> per_sample(static_cast<size_t>(samples), 0.0);
+  double hash_hi = -1, hash_lo = -1;
+  int measured = 0;
+  for (const auto& rank_rows : rows) {
+    if (r >= rank_rows.size() || rank_rows[r].size() < kFirstTime) continue;
+    const auto& v = rank_rows[r];
+    out.wrong += static_cast<uint64_t>(v[2]);
+    out.rel_error = std::max(out.rel_error, v[3]);
+    if (hash_hi < 0) {
+      hash_hi = v[4];
+      hash_lo = v[5];
+    }
+    out.same_bits &= v[4] == hash_hi && v[5] == hash_lo;
+    if (v[6] > 0 || v[7] > 0) measured++;
+    out.wire += v[6];
+    out.logical += v[7];
+    for (int i = 0; i < samples && size_t(i) + kFirstTime < v.size(); i++)
+      per_sample[size_t(i)] = std::max(per_sample[size_t(i)], v[size_t(i) + kFirstTime]);
+  }
+  out.wire /= std::max(1, o.hosts);
+  out.logical /= std::max(1, o.hosts);
+  (void)measured;
+  out.us = median(per_sample);
+  return out;
+}
+
 int run_sweep(const Options& o, const MemoryReference& ref, const std::string& isa,
               const Peers& peer) {
   std::vector<uint64_t> sizes;
@@ -326,25 +424,36 @@ int run_sweep(const Options& o, const MemoryReference& ref, const std::string& i
                 "samples of up to 32 after a barrier (+%d warm-up), kernels %s\n",
                 o.hosts, o.ranks, o.world(), o.dtype.c_str(), o.op.c_str(), o.iters, o.warmup,
                 isa.c_str());
-    std::printf("# %12s %12s %9s %7s %12s %11s %11s %11s %7s %8s %8s\n", "bytes", "count", "dtype",
-                "algo", "time_us", "algbw_GB/s", "busbw_GB/s", "reduce_GB/s", "wrong", "vs_gloo",
-                "vs_mpi");
+    std::printf("# %12s %12s %9s %7s %12s %11s %11s %11s %7s %8s %8s%s\n", "bytes", "count",
+                "dtype", "algo", "time_us", "algbw_GB/s", "busbw_GB/s", "reduce_GB/s", "wrong",
+                "vs_gloo", "vs_mpi",
+                o.compress.empty() ? ""
+                                   : fmt::format(" {:>22} {:>10} {:>8} {:>9}", "compress",
+                                                 "wire_MB", "x_fewer", "x_none")
+                                         .c_str());
   }
   double last_reduce = 0;
   uint64_t wrong_total = 0;
-  for (size_t s = 0; s < sizes.size(); s++) {
-    // Per sample the slowest rank's time per op, then the median over samples.
+  const size_t nc = o.codecs.size();
+  for (size_t rix = 0; rix < sizes.size() * nc; rix++) {
+    const size_t s = rix / nc, ci = rix % nc;
+    const CodecRun& codec = o.codecs[ci];
     const int samples = gsync_samples_for(o.iters, sizes[s]);
-    std::vector<double> per_sample(static_cast<size_t>(samples), 0.0);
-    uint64_t wrong = 0;
-    for (auto& rank_rows : rows) {
-      if (s >= rank_rows.size()) continue;
-      wrong += static_cast<uint64_t>(rank_rows[s][1]);
-      for (int i = 0; i < samples && size_t(i) + 2 < rank_rows[s].size(); i++)
-        per_sample[size_t(i)] = std::max(per_sample[size_t(i)], rank_rows[s][size_t(i) + 2]);
+    Row stats = row_of(o, rows, rix, samples);
+    uint64_t wrong = stats.wrong;
+    if (!stats.same_bits) {
+      std::fprintf(stderr, "gsync-perf: %s at %llu bytes: the ranks ended with different bits\n",
+                   codec.text.c_str(), static_cast<unsigned long long>(sizes[s]));
+      wrong += sizes[s] / elem;
     }
     wrong_total += wrong;
-    double us = median(per_sample);
+    double us = stats.us;
+    // Against the uncompressed row of the same size in this run: how many
+    // times faster the codec made it.
+    double vs_none = 0;
+    for (size_t cj = 0; cj < nc; cj++)
+      if (o.codecs[cj].none && cj != ci && us > 0)
+        vs_none = row_of(o, rows, s * nc + cj, samples).us / us;
     double bytes = double(sizes[s]);
     double algbw = us > 0 ? bytes / us / 1e3 : 0;
     // Memory the local reduce moves: every rank's tensor read once and the
@@ -363,7 +472,13 @@ int run_sweep(const Options& o, const MemoryReference& ref, const std::string& i
                {"hosts", o.hosts}, {"ranks", o.world()}, {"algo", algo}, {"time_us", us},
                {"algbw_gbps", algbw}, {"busbw_gbps", busbw}, {"reduce_gbps", reduce_gbps},
                {"wrong", wrong}, {"samples", samples},
-               {"ops_per_sample", gsync_ops_per_sample(sizes[s])}};
+               {"ops_per_sample", gsync_ops_per_sample(sizes[s])}, {"compress", codec.text}};
+      if (!codec.none) row["rel_error"] = stats.rel_error;
+      if (o.measure_wire()) {
+        row["wire_bytes"] = stats.wire;
+        row["logical_bytes"] = stats.logical;
+      }
+      if (vs_none > 0) row["vs_uncompressed"] = vs_none;
       if (!peer.gloo.rows.empty()) row["vs_gloo"] = vs_gloo;
       if (!peer.mpi.rows.empty()) row["vs_mpi"] = vs_mpi;
       if (peer.tcp_gbps > 0) row["tcp_fraction"] = o.hosts * busbw / peer.tcp_gbps;
@@ -376,11 +491,18 @@ int run_sweep(const Options& o, const MemoryReference& ref, const std::string& i
       auto ratio_text = [](const peers::Result& r, double v) {
         return r.rows.empty() ? std::string("-") : fmt::format("{:.2f}", v);
       };
-      std::printf("  %12llu %12llu %9s %7s %12.1f %11.3f %11.3f %11.2f %7llu %8s %8s\n",
+      std::string codec_cols;
+      if (!o.compress.empty())
+        codec_cols = fmt::format(
+            " {:>22} {:>10.3f} {:>8} {:>9}", codec.text, stats.wire / 1e6,
+            stats.wire > 0 ? fmt::format("{:.2f}", stats.logical / stats.wire) : "-",
+            vs_none > 0 ? fmt::format("{:.2f}", vs_none) : "-");
+      std::printf("  %12llu %12llu %9s %7s %12.1f %11.3f %11.3f %11.2f %7llu %8s %8s%s\n",
                   static_cast<unsigned long long>(sizes[s]),
                   static_cast<unsigned long long>(sizes[s] / elem), o.dtype.c_str(), algo.c_str(),
                   us, algbw, busbw, reduce_gbps, static_cast<unsigned long long>(wrong),
-                  ratio_text(peer.gloo, vs_gloo).c_str(), ratio_text(peer.mpi, vs_mpi).c_str());
+                  ratio_text(peer.gloo, vs_gloo).c_str(), ratio_text(peer.mpi, vs_mpi).c_str(),
+                  codec_cols.c_str());
       if (double floor = uplink_floor_s(o, bytes); floor > 0) {
         // The same bytes at the rate a plain TCP stream got across the uplink.
         double stream_s = uplink_floor_bytes(o, bytes) / (peer.uplink_gbps * 1e9);
@@ -551,6 +673,11 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 100000));
   app.add_option("--warmup", o.warmup, "untimed iterations per size")->check(CLI::Range(0, 100000));
   app.add_flag("--json", o.json_out, "one JSON object per line");
+  app.add_option("--compress", o.compress,
+                 "run each size with this codec too (none fp16 bf16 int8[:BLOCK] "
+                 "topk[:FRACTION], @cross_rack|@cross_host|@all, ,noef); may be given "
+                 "several times: one row each")
+      ->allow_extra_args(false);
   app.add_option("--workload", o.workload, "resnet50: ResNet-50 gradients in DDP buckets");
   app.add_option("--steps", o.steps, "steps of the workload")->check(CLI::Range(1, 100000));
   CLI11_PARSE(app, argc, argv);
@@ -580,6 +707,14 @@ int main(int argc, char** argv) {
   }
   o.dtype_id = kDtypes.at(o.dtype);
   o.op_id = kOps.at(o.op);
+  std::string codec_error = parse_codecs(o.compress, &o.codecs);
+  if (codec_error.empty()) codec_error = codecs_allowed(o.codecs, o.dtype_id, o.op_id);
+  if (codec_error.empty() && !o.compress.empty() && !o.workload.empty())
+    codec_error = "--compress is for the size sweep, not --workload";
+  if (!codec_error.empty()) {
+    std::fprintf(stderr, "gsync-perf: %s\n", codec_error.c_str());
+    return 2;
+  }
 
   // The reference is measured before any rank or daemon runs, on the
   // largest buffers of the sweep.
@@ -624,7 +759,7 @@ int main(int argc, char** argv) {
     for (int h = 0; h < o.hosts; h++) {
       o.racks_of.push_back(cf.hosts[size_t(h)].rack);
       for (int k = 0; k < o.ranks; k++)
-        o.places.push_back({socks[size_t(h)], h, h * o.ranks + k, k, o.ranks, {}});
+        o.places.push_back({socks[size_t(h)], h, h * o.ranks + k, k, o.ranks, {}, {}});
     }
   } else if (o.hosts > 1) {
     take_stop_signals();
@@ -654,7 +789,8 @@ int main(int argc, char** argv) {
       o.racks_of.push_back(bed->rack(h));
       slots.push_back({bed->netns(h), bed->address(h), bed->cpus(h)});
       for (int k = 0; k < o.ranks; k++)
-        o.places.push_back({bed->socket(h), h, h * o.ranks + k, k, o.ranks, bed->cpus(h)});
+        o.places.push_back(
+            {bed->socket(h), h, h * o.ranks + k, k, o.ranks, bed->cpus(h), bed->admin_socket(h)});
       pins += fmt::format("{}{} {}", h ? ", " : "", bed->host_id(h), tools::cpu_list(bed->cpus(h)));
     }
     if (o.pin && !o.json_out) std::printf("# hosts pinned to CPUs: %s\n", pins.c_str());
@@ -671,7 +807,7 @@ int main(int argc, char** argv) {
       admin_socket = daemon->admin_socket();
     }
     o.racks_of = {"r1"};
-    for (int k = 0; k < o.ranks; k++) o.places.push_back({o.socket, 0, k, k, o.ranks, {}});
+    for (int k = 0; k < o.ranks; k++) o.places.push_back({o.socket, 0, k, k, o.ranks, {}, admin_socket});
   }
   std::string isa = admin_socket.empty() ? "unknown" : daemon_isa(admin_socket);
 
