@@ -59,6 +59,11 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
                    help="directory for rank<r>.json: each step's and each bucket's times "
                         "(CLOCK_MONOTONIC ns, the daemon's clock), for examples/ddp_breakdown.py")
     p.add_argument("--quiet", action="store_true", help="no per-step lines")
+    p.add_argument("--compression", default=None,
+                   help="gsync: how gradients cross between hosts (int8, fp16, bf16, topk:0.01, "
+                        "...,noef; docs/compression.md)")
+    p.add_argument("--eval", action="store_true",
+                   help="at the end, rank 0 prints the loss over the whole data set")
     p.add_argument("--bench", action="store_true",
                    help="time gloo DDP, gsync DDP and no_sync (no communication) in one run")
     p.add_argument("--rounds", type=int, default=2, help="--bench: rounds of the phases")
@@ -153,7 +158,7 @@ def init_rank(args: argparse.Namespace):
         import gsync.torch
         job = args.job or f"train-ddp-{os.environ.get('MASTER_PORT', '0')}"
         state = gsync.torch.init(job=job, timeout_ms=args.timeout_ms,  # gsync: line 1 of 2
-                                 zero_copy=not args.staged)
+                                 zero_copy=not args.staged, compression=args.compression)
     return rank, world, state
 
 
@@ -187,8 +192,17 @@ def train_main(args: argparse.Namespace) -> int:
     if rank == 0:
         print(f"# {args.steps} steps in {elapsed:.2f} s, {elapsed / args.steps * 1e3:.2f} ms/step, "
               f"final loss {losses[-1]:.6f}", flush=True)
+    if rank == 0 and args.eval:
+        # The loss over every sample (all ranks' shards): one step's batch
+        # is too noisy to compare runs by.
+        xa, ya = make_shard(args, 0, 1)
+        with torch.no_grad():
+            full = torch.nn.functional.cross_entropy(model.module(xa), ya).item()
+        print(f"# eval loss {full:.6f}", flush=True)
     if args.trace:
         import json
+        if state is not None:
+            state.completer.quiesce()  # the last bucket's trace is written
         Path(args.trace).mkdir(parents=True, exist_ok=True)
         job = state.comm.job if state is not None else None
         (Path(args.trace) / f"rank{rank}.json").write_text(json.dumps(

@@ -78,6 +78,7 @@ class _Completer:
         self._grace_s = grace_s
         self._cv = threading.Condition()
         self._pending: List[_Pending] = []
+        self._finishing = 0  # taken off _pending, futures not yet completed
         self._stopping = False
         self.completed = 0
         self.inflight_s = 0.0  # sum over requests of submit -> future completed
@@ -128,10 +129,28 @@ class _Completer:
                 with self._cv:
                     finished = {id(p) for p, _, _ in done}
                     self._pending = [p for p in self._pending if id(p) not in finished]
+                    self._finishing += len(done)
                 for p, rc, err in done:
                     self._finish(p, rc, err)
+                with self._cv:
+                    self._finishing -= len(done)
+                    self._cv.notify_all()
                 continue
             poller.poll(_POLL_SLICE_MS)
+
+    def quiesce(self, timeout_s: float = 10.0) -> bool:
+        """Waits until every request handed over is finished: its future
+        completed and its trace (if any) written. A future's waiter may wake
+        before the thread that completed it has returned; whoever reads the
+        traces after the last step must wait for that thread first."""
+        deadline = time.monotonic() + timeout_s
+        with self._cv:
+            while self._pending or self._finishing:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._cv.wait(left)
+        return True
 
     def _finish(self, p: _Pending, rc: int, err: Optional[GsyncError]) -> None:
         if p.trace is not None:
