@@ -53,12 +53,14 @@ class Testbed:
 
     def __init__(self, hosts: int = 2, racks: int = 1, daemon_args: Sequence[str] = (),
                  binary: Optional[str] = None, gsyncd: Optional[str] = None,
-                 start_timeout_s: float = 60.0):
+                 start_timeout_s: float = 60.0, uplink_mbit: int = 0):
         binary = binary or find_tool("GSYNC_TESTBED", "tools/testbed/gsync-testbed",
                                      "gsync-testbed")
         if not binary:
             raise FileNotFoundError("gsync-testbed not found: set $GSYNC_TESTBED or build it")
         cmd = [binary, "up", "--hosts", str(hosts), "--racks", str(racks)]
+        if uplink_mbit:
+            cmd += ["--uplink-mbit", str(uplink_mbit)]
         gsyncd = gsyncd or os.environ.get("GSYNCD")
         if gsyncd:
             cmd += ["--gsyncd", gsyncd]
