@@ -3,12 +3,13 @@
 # ends with meson's summary plus one "N passed, N failed, N skipped" line.
 #
 # Run without arguments (CI, .ci/run) it runs every lane (docs/testing.md):
-#   - the release build: suites systemd, rxe, torch, and the soak (its
-#     resident-set check means nothing under ASan);
+#   - the release build: suites systemd, rxe, torch, the soak (its
+#     resident-set check means nothing under ASan) and demo (the README's
+#     main job, as a user runs it);
 #   - the sanitizer lane (tools/sanitize/run.sh): unit and integration with
 #     ASan and UBSan, which stands in for the release run of those two
 #     (issue #15 allows it: two builds of them do not fit the budget);
-#   - the fuzzing lane (tools/fuzz/run.sh): every fuzz target, 20 s each.
+#   - the fuzzing lane (tools/fuzz/run.sh): every fuzz target, 15 s each.
 # Each lane builds only what its suites run (tools/suite-targets.py): on
 # two cores the build is most of the time.
 # With arguments they go to `meson test` on the release build only
@@ -24,7 +25,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 bash tools/setup-deps.sh || exit 1
 build=${BUILD_DIR:-build}
-release_suites=(soak systemd rxe torch)
+release_suites=(soak systemd rxe torch demo)
 if [ $# -gt 0 ] || [ "${GSYNC_LANES:-1}" = 0 ]; then
   bash tools/build.sh || exit 1
 else
@@ -57,11 +58,11 @@ else
   SANITIZE_BUILD_DIR=$sanitize bash tools/sanitize/run.sh || rc=1
   sanitized=$(date +%s)
   logs+=("$sanitize/meson-logs/testlog.json")
-  bash tools/fuzz/run.sh 20 || rc=1
+  bash tools/fuzz/run.sh 15 || rc=1
   fuzzed=$(date +%s)
   echo "run-tests: release suites $((released - start)) s, sanitizer lane" \
     "$((sanitized - released)) s, fuzzing lane $((fuzzed - sanitized)) s"
 fi
 python3 tools/test-summary.py "${logs[@]}" "${strict[@]}" --allow tests/skip-allowlist.txt \
-  --expect-suites unit,integration,systemd,rxe,torch || rc=1
+  --expect-suites unit,integration,systemd,rxe,torch,demo || rc=1
 exit $rc
