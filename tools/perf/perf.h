@@ -1,0 +1,99 @@
+// SPDX-License-Identifier: Apache-2.0
+//
+// What gsync-perf's parts share (gsync_perf.cc: the command line and the
+// test bed; sweep.cc: the size sweep; workload.cc: the ResNet-50 workload;
+// common.cc: the ranks' connect and allreduce, the reports they send back).
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "gsync/gsync.h"
+#include "tools/common/procs.h"
+#include "tools/peers/launch.h"
+#include "tools/perf/codecs.h"
+#include "tools/perf/membw.h"
+
+namespace gsync::perf {
+
+using Clock = std::chrono::steady_clock;
+
+// A sample's barrier waits this long for every rank before the run fails
+// with the daemon's report of who is missing.
+constexpr int kBarrierTimeoutMs = 60000;
+
+// Where one rank runs: its host's daemon socket and its numbers.
+struct Place {
+  std::string socket;
+  int host = 0, rank = 0, local_rank = 0, local_size = 1;
+  std::vector<int> cpus;  // its host's CPUs on a pinned test bed, else empty
+  std::string admin;      // its host's admin socket, where known
+};
+
+struct Options {
+  std::string socket;
+  int ranks = 4;  // per host
+  int hosts = 1, racks = 1;
+  bool loopback = false, pin = false;
+  uint32_t uplink_mbit = 0;
+  std::string cluster, sockets, algo = "auto", compare;
+  std::vector<std::string> daemon_args;
+  std::vector<Place> places;  // by rank
+  std::vector<std::string> racks_of;  // rack per host
+  int world() const { return static_cast<int>(places.size()); }
+  uint64_t min_bytes = 4 << 10, max_bytes = 256 << 20;
+  int factor = 4;
+  std::string dtype = "float32", op = "sum";
+  int iters = 20, warmup = 5;
+  bool json_out = false;
+  std::string workload;
+  int steps = 10;
+  int dtype_id = GSYNC_FLOAT32, op_id = GSYNC_SUM;
+  // --compress, in order (one uncompressed run when none is given); when
+  // given, every op's bytes on the compressed hop are measured too.
+  std::vector<std::string> compress;
+  std::vector<CodecRun> codecs;
+  bool measure_wire() const { return !compress.empty() && hosts > 1; }
+};
+
+inline const std::map<std::string, int> kDtypes = {{"float32", GSYNC_FLOAT32}, {"float16", GSYNC_FLOAT16},
+                                            {"bfloat16", GSYNC_BFLOAT16}, {"float64", GSYNC_FLOAT64},
+                                            {"int32", GSYNC_INT32}};
+inline const std::map<std::string, int> kOps = {{"sum", GSYNC_SUM}, {"avg", GSYNC_AVG},
+                                         {"weighted_avg", GSYNC_WEIGHTED_AVG}, {"min", GSYNC_MIN},
+                                         {"max", GSYNC_MAX}};
+
+// Peer results in the same run, for the ratio columns.
+struct Peers {
+  peers::Result gloo, mpi;
+  double tcp_gbps = -1;
+  double uplink_gbps = -1;  // one plain TCP stream across a shaped uplink
+};
+
+// common.cc
+double median(std::vector<double> v);
+int connect(const Options& o, int rank, uint64_t arena, gsync_comm_t** comm);
+// In a rank process: allreduce and wait, or report why not.
+bool allreduce(gsync_comm_t* comm, uint64_t key, uint64_t step, void* buf, size_t count,
+               const Options& o, int rank, const gsync_compression_t* codec = nullptr);
+size_t fill_and_count_wrong(void* buf, size_t count, const Options& o, int rank, bool check);
+// Per line kind, the ranks' reports as rows of numbers.
+bool collect(const std::vector<tools::ChildResult>& res, const std::string& kind,
+             std::vector<std::vector<std::vector<double>>>* rows);
+double bus_factor(int n);
+std::string daemon_isa(const std::string& admin_socket);
+
+// sweep.cc
+int run_sweep(const Options& o, const MemoryReference& ref, const std::string& isa,
+              const Peers& peer);
+// The first host outside host 1's rack, or -1.
+int first_host_elsewhere(const Options& o);
+
+// workload.cc
+int run_workload(const Options& o);
+
+}  // namespace gsync::perf
