@@ -10,7 +10,6 @@ examples/ddp_breakdown.py builds on.
 """
 import json
 import os
-import socket
 import sys
 import tempfile
 import time
@@ -20,20 +19,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import torch_common as tc  # noqa: E402
 
 STEPS = 4
-
-
-def admin(path: str, command: str) -> dict:
-    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    s.connect(path)
-    s.sendall(command.encode() + b"\n")
-    data = b""
-    while True:
-        b = s.recv(1 << 16)
-        if not b:
-            break
-        data += b
-    s.close()
-    return json.loads(data)
 
 
 def main() -> None:
@@ -48,7 +33,7 @@ def main() -> None:
                              "--trace", str(out), *tc.SMALL_MODEL], timeout=180)
         print(cp.stdout + cp.stderr, end="")
         fails.check(cp.returncode == 0, f"training exited {cp.returncode}")
-        recent = {h.socket: admin(h.admin_socket, "ops")["recent"] for h in bed.hosts}
+        recent = {h.socket: tc.admin(h.admin_socket, "ops")["recent"] for h in bed.hosts}
     for f in sorted(out.glob("rank*.json")):
         t = json.loads(f.read_text())
         r = t["rank"]

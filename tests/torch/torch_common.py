@@ -4,6 +4,8 @@ python/ on sys.path, the example, and a small model's arguments."""
 from __future__ import annotations
 
 import importlib
+import json
+import socket
 import subprocess
 import sys
 import time
@@ -35,6 +37,21 @@ def require_testbed() -> None:
     from gsync.testbed import find_tool
     if not find_tool("GSYNC_TESTBED", "tools/testbed/gsync-testbed", "gsync-testbed"):
         skip("gsync-testbed not found (set GSYNC_TESTBED or build it)")
+
+
+def admin(path: str, command: str) -> dict:
+    """A daemon's admin report (gsyncctl's protocol: one line, JSON back)."""
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.connect(path)
+    s.sendall(command.encode() + b"\n")
+    data = b""
+    while True:
+        b = s.recv(1 << 16)
+        if not b:
+            break
+        data += b
+    s.close()
+    return json.loads(data)
 
 
 def run_example(args: Sequence[str], timeout: float) -> subprocess.CompletedProcess:
