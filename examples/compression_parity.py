@@ -7,8 +7,10 @@ Trains examples/train_ddp.py's MLP (a 10-class problem whose labels come
 from a fixed random linear teacher) with PyTorch DDP and gsync's hook on a
 test bed of hosts in separate racks (by default 2 hosts in 2 racks, so every
 gradient byte crosses a rack boundary, which is where a codec applies), once
-per codec and seed, from the same initial weights and data. After the last
-step rank 0 computes the loss over the whole data set (`--eval`). Per codec
+per codec and seed, from the same initial weights and data (131072 samples,
+10% of the labels random: the loss levels off at a floor well above zero,
+which the model cannot learn its way under). After the last step rank 0 computes the loss
+over the whole training set (`--eval`): how far the optimization got. Per codec
 it prints the mean of that loss over the seeds, its ratio to the
 uncompressed run's (`final_loss_ratio`), and the median step time.
 
@@ -43,7 +45,8 @@ def run_one(bed, args, codec: str, seed: int, env) -> dict:
            "--nproc", str(args.nproc), "--sockets", ",".join(bed.sockets),
            "--steps", str(args.steps), "--seed", str(seed), "--quiet", "--eval",
            "--din", str(args.din), "--hidden", str(args.hidden), "--layers", str(args.layers),
-           "--batch", str(args.batch), "--lr", str(args.lr), "--compression", codec]
+           "--batch", str(args.batch), "--lr", str(args.lr), "--compression", codec,
+           "--label-noise", str(args.label_noise), "--samples", str(args.samples)]
     out = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                          text=True, timeout=3600)
     if out.returncode != 0:
@@ -70,6 +73,11 @@ def main() -> int:
     p.add_argument("--layers", type=int, default=2)
     p.add_argument("--batch", type=int, default=64)
     p.add_argument("--lr", type=float, default=0.02)
+    p.add_argument("--samples", type=int, default=131072,
+                   help="training set size: large enough that the model cannot learn the "
+                        "random labels by heart, so the loss levels off")
+    p.add_argument("--label-noise", type=float, default=0.1,
+                   help="share of random labels: a loss floor, so losses compare")
     p.add_argument("--openblas", default="")
     p.add_argument("--json", action="store_true", help="one JSON object per codec")
     args = p.parse_args()
@@ -97,7 +105,7 @@ def main() -> int:
     base = statistics.mean(r["final_loss"] for r in results["none"])
     if not args.json:
         print(f"# {args.hosts} hosts in {args.racks} racks, {args.nproc} ranks, {args.steps} "
-              f"steps, {args.seeds} seeds; final loss over the whole data set")
+              f"steps, {args.seeds} seeds; final loss over the training set")
         print(f"{'codec':>18} {'final_loss':>12} {'ratio':>8} {'step_ms':>9}")
     for c in codecs:
         loss = statistics.mean(r["final_loss"] for r in results[c])

@@ -63,7 +63,10 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
                    help="gsync: how gradients cross between hosts (int8, fp16, bf16, topk:0.01, "
                         "...,noef; docs/compression.md)")
     p.add_argument("--eval", action="store_true",
-                   help="at the end, rank 0 prints the loss over the whole data set")
+                   help="at the end, rank 0 prints the loss over the whole training set")
+    p.add_argument("--samples", type=int, default=16384, help="training set size")
+    p.add_argument("--label-noise", type=float, default=0.0,
+                   help="share of labels replaced by random ones (a loss floor)")
     p.add_argument("--bench", action="store_true",
                    help="time gloo DDP, gsync DDP and no_sync (no communication) in one run")
     p.add_argument("--rounds", type=int, default=2, help="--bench: rounds of the phases")
@@ -93,12 +96,21 @@ def make_model(args: argparse.Namespace):
     return nn.Sequential(*layers)
 
 
-def make_shard(args: argparse.Namespace, rank: int, world: int, n_total: int = 16384):
+def make_shard(args: argparse.Namespace, rank: int, world: int, n_total: int = 0):
+    """Rank's shard of the training set. --label-noise replaces that share
+    of the labels with random ones, so the loss has a floor well above zero
+    and runs can be compared by it."""
     import torch
+    n_total = n_total or getattr(args, "samples", 16384)
     g = torch.Generator().manual_seed(args.seed + 1)
     x = torch.randn(n_total, args.din, generator=g)
     teacher = torch.randn(args.din, NCLS, generator=g)
     y = (x @ teacher).argmax(dim=1)
+    noise = getattr(args, "label_noise", 0.0)
+    if noise > 0:
+        gn = torch.Generator().manual_seed(args.seed + 3)
+        flip = torch.rand(n_total, generator=gn) < noise
+        y = torch.where(flip, torch.randint(0, NCLS, (n_total,), generator=gn), y)
     return x[rank::world].contiguous(), y[rank::world].contiguous()
 
 
@@ -193,8 +205,8 @@ def train_main(args: argparse.Namespace) -> int:
         print(f"# {args.steps} steps in {elapsed:.2f} s, {elapsed / args.steps * 1e3:.2f} ms/step, "
               f"final loss {losses[-1]:.6f}", flush=True)
     if rank == 0 and args.eval:
-        # The loss over every sample (all ranks' shards): one step's batch
-        # is too noisy to compare runs by.
+        # The loss over every rank's shard: one step's batch is too noisy
+        # to compare runs by.
         xa, ya = make_shard(args, 0, 1)
         with torch.no_grad():
             full = torch.nn.functional.cross_entropy(model.module(xa), ya).item()
