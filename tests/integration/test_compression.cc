@@ -16,6 +16,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "tests/integration/bed_util.h"
 #include "tests/integration/client_util.h"
 #include "tools/testbed/testbed.h"
 
@@ -29,24 +30,7 @@ struct Bed {
 };
 
 std::unique_ptr<testbed::Testbed> make_bed(const Bed& b) {
-  testbed::Options o;
-  o.rack_sizes = b.racks;
-  o.log_level = "info";
-  o.daemon_args = {"--op-timeout-ms", "30000", "--algo", b.algo};
-  std::unique_ptr<testbed::Testbed> bed;
-  Status st = testbed::Testbed::create(o, &bed);
-  EXPECT_TRUE(st) << st.message();
-  return bed;
-}
-
-struct Place {
-  int host, local_rank, local_size;
-};
-std::vector<Place> places(const std::vector<int>& per_host) {
-  std::vector<Place> out;
-  for (size_t h = 0; h < per_host.size(); h++)
-    for (int k = 0; k < per_host[h]; k++) out.push_back({int(h), k, per_host[h]});
-  return out;
+  return test::make_bed(b.racks, b.algo, 30000);
 }
 
 // Rank r's value i: dense in [-1, 1), or (sparse) nonzero at one index in

@@ -29,6 +29,7 @@
 #include "daemon/cluster/messages.h"
 #include "daemon/transport/transport.h"
 #include "gsync_build_config.h"
+#include "tests/integration/bed_util.h"
 #include "tests/integration/client_util.h"
 #include "tools/testbed/testbed.h"
 
@@ -44,26 +45,7 @@ struct Layout {
 };
 
 std::unique_ptr<testbed::Testbed> make_bed(const Layout& l, std::vector<std::string> extra = {}) {
-  testbed::Options o;
-  o.rack_sizes = l.racks;
-  o.log_level = "info";
-  o.daemon_args = {"--op-timeout-ms", "20000", "--algo", l.algo.empty() ? "auto" : l.algo};
-  o.daemon_args.insert(o.daemon_args.end(), extra.begin(), extra.end());
-  std::unique_ptr<testbed::Testbed> bed;
-  Status st = testbed::Testbed::create(o, &bed);
-  EXPECT_TRUE(st) << st.message();
-  return bed;
-}
-
-// Rank placement: global rank -> (host, local rank, local size).
-struct Place {
-  int host, local_rank, local_size;
-};
-std::vector<Place> places(const std::vector<int>& per_host) {
-  std::vector<Place> out;
-  for (size_t h = 0; h < per_host.size(); h++)
-    for (int k = 0; k < per_host[h]; k++) out.push_back({int(h), k, per_host[h]});
-  return out;
+  return test::make_bed(l.racks, l.algo, 20000, std::move(extra));
 }
 
 // What these tests wait on instead of sleeping: the daemons' own reports.

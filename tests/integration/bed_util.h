@@ -1,0 +1,46 @@
+// SPDX-License-Identifier: Apache-2.0
+//
+// What the multi-host integration tests share: a test bed of racks of the
+// given sizes (tools/testbed), and where each global rank runs on it.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tools/testbed/testbed.h"
+
+namespace gsync::test {
+
+// A test bed with racks of these sizes, daemons with this algorithm and op
+// timeout (and extra arguments); null, with a test failure, if it cannot
+// be built.
+inline std::unique_ptr<testbed::Testbed> make_bed(const std::vector<int>& racks,
+                                                  const std::string& algo, int op_timeout_ms,
+                                                  std::vector<std::string> extra = {}) {
+  testbed::Options o;
+  o.rack_sizes = racks;
+  o.log_level = "info";
+  o.daemon_args = {"--op-timeout-ms", std::to_string(op_timeout_ms), "--algo",
+                   algo.empty() ? "auto" : algo};
+  o.daemon_args.insert(o.daemon_args.end(), extra.begin(), extra.end());
+  std::unique_ptr<testbed::Testbed> bed;
+  Status st = testbed::Testbed::create(o, &bed);
+  EXPECT_TRUE(st) << st.message();
+  return bed;
+}
+
+// Rank placement: global rank -> (host, local rank, local size).
+struct Place {
+  int host, local_rank, local_size;
+};
+inline std::vector<Place> places(const std::vector<int>& per_host) {
+  std::vector<Place> out;
+  for (size_t h = 0; h < per_host.size(); h++)
+    for (int k = 0; k < per_host[h]; k++) out.push_back({int(h), k, per_host[h]});
+  return out;
+}
+
+}  // namespace gsync::test
