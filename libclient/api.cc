@@ -52,6 +52,35 @@ int null_arg(const char* api, const char* what) {
   return gc::fail(GSYNC_ERR_INVALID, gc::format("%s: %s is NULL", api, what));
 }
 
+int submit(gsync_comm_t* comm, const gc::OpArgs& args, gsync_request_t** req);
+
+// Both allreduce entry points: o holds every option, defaults filled.
+int allreduce(const char* api, gsync_comm_t* comm, uint64_t key, uint64_t step, void* buf,
+              size_t count, int dtype, int op, const gsync_allreduce_opts_t& o,
+              gsync_request_t** req) {
+  return guarded(api, [&] {
+    gsync::proto::Compression c;
+    const bool own = o.compression.codec != GSYNC_CODEC_JOB;
+    if (own) {
+      std::string where = std::string(api) + ": opts.compression";
+      if (int rc = gc::compression_from_public(o.compression, where.c_str(), &c); rc != GSYNC_OK)
+        return rc;
+    }
+    const gc::OpArgs args{.api = api,
+                          .opcode = gsync::proto::Opcode::kAllreduce,
+                          .key = key,
+                          .step = step,
+                          .buf = buf,
+                          .count = count,
+                          .dtype = dtype,
+                          .redop = op,
+                          .weight = o.weight,
+                          .timeout_ms = o.timeout_ms,
+                          .compress = own ? &c : nullptr};
+    return submit(comm, args, req);
+  });
+}
+
 int submit(gsync_comm_t* comm, const gc::OpArgs& args, gsync_request_t** req) {
   if (req == nullptr) return null_arg(args.api, "req");
   *req = nullptr;
@@ -183,18 +212,10 @@ int gsync_arena_info(gsync_comm_t* comm, size_t* capacity, size_t* free_bytes) {
 
 int gsync_allreduce(gsync_comm_t* comm, uint64_t key, uint64_t step, void* buf, size_t count,
                     int dtype, int op, double weight, gsync_request_t** req) {
-  return guarded("gsync_allreduce", [&] {
-    const gc::OpArgs args{.api = "gsync_allreduce",
-                          .opcode = gsync::proto::Opcode::kAllreduce,
-                          .key = key,
-                          .step = step,
-                          .buf = buf,
-                          .count = count,
-                          .dtype = dtype,
-                          .redop = op,
-                          .weight = weight};
-    return submit(comm, args, req);
-  });
+  gsync_allreduce_opts_t o;
+  gsync_allreduce_opts_init(&o);
+  o.weight = weight;
+  return allreduce("gsync_allreduce", comm, key, step, buf, count, dtype, op, o, req);
 }
 
 int gsync_allreduce_ex(gsync_comm_t* comm, uint64_t key, uint64_t step, void* buf, size_t count,
@@ -214,26 +235,7 @@ int gsync_allreduce_ex(gsync_comm_t* comm, uint64_t key, uint64_t step, void* bu
                                    opts->struct_size, sizeof(gsync_allreduce_opts_t)));
       std::memcpy(&o, opts, std::min<size_t>(opts->struct_size, sizeof o));
     }
-    gsync::proto::Compression c;
-    const bool own = o.compression.codec != GSYNC_CODEC_JOB;
-    if (own) {
-      if (int rc = gc::compression_from_public(o.compression, "gsync_allreduce_ex: opts.compression",
-                                               &c);
-          rc != GSYNC_OK)
-        return rc;
-    }
-    const gc::OpArgs args{.api = "gsync_allreduce_ex",
-                          .opcode = gsync::proto::Opcode::kAllreduce,
-                          .key = key,
-                          .step = step,
-                          .buf = buf,
-                          .count = count,
-                          .dtype = dtype,
-                          .redop = op,
-                          .weight = o.weight,
-                          .timeout_ms = o.timeout_ms,
-                          .compress = own ? &c : nullptr};
-    return submit(comm, args, req);
+    return allreduce("gsync_allreduce_ex", comm, key, step, buf, count, dtype, op, o, req);
   });
 }
 
