@@ -48,6 +48,20 @@ def find_openblas(explicit: str) -> str:
     return ""
 
 
+def openblas_env(explicit: str) -> dict:
+    """os.environ with OpenBLAS (one thread) in front of the system BLAS
+    when it is found; said on stderr when it is not."""
+    env = dict(os.environ)
+    blas = find_openblas(explicit)
+    if blas:
+        env["LD_LIBRARY_PATH"] = blas + (":" + env["LD_LIBRARY_PATH"]
+                                         if env.get("LD_LIBRARY_PATH") else "")
+        env["OPENBLAS_NUM_THREADS"] = "1"
+    else:
+        print("OpenBLAS not found; timing with the system BLAS", file=sys.stderr)
+    return env
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description="gloo vs gsync DDP step time on the test bed")
     p.add_argument("--hosts", type=int, default=1)
@@ -66,14 +80,7 @@ def main() -> int:
     p.add_argument("model_args", nargs="*", help="more train_ddp.py arguments (after --)")
     args = p.parse_args()
 
-    env = dict(os.environ)
-    blas = find_openblas(args.openblas)
-    if blas:
-        env["LD_LIBRARY_PATH"] = blas + (":" + env["LD_LIBRARY_PATH"]
-                                         if env.get("LD_LIBRARY_PATH") else "")
-        env["OPENBLAS_NUM_THREADS"] = "1"
-    else:
-        print("bench_ddp: OpenBLAS not found; timing with the system BLAS", file=sys.stderr)
+    env = openblas_env(args.openblas)
     with Testbed(hosts=args.hosts, racks=1, daemon_args=args.daemon_arg) as bed:
         cmd = [sys.executable, str(REPO / "examples" / "train_ddp.py"), "--bench",
                "--nproc", str(args.nproc), "--sockets", ",".join(bed.sockets),

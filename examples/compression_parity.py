@@ -35,7 +35,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "python"))
 
 from gsync.testbed import Testbed  # noqa: E402
-from bench_ddp import find_openblas  # noqa: E402
+from bench_ddp import openblas_env  # noqa: E402
 
 DEFAULT_CODECS = ["none", "int8", "topk:0.01", "topk:0.01,noef"]
 
@@ -85,12 +85,7 @@ def main() -> int:
     if "none" not in codecs:
         codecs = ["none"] + codecs
 
-    env = dict(os.environ)
-    blas = find_openblas(args.openblas)
-    if blas:
-        env["LD_LIBRARY_PATH"] = blas + (":" + env["LD_LIBRARY_PATH"]
-                                         if env.get("LD_LIBRARY_PATH") else "")
-        env["OPENBLAS_NUM_THREADS"] = "1"
+    env = openblas_env(args.openblas)
     results = {c: [] for c in codecs}
     with Testbed(hosts=args.hosts, racks=args.racks, uplink_mbit=args.uplink_mbit) as bed:
         # Seeds outermost: each seed's codecs run back to back, so a slow
