@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "gsync/gsync.h"
 #include "tools/testbed/testbed.h"
 
 namespace gsync::test {
@@ -41,6 +42,24 @@ inline std::vector<Place> places(const std::vector<int>& per_host) {
   for (size_t h = 0; h < per_host.size(); h++)
     for (int k = 0; k < per_host[h]; k++) out.push_back({int(h), k, per_host[h]});
   return out;
+}
+
+// Connects global rank `rank` of job to its host's daemon, as p places it.
+inline int connect_place(const testbed::Testbed& bed, const std::string& job,
+                         const std::vector<Place>& p, int rank, gsync_comm_t** comm,
+                         uint64_t arena = 0, uint32_t timeout_ms = 0) {
+  gsync_config_t cfg;
+  gsync_config_init(&cfg);
+  std::string sock = bed.socket(p[size_t(rank)].host);
+  cfg.socket_path = sock.c_str();
+  cfg.job_id = job.c_str();
+  cfg.world_size = static_cast<int>(p.size());
+  cfg.rank = rank;
+  cfg.local_rank = p[size_t(rank)].local_rank;
+  cfg.local_size = p[size_t(rank)].local_size;
+  cfg.arena_bytes = arena;
+  cfg.timeout_ms = timeout_ms;
+  return gsync_connect(&cfg, comm);
 }
 
 }  // namespace gsync::test

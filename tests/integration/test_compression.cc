@@ -60,17 +60,8 @@ struct Codec {
 // <hash>" for each so the parent can compare ranks.
 int run_rank(const testbed::Testbed& bed, const std::string& job, const std::vector<Place>& p,
              int rank, const std::vector<Codec>& codecs, const std::vector<size_t>& counts) {
-  gsync_config_t cfg;
-  gsync_config_init(&cfg);
-  std::string sock = bed.socket(p[size_t(rank)].host);
-  cfg.socket_path = sock.c_str();
-  cfg.job_id = job.c_str();
-  cfg.world_size = static_cast<int>(p.size());
-  cfg.rank = rank;
-  cfg.local_rank = p[size_t(rank)].local_rank;
-  cfg.local_size = p[size_t(rank)].local_size;
   gsync_comm_t* comm;
-  RANK_CHECK(gsync_connect(&cfg, &comm) == 0, "{}", gsync_last_error());
+  RANK_CHECK(connect_place(bed, job, p, rank, &comm) == 0, "{}", gsync_last_error());
   size_t most = *std::max_element(counts.begin(), counts.end());
   void* mem;
   RANK_CHECK(gsync_alloc(comm, most * 4, &mem) == 0, "{}", gsync_last_error());

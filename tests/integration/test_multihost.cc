@@ -63,22 +63,6 @@ uint64_t bytes_sent_to(const testbed::Testbed& bed, int h, int to) {
   return 0;
 }
 
-int connect_place(const testbed::Testbed& bed, const std::string& job, const std::vector<Place>& p,
-                  int rank, gsync_comm_t** comm, uint64_t arena = 0, uint32_t timeout_ms = 0) {
-  gsync_config_t cfg;
-  gsync_config_init(&cfg);
-  std::string sock = bed.socket(p[size_t(rank)].host);
-  cfg.socket_path = sock.c_str();
-  cfg.job_id = job.c_str();
-  cfg.world_size = static_cast<int>(p.size());
-  cfg.rank = rank;
-  cfg.local_rank = p[size_t(rank)].local_rank;
-  cfg.local_size = p[size_t(rank)].local_size;
-  cfg.arena_bytes = arena;
-  cfg.timeout_ms = timeout_ms;
-  return gsync_connect(&cfg, comm);
-}
-
 // Connects rank `rank` of job and allocates 1024 floats in its arena; null
 // (after reporting why) when either fails.
 float* connect_small(const testbed::Testbed& bed, const std::string& job, const std::vector<Place>& p,
