@@ -20,6 +20,7 @@
 #include "libclient/format.h"
 #include "libclient/connect.h"
 #include "protocol/compression.h"
+#include "protocol/ps.h"
 #include "protocol/wire.h"
 
 namespace gc = gsync::client;
@@ -53,6 +54,21 @@ int null_arg(const char* api, const char* what) {
 }
 
 int submit(gsync_comm_t* comm, const gc::OpArgs& args, gsync_request_t** req);
+
+// An options struct the caller may have built against an older header:
+// its fields up to its struct_size over the defaults in *out.
+template <class T>
+int copy_opts(const char* api, const T* opts, T* out) {
+  if (opts == nullptr) return GSYNC_OK;
+  if (opts->struct_size < sizeof(uint32_t) * 2 || opts->struct_size > 4096)
+    return gc::fail(GSYNC_ERR_INVALID,
+                    gc::format("%s: opts->struct_size is %u, expected %zu; initialize the options "
+                               "with their _init function",
+                               api, opts->struct_size, sizeof(T)));
+  std::memcpy(static_cast<void*>(out), opts, std::min<size_t>(opts->struct_size, sizeof(T)));
+  out->struct_size = sizeof(T);
+  return GSYNC_OK;
+}
 
 // Both allreduce entry points: o holds every option, defaults filled.
 int allreduce(const char* api, gsync_comm_t* comm, uint64_t key, uint64_t step, void* buf,
@@ -122,6 +138,7 @@ void config_init(gsync_config_t* cfg, size_t size) {
   c.compression.codec = GSYNC_CODEC_NONE;
   c.compression.hops = GSYNC_HOPS_CROSS_RACK;
   c.compression.error_feedback = 1;
+  c.sync_mode = GSYNC_SYNC_BSP;
   std::memcpy(static_cast<void*>(cfg), &c, size);
 }
 constexpr size_t kConfigSize01 = offsetof(gsync_config_t, timeout_ms) + sizeof(uint32_t);
@@ -237,6 +254,100 @@ int gsync_allreduce_ex(gsync_comm_t* comm, uint64_t key, uint64_t step, void* bu
     }
     return allreduce("gsync_allreduce_ex", comm, key, step, buf, count, dtype, op, o, req);
   });
+}
+
+void gsync_ps_opts_init(gsync_ps_opts_t* opts) {
+  if (opts == nullptr) return;
+  const gsync::proto::PsOptions d;
+  *opts = gsync_ps_opts_t{};
+  opts->struct_size = sizeof(gsync_ps_opts_t);
+  opts->optimizer = GSYNC_OPT_SGD;
+  opts->lr = d.lr;
+  opts->momentum = d.momentum;
+  opts->weight_decay = d.weight_decay;
+  opts->beta1 = d.beta1;
+  opts->beta2 = d.beta2;
+  opts->eps = d.eps;
+}
+
+void gsync_push_opts_init(gsync_push_opts_t* opts) {
+  if (opts == nullptr) return;
+  *opts = gsync_push_opts_t{};
+  opts->struct_size = sizeof(gsync_push_opts_t);
+  opts->weight = 1.0;
+}
+
+int gsync_ps_declare(gsync_comm_t* comm, uint64_t key, void* buf, size_t count, int dtype,
+                     const gsync_ps_opts_t* opts, gsync_request_t** req) {
+  return guarded("gsync_ps_declare", [&] {
+    gsync_ps_opts_t o;
+    gsync_ps_opts_init(&o);
+    if (int rc = copy_opts("gsync_ps_declare", opts, &o); rc != GSYNC_OK) return rc;
+    gsync::proto::PsOptions ps;
+    if (!gsync::proto::optimizer_from_wire(o.optimizer, &ps.optimizer))
+      return gc::fail(GSYNC_ERR_INVALID,
+                      gc::format("gsync_ps_declare: opts.optimizer %d is not a gsync_optimizer_t",
+                                 o.optimizer));
+    ps.lr = o.lr;
+    ps.momentum = o.momentum;
+    ps.weight_decay = o.weight_decay;
+    ps.beta1 = o.beta1;
+    ps.beta2 = o.beta2;
+    ps.eps = o.eps;
+    const gc::OpArgs args{.api = "gsync_ps_declare",
+                          .opcode = gsync::proto::Opcode::kPsDeclare,
+                          .key = key,
+                          .step = gsync::proto::kDeclareStep,
+                          .buf = buf,
+                          .count = count,
+                          .dtype = dtype,
+                          .ps = &ps};
+    return submit(comm, args, req);
+  });
+}
+
+namespace {
+int ps_op(const char* api, gsync::proto::Opcode opcode, gsync_comm_t* comm, uint64_t key,
+          uint64_t clock, void* buf, size_t count, int dtype, const gsync_push_opts_t* opts,
+          gsync_request_t** req) {
+  return guarded(api, [&] {
+    gsync_push_opts_t o;
+    gsync_push_opts_init(&o);
+    if (int rc = copy_opts(api, opts, &o); rc != GSYNC_OK) return rc;
+    if (clock >= gsync::proto::kDeclareStep)
+      return gc::fail(GSYNC_ERR_INVALID, gc::format("%s: clock %llu is out of range", api,
+                                                    static_cast<unsigned long long>(clock)));
+    const gc::OpArgs args{.api = api,
+                          .opcode = opcode,
+                          .key = key,
+                          .step = clock,
+                          .buf = buf,
+                          .count = count,
+                          .dtype = dtype,
+                          .weight = o.weight,
+                          .timeout_ms = o.timeout_ms,
+                          .lr = o.lr};
+    return submit(comm, args, req);
+  });
+}
+}  // namespace
+
+int gsync_ps_push(gsync_comm_t* comm, uint64_t key, uint64_t clock, void* grad, size_t count,
+                  int dtype, const gsync_push_opts_t* opts, gsync_request_t** req) {
+  return ps_op("gsync_ps_push", gsync::proto::Opcode::kPush, comm, key, clock, grad, count, dtype,
+               opts, req);
+}
+
+int gsync_ps_pull(gsync_comm_t* comm, uint64_t key, uint64_t clock, void* out, size_t count,
+                  int dtype, gsync_request_t** req) {
+  return ps_op("gsync_ps_pull", gsync::proto::Opcode::kPull, comm, key, clock, out, count, dtype,
+               nullptr, req);
+}
+
+int gsync_ps_push_pull(gsync_comm_t* comm, uint64_t key, uint64_t clock, void* buf, size_t count,
+                       int dtype, const gsync_push_opts_t* opts, gsync_request_t** req) {
+  return ps_op("gsync_ps_push_pull", gsync::proto::Opcode::kPushPull, comm, key, clock, buf, count,
+               dtype, opts, req);
 }
 
 int gsync_broadcast(gsync_comm_t* comm, uint64_t key, uint64_t step, void* buf, size_t count,

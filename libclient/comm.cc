@@ -18,6 +18,7 @@
 #include "libclient/error.h"
 #include "libclient/format.h"
 #include "protocol/compression.h"
+#include "protocol/ps.h"
 
 namespace gsync::client {
 namespace {
@@ -225,6 +226,19 @@ int Session::validate(const OpArgs& a, bool* zero_copy, uint64_t* bytes) const {
       return bad(format("weight %g must be finite and >= 0 for GSYNC_WEIGHTED_AVG", a.weight));
     }
   }
+  if (proto::is_ps(a.opcode)) {
+    if (dtype != proto::DType::kF32 && dtype != proto::DType::kF16 && dtype != proto::DType::kBF16)
+      return bad(format("dtype %s: the parameter server keeps float32, float16 and bfloat16",
+                        proto::name(dtype)));
+    if (a.count == 0) return bad("count is 0");
+    if ((a.opcode == proto::Opcode::kPush || a.opcode == proto::Opcode::kPushPull) &&
+        !(std::isfinite(a.weight) && a.weight > 0))
+      return bad(format("opts.weight %g must be finite and > 0", a.weight));
+    if (!(std::isfinite(a.lr) && a.lr >= 0))
+      return bad(format("opts.lr %g must be finite and >= 0 (0: the declared one)", a.lr));
+    if (a.ps != nullptr)
+      if (std::string why = proto::check(*a.ps); !why.empty()) return bad("opts." + why);
+  }
   if (a.opcode == proto::Opcode::kBroadcast && (a.root < 0 || a.root >= params_.world_size)) {
     return bad(
         format("root %d is not a rank of the job (world_size %d)", a.root, params_.world_size));
@@ -258,7 +272,9 @@ int Session::validate(const OpArgs& a, bool* zero_copy, uint64_t* bytes) const {
     return bad(
         format("buffer %p in the arena is not aligned to its %zu-byte elements", a.buf, elem));
   }
-  *zero_copy = inside;
+  // A declaration always goes through a staging block: its options take
+  // the 64 bytes before its tensor.
+  *zero_copy = inside && a.opcode != proto::Opcode::kPsDeclare;
   *bytes = n;
   return GSYNC_OK;
 }
@@ -318,7 +334,8 @@ int Session::submit(const OpArgs& a, std::shared_ptr<RequestState>* out) {
                  static_cast<unsigned long long>(a.step), context().c_str()));
     }
   } else if (bytes > 0) {
-    const auto staging = allocator_.allocate(bytes);
+    const uint64_t skip = a.opcode == proto::Opcode::kPsDeclare ? sizeof(proto::PsDeclareHeader) : 0;
+    const auto staging = allocator_.allocate(bytes + skip);
     if (!staging) {
       return fail(GSYNC_ERR_NOMEM,
                   format("%s: no room to stage key %llu step %llu through the arena: %s; "
@@ -327,11 +344,16 @@ int Session::submit(const OpArgs& a, std::shared_ptr<RequestState>* out) {
                          static_cast<unsigned long long>(a.step),
                          allocator_.exhaustion_message(bytes).c_str(), context().c_str()));
     }
-    offset = *staging;
+    offset = *staging + skip;
     st->staging_held = true;
-    st->staging_offset = offset;
+    st->staging_offset = *staging;
+    st->data_skip = skip;
     st->bytes = bytes;
     st->user_buf = a.buf;
+    if (a.ps != nullptr) {
+      const proto::PsDeclareHeader h = proto::to_header(*a.ps);
+      std::memcpy(arena_ + *staging, &h, sizeof h);
+    }
     // A broadcast overwrites every rank's buffer with the root's: only the
     // root's data needs to go in, and only the others' needs to come out.
     const bool is_root = a.opcode == proto::Opcode::kBroadcast && a.root == params_.rank;
@@ -382,14 +404,19 @@ int Session::publish_locked(const OpArgs& a, const std::shared_ptr<RequestState>
   e.step = a.step;
   e.offset = offset;
   e.count = a.count;
-  e.weight = a.redop == proto::wire(proto::RedOp::kWeightedAvg) ? a.weight : 0.0;
+  const bool pushes = a.opcode == proto::Opcode::kPush || a.opcode == proto::Opcode::kPushPull;
+  e.weight = pushes || (a.opcode == proto::Opcode::kAllreduce &&
+                        a.redop == proto::wire(proto::RedOp::kWeightedAvg))
+                 ? a.weight
+                 : 0.0;
   e.timeout_ms = a.timeout_ms;
   // dtype and redop were checked against the vocabulary by validate().
   e.opcode = proto::wire(a.opcode);
   e.dtype = static_cast<uint8_t>(a.dtype);
-  e.redop = static_cast<uint8_t>(a.redop);
+  e.redop = proto::is_ps(a.opcode) ? 0 : static_cast<uint8_t>(a.redop);
   proto::to_entry(compression_of(a), &e.compress, &e.compress_arg);
-  e.root = a.root;
+  if (pushes && a.lr > 0) std::memcpy(&e.compress_arg, &a.lr, sizeof a.lr);
+  e.root = proto::is_ps(a.opcode) ? 0 : a.root;
   std::memcpy(static_cast<void*>(&sq_[sq_tail_ & sq_mask_]), &e, sizeof(e));
   ++sq_tail_;
   // Release: the entry and the tensor data (written by this thread, or by
@@ -523,7 +550,7 @@ int Session::finish(RequestState& st, std::unique_lock<std::mutex>& lk) {
     // block stays allocated (staging_held) until the copy is done.
     st.copy_out_pending = false;
     void* dst = st.user_buf;
-    const char* src = arena_ + st.staging_offset;
+    const char* src = arena_ + st.staging_offset + st.data_skip;
     const size_t n = st.bytes;
     lk.unlock();
     std::memcpy(dst, src, n);

@@ -48,6 +48,10 @@ struct OpArgs {
   // An allreduce's compression (checked, defaults filled); nullptr: the
   // job's, where it applies (float32 sum, avg or weighted_avg).
   const proto::Compression* compress = nullptr;
+  // Parameter-server ops: a declaration's options (checked), a push's
+  // learning rate (0: the declared one).
+  const proto::PsOptions* ps = nullptr;
+  float lr = 0;
 };
 
 class Session {

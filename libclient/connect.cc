@@ -17,6 +17,7 @@
 #include "libclient/error.h"
 #include "libclient/format.h"
 #include "protocol/compression.h"
+#include "protocol/ps.h"
 #include "protocol/wire.h"
 
 namespace gsync::client {
@@ -83,6 +84,7 @@ int send_hello(const ConnectParams& p, int sock) {
   hello.local_size = p.local_size;
   hello.arena_bytes = p.arena_bytes;
   hello.timeout_ms = p.timeout_ms;
+  hello.sync = p.sync;
   ssize_t n;
   do {
     n = ::send(sock, &hello, sizeof(hello), MSG_NOSIGNAL);
@@ -361,6 +363,22 @@ int parse_config(const gsync_config_t* cfg, ConnectParams* out) {
                                          &p.compression);
         rc != GSYNC_OK)
       return rc;
+  }
+  if (cfg->struct_size >= offsetof(gsync_config_t, staleness) + sizeof(uint32_t)) {
+    proto::Sync sync;
+    if (!proto::sync_from_wire(cfg->sync_mode, &sync.mode))
+      return fail(GSYNC_ERR_INVALID, format("gsync_connect: cfg.sync_mode %d is not a "
+                                            "gsync_sync_mode_t (GSYNC_SYNC_BSP .. GSYNC_SYNC_SSP)",
+                                            cfg->sync_mode));
+    if (sync.mode == proto::SyncMode::kSsp) sync.staleness = cfg->staleness;
+    if (sync.mode != proto::SyncMode::kSsp && cfg->staleness != 0)
+      return fail(GSYNC_ERR_INVALID, format("gsync_connect: cfg.staleness %u with sync mode %s "
+                                            "(GSYNC_SYNC_SSP only)",
+                                            cfg->staleness, proto::name(sync.mode)));
+    if (sync.staleness > proto::kMaxStaleness)
+      return fail(GSYNC_ERR_INVALID, format("gsync_connect: cfg.staleness %u is over %u",
+                                            cfg->staleness, proto::kMaxStaleness));
+    p.sync = proto::to_wire(sync);
   }
   if (const char* env = std::getenv("GSYNC_COMPRESSION"); env != nullptr && *env != '\0') {
     if (std::string why = proto::parse(env, &p.compression); !why.empty())

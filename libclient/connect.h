@@ -29,6 +29,7 @@ struct ConnectParams {
   // The job's compression (cfg.compression or $GSYNC_COMPRESSION), with
   // its defaults filled; applied to the allreduces it can apply to.
   proto::Compression compression;
+  uint32_t sync = 0;  // the job's sync mode, as the hello carries it (protocol/ps.h)
 };
 
 // The static part of ShmHeader, read once and checked: the client never

@@ -33,6 +33,7 @@ struct RequestState {
   // outside the session lock, not in whichever thread drains the ring.
   bool staging_held = false;
   uint64_t staging_offset = 0;
+  uint64_t data_skip = 0;  // the tensor's place in the block (a declaration's options come first)
   uint64_t bytes = 0;
   void* user_buf = nullptr;
   bool copy_out = false;          // broadcast roots need none

@@ -19,7 +19,18 @@
 
 namespace gsync::proto {
 
-enum class Opcode : uint8_t { kAllreduce = 1, kBroadcast = 2, kBarrier = 3 };
+// The parameter-server ops (protocol/ps.h, docs/parameter-server.md): a
+// tensor declared once, then pushes of gradients and pulls of parameters.
+enum class Opcode : uint8_t {
+  kAllreduce = 1,
+  kBroadcast = 2,
+  kBarrier = 3,
+  kPsDeclare = 4,
+  kPush = 5,
+  kPull = 6,
+  kPushPull = 7,
+};
+constexpr bool is_ps(Opcode o) { return o >= Opcode::kPsDeclare && o <= Opcode::kPushPull; }
 enum class DType : uint8_t { kF32 = 0, kF16 = 1, kBF16 = 2, kF64 = 3, kI32 = 4 };
 enum class RedOp : uint8_t { kSum = 0, kAvg = 1, kWeightedAvg = 2, kMin = 3, kMax = 4 };
 // How fp32 gradients cross between hosts (docs/compression.md).
@@ -51,7 +62,7 @@ constexpr uint8_t wire(Codec v) { return static_cast<uint8_t>(v); }
 // A byte from the wire (or an int from the C API); false for a value that
 // names nothing, and *out is left alone.
 constexpr bool opcode_from_wire(int v, Opcode* out) {
-  if (v < 1 || v > 3) return false;
+  if (v < 1 || v > 7) return false;
   *out = static_cast<Opcode>(v);
   return true;
 }
@@ -77,6 +88,10 @@ constexpr const char* name(Opcode v) {
     case Opcode::kAllreduce: return "allreduce";
     case Opcode::kBroadcast: return "broadcast";
     case Opcode::kBarrier: return "barrier";
+    case Opcode::kPsDeclare: return "ps_declare";
+    case Opcode::kPush: return "push";
+    case Opcode::kPull: return "pull";
+    case Opcode::kPushPull: return "push_pull";
   }
   return "unknown-op";
 }
@@ -192,6 +207,30 @@ struct Compression {
   }
 };
 
+// The optimizer a parameter server applies to its shard (protocol/ps.h).
+enum class Optimizer : uint8_t { kSgd = 0, kAdam = 1, kAdamW = 2 };
+constexpr const char* name(Optimizer o) {
+  switch (o) {
+    case Optimizer::kSgd: return "sgd";
+    case Optimizer::kAdam: return "adam";
+    case Optimizer::kAdamW: return "adamw";
+  }
+  return "unknown-optimizer";
+}
+constexpr bool optimizer_from_wire(int v, Optimizer* out) {
+  if (v < 0 || v > 2) return false;
+  *out = static_cast<Optimizer>(v);
+  return true;
+}
+
+// A parameter's options (protocol/ps.h: their rules and their place in
+// a declaration).
+struct PsOptions {
+  Optimizer optimizer = Optimizer::kSgd;
+  float lr = 0.01f, momentum = 0, weight_decay = 0, beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f;
+  bool operator==(const PsOptions&) const = default;
+};
+
 // What every rank and every host of an op must agree on before any data
 // moves.
 struct OpShape {
@@ -201,6 +240,10 @@ struct OpShape {
   uint64_t count = 0;  // elements; 0 for a barrier
   int32_t root = -1;   // broadcast: the root's rank
   Compression compress;  // allreduce of float32 between hosts
+  // Parameter-server ops: a declaration's options; a push's learning rate
+  // (0: the declared one).
+  PsOptions ps;
+  float lr = 0;
   size_t elem() const { return dtype_size(dtype); }
   uint64_t bytes() const { return count * elem(); }
   bool operator==(const OpShape&) const = default;

@@ -17,7 +17,8 @@ namespace gsync::proto {
 // Bumped on any change of the structs below. The first two fields of
 // HelloRequest and HelloReply (magic, version) never move, so peers of any
 // version can read each other's version and name both in the refusal.
-// 3: SubmitEntry's flags and reserved became compress and compress_arg.
+// 3: SubmitEntry's flags and reserved became compress and compress_arg;
+//    HelloRequest's reserved became sync; the parameter-server opcodes.
 constexpr uint32_t kVersion = 3;
 constexpr uint32_t kHelloMagic = 0x4e595347;  // "GSYN"
 constexpr uint32_t kShmMagic = 0x4d485347;    // "GSHM"
@@ -35,7 +36,7 @@ struct HelloRequest {
   int32_t local_size;
   uint64_t arena_bytes;  // 0: daemon default
   uint32_t timeout_ms;   // 0: daemon default
-  uint32_t reserved;
+  uint32_t sync;         // the job's sync mode (protocol/ps.h to_wire); 0: bsp
 };
 static_assert(sizeof(HelloRequest) == 104);
 

@@ -4,6 +4,8 @@
 // submission entry copied out of shared memory (the client can write
 // anything there), and the agreement of every rank of an op on its shape.
 #include <cmath>
+#include <cstring>
+#include <functional>
 
 #include <fmt/format.h>
 
@@ -11,6 +13,7 @@
 #include "daemon/jobs/admission.h"
 #include "daemon/jobs/job_manager.h"
 #include "protocol/compression.h"
+#include "protocol/ps.h"
 
 namespace gsync {
 
@@ -26,6 +29,14 @@ std::string shape_of(const proto::OpShape& s) {
                          s.compress.on() ? ", compressed " + proto::describe(s.compress) : "");
     case proto::Opcode::kBroadcast:
       return fmt::format("broadcast of {} {} from rank {}", s.count, proto::name(s.dtype), s.root);
+    case proto::Opcode::kPsDeclare:
+      return fmt::format("declaration of {} {} ({})", s.count, proto::name(s.dtype),
+                         proto::describe(s.ps));
+    case proto::Opcode::kPush:
+    case proto::Opcode::kPull:
+    case proto::Opcode::kPushPull:
+      return fmt::format("{} of {} {}{}", proto::name(s.opcode), s.count, proto::name(s.dtype),
+                         s.lr > 0 ? fmt::format(" (lr {})", s.lr) : "");
     case proto::Opcode::kBarrier:
       break;
   }
@@ -33,21 +44,79 @@ std::string shape_of(const proto::OpShape& s) {
 }
 }  // namespace
 
+namespace {
+using Bad = std::function<Status(int, const std::string&)>;
+
+// The tensor's bytes lie inside the arena (offset + bytes cannot wrap).
+Status check_range(const proto::SubmitEntry& e, uint64_t arena_bytes, const Bad& bad,
+                   const proto::OpShape& shape, uint64_t* bytes) {
+  size_t elem = proto::dtype_size(shape.dtype);
+  if (e.count > (uint64_t{1} << 48) / elem)
+    return bad(GSYNC_ERR_PROTOCOL, fmt::format("count {} is absurd", e.count));
+  *bytes = e.count * elem;
+  if (e.offset > arena_bytes || *bytes > arena_bytes - e.offset)
+    return bad(GSYNC_ERR_PROTOCOL,
+               fmt::format("tensor at arena offset {} of {} bytes ends past the {}-byte arena",
+                           e.offset, *bytes, arena_bytes));
+  return Status::ok();
+}
+
+// A parameter-server op (protocol/ps.h): float data, no codec; a push's
+// weight and learning rate; a declaration's options in the 64 bytes before
+// its tensor (read by JobManager::validate, which has the arena).
+Status check_ps_submission(const proto::SubmitEntry& e, uint64_t arena_bytes, const Bad& bad,
+                           proto::OpShape* shape, uint64_t* bytes) {
+  const proto::Opcode op = shape->opcode;
+  if (!proto::dtype_from_wire(e.dtype, &shape->dtype))
+    return bad(GSYNC_ERR_PROTOCOL, fmt::format("unknown dtype {}", e.dtype));
+  if (shape->dtype != proto::DType::kF32 && shape->dtype != proto::DType::kF16 &&
+      shape->dtype != proto::DType::kBF16)
+    return bad(GSYNC_ERR_INVALID, fmt::format("a {} of {} values: the parameter server keeps "
+                                              "float32, float16 and bfloat16",
+                                              proto::name(op), proto::name(shape->dtype)));
+  if (e.count == 0) return bad(GSYNC_ERR_INVALID, fmt::format("a {} of 0 values", proto::name(op)));
+  if (e.compress != 0 || e.redop != 0 || e.root != 0)
+    return bad(GSYNC_ERR_PROTOCOL, fmt::format("a {} has no codec, reduce op or root", proto::name(op)));
+  if (op == proto::Opcode::kPush || op == proto::Opcode::kPushPull) {
+    if (!(std::isfinite(e.weight) && e.weight > 0))
+      return bad(GSYNC_ERR_INVALID,
+                 fmt::format("weight {} must be finite and > 0 (the samples it stands for)",
+                             e.weight));
+    if (std::string why = proto::check_push_lr(e.compress_arg, &shape->lr); !why.empty())
+      return bad(GSYNC_ERR_INVALID, why);
+    // The fold weighs each rank's gradient; the servers divide by the total.
+    shape->redop = proto::RedOp::kWeightedAvg;
+  } else if (e.compress_arg != 0) {
+    return bad(GSYNC_ERR_PROTOCOL, fmt::format("a {} carries no learning rate", proto::name(op)));
+  }
+  if (op == proto::Opcode::kPsDeclare && e.offset < sizeof(proto::PsDeclareHeader))
+    return bad(GSYNC_ERR_PROTOCOL, fmt::format("a declaration at arena offset {} has no room for "
+                                               "its options before it",
+                                               e.offset));
+  return check_range(e, arena_bytes, bad, *shape, bytes);
+}
+}  // namespace
+
 Status check_submission(const proto::SubmitEntry& e, int world_size, uint64_t arena_bytes,
                         const std::string& who, proto::OpShape* shape, uint64_t* bytes) {
-  auto bad = [&](int code, const std::string& what) {
+  Bad bad = [&](int code, const std::string& what) {
     return Status(code, fmt::format("{}: submission tag {} key {} step {}: {}", who, e.tag, e.key,
                                     e.step, what));
   };
-  if (std::string why = proto::from_entry(e.compress, e.compress_arg, &shape->compress);
-      !why.empty())
-    return bad(GSYNC_ERR_PROTOCOL, why);
   if (!proto::opcode_from_wire(e.opcode, &shape->opcode))
     return bad(GSYNC_ERR_PROTOCOL, fmt::format("unknown opcode {}", e.opcode));
   if (e.timeout_ms > kMaxTimeoutMs)
     return bad(GSYNC_ERR_INVALID, fmt::format("timeout {} ms is over 24 h", e.timeout_ms));
   *bytes = 0;
   shape->count = e.count;
+  if (proto::is_ps(shape->opcode)) {
+    if (e.key == proto::kBarrierKey)
+      return bad(GSYNC_ERR_PROTOCOL, "key 0xffffffffffffffff is reserved for barriers");
+    return check_ps_submission(e, arena_bytes, bad, shape, bytes);
+  }
+  if (std::string why = proto::from_entry(e.compress, e.compress_arg, &shape->compress);
+      !why.empty())
+    return bad(GSYNC_ERR_PROTOCOL, why);
   if (shape->opcode == proto::Opcode::kBarrier) {
     if (e.count != 0) return bad(GSYNC_ERR_PROTOCOL, "a barrier carries no tensor (count must be 0)");
     // Found by tests/fuzz (regressions/submission/barrier-with-a-codec).
@@ -77,15 +146,7 @@ Status check_submission(const proto::SubmitEntry& e, int world_size, uint64_t ar
                                          shape->redop);
       !why.empty())
     return bad(GSYNC_ERR_INVALID, why);
-  size_t elem = proto::dtype_size(shape->dtype);
-  if (e.count > (uint64_t{1} << 48) / elem)
-    return bad(GSYNC_ERR_PROTOCOL, fmt::format("count {} is absurd", e.count));
-  *bytes = e.count * elem;
-  if (e.offset > arena_bytes || *bytes > arena_bytes - e.offset)
-    return bad(GSYNC_ERR_PROTOCOL,
-               fmt::format("tensor at arena offset {} of {} bytes ends past the {}-byte arena",
-                           e.offset, *bytes, arena_bytes));
-  return Status::ok();
+  return check_range(e, arena_bytes, bad, *shape, bytes);
 }
 
 Status check_join_request(const JoinRequest& r, bool multi_host_ok) {
@@ -103,6 +164,9 @@ Status check_join_request(const JoinRequest& r, bool multi_host_ok) {
             fmt::format("job {}: inconsistent shape world_size={} rank={} local_size={} "
                         "local_rank={}",
                         r.job_id, r.world_size, r.rank, r.local_size, r.local_rank)};
+  proto::Sync sync;
+  if (std::string why = proto::from_wire(r.sync, &sync); !why.empty())
+    return {GSYNC_ERR_INVALID, fmt::format("job {}: {}", r.job_id, why)};
   if (r.world_size != r.local_size && !multi_host_ok)
     return {GSYNC_ERR_REFUSED,
             fmt::format("job {}: world_size {} spans more hosts than this one (local_size {}), but "
@@ -122,6 +186,18 @@ Status JobManager::validate(const Session& s, const Job& job, const proto::Submi
   // Checked above against the same arena size; this only finds the address.
   if (!s.arena_range(e.offset, bytes, data))
     return Status(GSYNC_ERR_INTERNAL, fmt::format("{}: arena range check disagrees", s.describe()));
+  if (shape->opcode == proto::Opcode::kPsDeclare) {
+    // Its options, the 64 bytes before the tensor: copied out, then read.
+    void* at = nullptr;
+    proto::PsDeclareHeader h;
+    if (!s.arena_range(e.offset - sizeof h, sizeof h, &at))
+      return Status(GSYNC_ERR_INTERNAL, fmt::format("{}: arena range check disagrees", s.describe()));
+    std::memcpy(&h, at, sizeof h);
+    if (std::string why = proto::from_header(h, &shape->ps); !why.empty())
+      return Status(GSYNC_ERR_INVALID, fmt::format("{}: submission tag {} key {}: {}", s.describe(),
+                                                   e.tag, e.key, why));
+    shape->root = 0;
+  }
   return Status::ok();
 }
 

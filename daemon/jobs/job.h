@@ -17,6 +17,7 @@
 #include "daemon/core/meter.h"
 #include "daemon/core/status.h"
 #include "daemon/jobs/sync_policy.h"
+#include "protocol/ps.h"
 #include "daemon/shm/session.h"
 #include "protocol/ops.h"
 
@@ -62,9 +63,9 @@ struct RankSlot {
 };
 
 struct Job {
-  Job(std::string id, int world, int local)
+  Job(std::string id, int world, int local, proto::Sync sync)
       : id(std::move(id)), world_size(world), local_size(local), slots(static_cast<size_t>(local)),
-        policy(std::make_unique<BspPolicy>()) {}
+        policy(std::make_unique<BspPolicy>()), sync(sync) {}
 
   std::string id;
   int world_size;
@@ -80,6 +81,10 @@ struct Job {
   };
   std::deque<Tombstone> tombstones;
   std::unique_ptr<SyncPolicy> policy;
+  // The parameter server's sync mode (protocol/ps.h): bsp, asp or ssp:s.
+  // Local ranks always all arrive (one push per host); the mode decides
+  // when the servers apply and answer (daemon/ps/server.h).
+  proto::Sync sync;
 
   uint64_t ops_completed = 0, ops_failed = 0, bytes_reduced = 0;
   RateMeter meter;

@@ -33,6 +33,12 @@ Status JobManager::check_join(const JoinRequest& r) {
                         "local_size {}",
                         r.job_id, job.world_size, job.local_size, r.rank, r.world_size,
                         r.local_size)};
+  proto::Sync sync;
+  proto::from_wire(r.sync, &sync);  // check_join_request took it
+  if (!(sync == job.sync))
+    return {GSYNC_ERR_REFUSED, fmt::format("job {} is {}, but rank {} says {}", r.job_id,
+                                           proto::describe(job.sync), r.rank,
+                                           proto::describe(sync))};
   for (size_t l = 0; l < job.slots.size(); l++) {
     const auto& s = job.slots[l].session;
     if (!s) continue;
@@ -49,9 +55,11 @@ Status JobManager::check_join(const JoinRequest& r) {
 void JobManager::attach(const std::shared_ptr<Session>& s) {
   auto& job = jobs_[s->job_id];
   if (!job) {
-    job = std::make_unique<Job>(s->job_id, s->world_size, s->local_size);
+    proto::Sync sync;
+    proto::from_wire(s->sync, &sync);  // checked at join
+    job = std::make_unique<Job>(s->job_id, s->world_size, s->local_size, sync);
     spdlog::info("job {}: created by {} (world_size {}, local_size {}, {})", s->job_id,
-                 s->describe(), s->world_size, s->local_size, job->policy->name());
+                 s->describe(), s->world_size, s->local_size, proto::describe(job->sync));
   }
   RankSlot& slot = job->slots[static_cast<size_t>(s->local_rank)];
   if (slot.dead)
@@ -255,10 +263,12 @@ pipeline::OpRequest JobManager::request(const Job& job, const JobOp& op) const {
   }
   if (job.multi_host()) {
     r.hosts = control_->participants(job.id);
-    if (op.shape.opcode == proto::Opcode::kBroadcast)
+    if (op.shape.opcode == proto::Opcode::kBroadcast ||
+        op.shape.opcode == proto::Opcode::kPsDeclare)
       r.root_host = control_->host_of(job.id, op.shape.root);
     r.epoch = control_->epoch();
   }
+  r.sync = job.sync;
   return r;
 }
 

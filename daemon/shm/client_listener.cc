@@ -139,6 +139,7 @@ void ClientListener::open_session(int fd, const Peer& peer, const proto::HelloRe
   s->local_rank = join.local_rank;
   s->world_size = join.world_size;
   s->local_size = join.local_size;
+  s->sync = join.sync;
   s->timeout_ms = hello.timeout_ms ? hello.timeout_ms : cfg_.op_timeout_ms;
 
   proto::HelloReply reply{};

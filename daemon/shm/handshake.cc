@@ -64,6 +64,7 @@ JoinRequest join_request(const proto::HelloRequest& hello) {
   join.rank = hello.rank;
   join.local_rank = hello.local_rank;
   join.local_size = hello.local_size;
+  join.sync = hello.sync;
   return join;
 }
 

@@ -19,6 +19,7 @@ namespace gsync {
 struct JoinRequest {
   std::string job_id;
   int world_size = 0, rank = -1, local_rank = -1, local_size = 0;
+  uint32_t sync = 0;  // as the hello carried it (protocol/ps.h), not yet checked
 };
 
 // SO_PEERCRED of a connected unix socket.

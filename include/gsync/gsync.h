@@ -93,6 +93,21 @@ typedef struct gsync_compression {
                              by the daemon and added to the next step */
 } gsync_compression_t;
 
+/* Parameter-server mode (docs/parameter-server.md): how the workers of a
+ * job wait for each other, and the optimizer the servers apply. */
+typedef enum gsync_sync_mode {
+  GSYNC_SYNC_BSP = 0, /* every worker's push of a clock applied before any pull of the next */
+  GSYNC_SYNC_ASP = 1, /* pushes applied as they come; pulls answered at once */
+  GSYNC_SYNC_SSP = 2  /* as ASP, but a pull waits until no worker is more than
+                         `staleness` clocks behind */
+} gsync_sync_mode_t;
+
+typedef enum gsync_optimizer {
+  GSYNC_OPT_SGD = 0,  /* with momentum and weight decay, as torch.optim.SGD */
+  GSYNC_OPT_ADAM = 1, /* as torch.optim.Adam (weight decay added to the gradient) */
+  GSYNC_OPT_ADAMW = 2 /* as torch.optim.AdamW (decoupled weight decay) */
+} gsync_optimizer_t;
+
 typedef struct gsync_comm gsync_comm_t;
 typedef struct gsync_request gsync_request_t;
 
@@ -111,7 +126,30 @@ typedef struct gsync_config {
    * overrides it: "none", "fp16", "bf16", "int8[:BLOCK]", "topk[:FRACTION]",
    * then optionally "@cross_rack" / "@cross_host" / "@all" and ",noef". */
   gsync_compression_t compression;
+  /* Since 0.2: the job's sync mode for its parameter-server ops (every rank
+   * of the job must say the same); staleness is the bound of GSYNC_SYNC_SSP. */
+  int32_t sync_mode;
+  uint32_t staleness;
 } gsync_config_t;
+
+/* A parameter's optimizer (gsync_ps_declare); fields may be appended. */
+typedef struct gsync_ps_opts {
+  uint32_t struct_size; /* set by gsync_ps_opts_init */
+  int32_t optimizer;    /* gsync_optimizer_t; default SGD */
+  float lr;             /* default 0.01; a push may give its own */
+  float momentum;       /* SGD, in [0, 1); default 0 */
+  float weight_decay;   /* >= 0; default 0 */
+  float beta1, beta2;   /* Adam: in [0, 1); default 0.9, 0.999 */
+  float eps;            /* Adam: > 0; default 1e-8 */
+} gsync_ps_opts_t;
+
+/* A push's options; fields may be appended. */
+typedef struct gsync_push_opts {
+  uint32_t struct_size; /* set by gsync_push_opts_init */
+  uint32_t timeout_ms;  /* 0: the session's */
+  double weight;        /* the samples this rank's gradient averages over; default 1 */
+  float lr;             /* this step's learning rate; 0 (default): the declared one */
+} gsync_push_opts_t;
 
 /* Options of one allreduce (gsync_allreduce_ex); fields may be appended. */
 typedef struct gsync_allreduce_opts {
@@ -161,6 +199,28 @@ int gsync_allreduce_ex(gsync_comm_t *comm, uint64_t key, uint64_t step, void *bu
 /* A codec as text ("int8", "topk:0.01@cross_host,noef", as $GSYNC_COMPRESSION
  * takes it) into *out; GSYNC_ERR_INVALID naming what is wrong. */
 int gsync_compression_parse(const char *text, gsync_compression_t *out);
+/* Parameter server (docs/parameter-server.md). Every rank of the job
+ * declares each parameter once, with the same key, count, dtype
+ * (GSYNC_FLOAT32, GSYNC_FLOAT16 or GSYNC_BFLOAT16) and options; rank 0's buf
+ * holds the initial values, and every rank's buf holds them when the
+ * request completes. The daemons then keep fp32 master values and the
+ * optimizer's state, each host a shard. A worker's clock counts its steps
+ * from 0: gsync_ps_push_pull(key, c, buf) sends buf's gradient of step c
+ * and fills buf with the parameters of step c + 1, as the job's sync mode
+ * allows; gsync_ps_push sends without waiting for parameters;
+ * gsync_ps_pull(key, c, out) fetches those of step c. A bad argument is
+ * GSYNC_ERR_INVALID naming the field, with nothing sent. */
+void gsync_ps_opts_init(gsync_ps_opts_t *opts);
+void gsync_push_opts_init(gsync_push_opts_t *opts);
+int gsync_ps_declare(gsync_comm_t *comm, uint64_t key, void *buf, size_t count, int dtype,
+                     const gsync_ps_opts_t *opts, gsync_request_t **req);
+int gsync_ps_push(gsync_comm_t *comm, uint64_t key, uint64_t clock, void *grad, size_t count,
+                  int dtype, const gsync_push_opts_t *opts, gsync_request_t **req);
+int gsync_ps_pull(gsync_comm_t *comm, uint64_t key, uint64_t clock, void *out, size_t count,
+                  int dtype, gsync_request_t **req);
+int gsync_ps_push_pull(gsync_comm_t *comm, uint64_t key, uint64_t clock, void *buf,
+                       size_t count, int dtype, const gsync_push_opts_t *opts,
+                       gsync_request_t **req);
 int gsync_broadcast(gsync_comm_t *comm, uint64_t key, uint64_t step, void *buf,
                     size_t count, int dtype, int root, gsync_request_t **req);
 int gsync_ibarrier(gsync_comm_t *comm, uint64_t step, gsync_request_t **req);

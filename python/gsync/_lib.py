@@ -64,6 +64,8 @@ class GsyncConfig(ctypes.Structure):
         ("arena_bytes", ctypes.c_uint64),
         ("timeout_ms", ctypes.c_uint32),
         ("compression", GsyncCompression),
+        ("sync_mode", ctypes.c_int32),
+        ("staleness", ctypes.c_uint32),
     ]
 
 
