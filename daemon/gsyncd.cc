@@ -79,7 +79,9 @@ Status Gsyncd::start() {
   po.inline_bytes = cfg_.inline_reduce_bytes;
   po.algorithm = cfg_.algorithm;
   po.chunk_bytes = cfg_.chunk_bytes;
-  pipeline_ = std::make_unique<pipeline::Pipeline>(loop_, pool_, po, engine_.get(), control_.get());
+  ps_ = std::make_unique<ps::Service>(control_.get());
+  pipeline_ = std::make_unique<pipeline::Pipeline>(loop_, pool_, po, engine_.get(), control_.get(),
+                                                   ps_.get());
   if (control_)
     control_->on_epoch = [this](uint64_t epoch) { pipeline_->plans()->epoch_changed(epoch); };
   loop_.add(pool_.done_fd(), EPOLLIN, [this](uint32_t) { pipeline_->on_pool_events(); });

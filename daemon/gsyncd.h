@@ -26,6 +26,7 @@
 #include "daemon/jobs/job_manager.h"
 #include "daemon/pipeline/pipeline.h"
 #include "daemon/pipeline/work_pool.h"
+#include "daemon/ps/service.h"
 #include "daemon/shm/client_listener.h"
 
 namespace gsync {
@@ -58,6 +59,7 @@ class Gsyncd {
   EventLoop loop_;
   std::unique_ptr<cluster::ControlPlane> control_;
   std::unique_ptr<collective::Engine> engine_;
+  std::unique_ptr<ps::Service> ps_;
   std::unique_ptr<pipeline::Pipeline> pipeline_;
   std::unique_ptr<JobManager> jobs_;
   std::unique_ptr<ClientListener> clients_;

@@ -55,10 +55,13 @@ Status ControlPlane::start() {
   transport::Handlers h;
   h.on_control = [this](int peer, std::string_view msg) { on_control(peer, msg); };
   h.on_write = [this](int peer, uint32_t region, uint64_t off, uint64_t len, uint64_t imm) {
-    if (traffic_) traffic_->on_write(peer, region, off, len, imm);
+    // Bit 63 of the immediate (and of the cookie) says whose a write is.
+    OpTraffic* t = imm & kPsWriteBit ? ps_traffic_ : traffic_;
+    if (t) t->on_write(peer, region, off, len, imm);
   };
   h.on_write_done = [this](int peer, uint64_t cookie, const Status& st) {
-    if (traffic_) traffic_->on_write_done(peer, cookie, st);
+    OpTraffic* t = cookie & kPsWriteBit ? ps_traffic_ : traffic_;
+    if (t) t->on_write_done(peer, cookie, st);
   };
   h.on_peer_up = [this](int peer) { on_peer_up(peer); };
   h.on_peer_down = [this](int peer, const Status& why) { on_peer_down(peer, why); };
@@ -127,6 +130,8 @@ void ControlPlane::local_rank_left(const std::string& job, int rank, pid_t pid,
   set_field(m.reason, sizeof m.reason, reason);
   std::vector<OpKey> open;
   if (traffic_) open = traffic_->open_ops(job);
+  if (ps_traffic_)
+    for (const auto& k : ps_traffic_->open_ops(job)) open.push_back(k);
   send_all(encode_leave(m, open));
 }
 
@@ -168,6 +173,11 @@ void ControlPlane::on_control(int peer, std::string_view msg) {
     case kOpAbort:
       if (traffic_) traffic_->on_op_message(peer, msg);
       return;
+    case kPsRegions:
+    case kPsPush:
+    case kPsAck:
+      if (ps_traffic_) ps_traffic_->on_op_message(peer, msg);
+      return;
     default:
       break;
   }
@@ -202,6 +212,7 @@ void ControlPlane::on_leave(int peer, std::string_view msg) {
                                              m.pid, host_id(peer),
                                              field(m.reason, sizeof m.reason)));
   std::sort(open.begin(), open.end());
+  if (ps_traffic_) ps_traffic_->on_peer_left_job(job, peer, open, st);
   if (traffic_) traffic_->on_peer_left_job(job, peer, std::move(open), st);
   if (on_job_broken) on_job_broken(job, st);
 }
@@ -227,6 +238,7 @@ void ControlPlane::on_peer_down(int peer, const Status& why) {
                                  h.address, h.port, h.rack, why.message(), epoch_);
   spdlog::warn("{}", what);
   if (traffic_) traffic_->on_peer_lost(peer, Status(GSYNC_ERR_HOST_LOST, what));
+  if (ps_traffic_) ps_traffic_->on_peer_lost(peer, Status(GSYNC_ERR_HOST_LOST, what));
   for (const auto& job : members_.remove_host(peer))
     if (on_job_broken)
       on_job_broken(job, Status(GSYNC_ERR_HOST_LOST, fmt::format("job {}: {}", job, what)));

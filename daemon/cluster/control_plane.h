@@ -78,6 +78,9 @@ class ControlPlane {
   std::string transport_summary() const;
 
   void set_op_traffic(OpTraffic* t) { traffic_ = t; }
+  // The parameter server's (daemon/ps/): its messages (types 6-8), and the
+  // writes whose immediate or cookie has kPsWriteBit.
+  void set_ps_traffic(OpTraffic* t) { ps_traffic_ = t; }
   // Called after every epoch change (plans built for the old one go).
   std::function<void(uint64_t epoch)> on_epoch;
 
@@ -125,6 +128,7 @@ class ControlPlane {
   EventLoop& loop_;
   std::unique_ptr<transport::Context> net_;
   OpTraffic* traffic_ = nullptr;
+  OpTraffic* ps_traffic_ = nullptr;
   uint64_t epoch_ = 1;
   Membership members_;
   std::vector<RateMeter> sent_meter_, recv_meter_;

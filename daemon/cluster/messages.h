@@ -25,7 +25,9 @@ namespace gsync::cluster {
 //    AUTH; docs/transport.md, "Authentication").
 // 4: OpReady carries the op's compression (protocol/compression.h) where it
 //    had padding; a write's immediate has a 2-bit transfer kind.
-constexpr uint32_t kProtocolVersion = 4;
+// 5: the parameter server's messages (types 6-8, daemon/ps/messages.h);
+//    an immediate with bit 63 set is the parameter server's.
+constexpr uint32_t kProtocolVersion = 5;
 
 enum MsgType : uint8_t {
   kJobAnnounce = 1,
@@ -33,7 +35,14 @@ enum MsgType : uint8_t {
   kOpReady = 3,
   kOpAbort = 4,
   kOpData = 5,  // an OpReady header naming one transfer of a small op, then its data
+  // The parameter server's (daemon/ps/messages.h).
+  kPsRegions = 6,
+  kPsPush = 7,
+  kPsAck = 8,
 };
+// Writes and their cookies with this bit set belong to the parameter
+// server, the others to the op engine.
+constexpr uint64_t kPsWriteBit = uint64_t{1} << 63;
 
 constexpr size_t kJobMax = 64;
 constexpr size_t kMaxRanksPerHost = 4096;

@@ -15,7 +15,7 @@ CrossStage::~CrossStage() {
   if (lease_) plans_.give_back(std::move(lease_), false, nullptr);
 }
 
-uint32_t CrossStage::token() const { return static_cast<uint32_t>(link_.serial()); }
+uint32_t CrossStage::token() const { return op_token(link_.serial()); }
 
 uint64_t CrossStage::unit() const {
   const collective::Plan& p = *lease_.plan;

@@ -17,7 +17,7 @@ using proto::RedOp;
 }  // namespace
 
 const Buffer& host_buffer(const OpRequest& req) {
-  if (req.shape.opcode == proto::Opcode::kBroadcast)
+  if (copies_from_root(req))
     for (const auto& c : req.locals)
       if (c.rank == req.shape.root) return c.buf;
   return req.locals[0].buf;
@@ -88,7 +88,7 @@ LocalReduceStage::LocalReduceStage(StageLink link, WorkPool& pool, uint64_t inli
   args_.count = r.shape.count;
   args_.dtype = r.shape.dtype;
   args_.op = r.shape.redop;
-  if (r.shape.opcode == proto::Opcode::kBroadcast) copy_src_ = host_buffer(r).ptr;
+  if (copies_from_root(r)) copy_src_ = host_buffer(r).ptr;
   args_.inputs = inputs_.data();
   args_.n_inputs = inputs_.size();
   args_.outputs = outputs_.data();
@@ -115,7 +115,11 @@ void LocalReduceStage::on_task_done() {
 // ---------------------------------------------------------------- fold
 
 bool FoldStage::needed(const OpRequest& req) {
-  return req.shape.opcode == proto::Opcode::kAllreduce &&
+  // A push's gradient is weighed even from one rank: the servers divide
+  // by the weights' sum.
+  const proto::Opcode op = req.shape.opcode;
+  if (op == proto::Opcode::kPush || op == proto::Opcode::kPushPull) return true;
+  return op == proto::Opcode::kAllreduce &&
          (req.locals.size() > 1 || req.shape.redop == RedOp::kWeightedAvg);
 }
 
@@ -195,7 +199,7 @@ void StoreStage::plan_once() {
   for (const auto& c : r.locals)
     if (c.buf.ptr != host.ptr || rewrite) outputs_.push_back(c.buf.ptr);
   nothing_ = outputs_.empty() || r.shape.count == 0;
-  if (r.shape.opcode == proto::Opcode::kBroadcast) copy_src_ = host.ptr;
+  if (copies_from_root(r)) copy_src_ = host.ptr;
   args_.inputs = inputs_.data();
   args_.n_inputs = inputs_.size();
   args_.outputs = outputs_.data();

@@ -117,5 +117,10 @@ class StoreStage final : public LocalStage {
 // stage, its result: local rank 0's, or the broadcast root's where the root
 // is on this host.
 const Buffer& host_buffer(const OpRequest& req);
+// A broadcast, or a declaration (rank 0's initial values to every rank).
+inline bool copies_from_root(const OpRequest& req) {
+  return req.shape.opcode == proto::Opcode::kBroadcast ||
+         req.shape.opcode == proto::Opcode::kPsDeclare;
+}
 
 }  // namespace gsync::pipeline

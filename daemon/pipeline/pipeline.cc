@@ -11,6 +11,8 @@
 #include "daemon/pipeline/cross_stage.h"
 #include "daemon/pipeline/plan_cache.h"
 #include "daemon/pipeline/local_stages.h"
+#include "daemon/pipeline/ps_stages.h"
+#include "daemon/ps/service.h"
 
 namespace gsync::pipeline {
 
@@ -69,8 +71,9 @@ void StageLink::quiet() { op_.pipeline.stage_quiet(op_, index_); }
 // ---------------------------------------------------------------- Pipeline
 
 Pipeline::Pipeline(EventLoop& loop, WorkPool& pool, PipelineOptions options,
-                   collective::Engine* engine, cluster::ControlPlane* control)
-    : loop_(loop), pool_(pool), options_(std::move(options)), engine_(engine), control_(control) {
+                   collective::Engine* engine, cluster::ControlPlane* control, ps::Service* ps)
+    : loop_(loop), pool_(pool), options_(std::move(options)), engine_(engine), control_(control),
+      ps_(ps) {
   if (engine_) {
     plans_ = std::make_unique<PlanCache>(*engine_);
     plans_->epoch_changed(control_->epoch());
@@ -86,9 +89,10 @@ Op* Pipeline::find(uint64_t serial) const {
 
 uint64_t Pipeline::start(OpRequest request, Done done) {
   // Serials stay below 2^56 (a pool tag keeps the stage in the low byte)
-  // and their low 32 bits, the token in the immediates, are never 0.
+  // and their low 31 bits, the token in the immediates (op_token), are
+  // never 0.
   uint64_t serial = next_serial_++;
-  if (static_cast<uint32_t>(serial) == 0) serial = next_serial_++;
+  if (op_token(serial) == 0) serial = next_serial_++;
   auto owned = std::make_unique<Op>(*this, serial, std::move(request), std::move(done));
   Op& op = *owned;
   ops_.emplace(serial, std::move(owned));
@@ -100,7 +104,9 @@ uint64_t Pipeline::start(OpRequest request, Done done) {
 void Pipeline::build_stages(Op& op) {
   const OpRequest& r = op.req;
   uint64_t inline_bytes = options_.inline_bytes;
-  if (!r.multi_host()) {
+  if (proto::is_ps(r.shape.opcode)) {
+    add_ps_stages(op);
+  } else if (!r.multi_host()) {
     op.stages.push_back(std::make_unique<LocalReduceStage>(op.link(0), pool_, inline_bytes));
   } else {
     add_cross_stage(op);
@@ -108,10 +114,44 @@ void Pipeline::build_stages(Op& op) {
   op.states.resize(op.stages.size());
 }
 
+// The parameter server's stage lists (ps_stages.h).
+void Pipeline::add_ps_stages(Op& op) {
+  const OpRequest& r = op.req;
+  const int self = control_ ? control_->self() : 0;
+  uint64_t inline_bytes = options_.inline_bytes;
+  if (!ps_) {
+    op.failing = true;
+    op.status = Status(GSYNC_ERR_UNSUPPORTED, fmt::format("{}: this daemon has no parameter server",
+                                                          r.describe()));
+    return;
+  }
+  if (r.shape.opcode == proto::Opcode::kPsDeclare) {
+    if (r.multi_host()) {
+      add_cross_stage(op);  // the broadcast, then the declaration before the store
+      return;
+    }
+    op.stages.push_back(std::make_unique<LocalReduceStage>(op.link(0), pool_, inline_bytes));
+    op.stages.push_back(std::make_unique<PsDeclareStage>(op.link(1), *ps_, self));
+    return;
+  }
+  int at = 0;
+  if (FoldStage::needed(r))
+    op.stages.push_back(std::make_unique<FoldStage>(op.link(at++), pool_, inline_bytes, 0));
+  op.stages.push_back(std::make_unique<PsRequestStage>(op.link(at++), *ps_));
+  if (r.shape.opcode != proto::Opcode::kPush)
+    op.stages.push_back(std::make_unique<StoreStage>(op.link(at++), pool_, inline_bytes));
+}
+
 void Pipeline::add_cross_stage(Op& op) {
   const OpRequest& r = op.req;
+  const bool declare = r.shape.opcode == proto::Opcode::kPsDeclare;
   collective::PlanInputs in;
   in.shape = r.shape;
+  if (declare) {
+    // A declaration moves as the broadcast of rank 0's values.
+    in.shape.opcode = proto::Opcode::kBroadcast;
+    in.shape.ps = {};
+  }
   for (int h : r.hosts) {
     if (h == control_->self()) in.self = static_cast<int>(in.parts.size());
     if (h == r.root_host) in.root_participant = static_cast<int>(in.parts.size());
@@ -119,7 +159,7 @@ void Pipeline::add_cross_stage(Op& op) {
   }
   in.algorithm = options_.algorithm;
   in.chunk_bytes = options_.chunk_bytes;
-  PlanKey key{r.job, r.id.key, r.shape, r.epoch};
+  PlanKey key{r.job, r.id.key, in.shape, r.epoch};
   Status err;
   PlanLease lease = plans_->lease(key, in, host_buffer(r), &err);
   if (!lease) {
@@ -137,6 +177,7 @@ void Pipeline::add_cross_stage(Op& op) {
         std::make_unique<FoldStage>(op.link(at++), pool_, options_.inline_bytes, unit));
   op.stages.push_back(
       std::make_unique<CrossStage>(op.link(at++), *engine_, *plans_, std::move(lease)));
+  if (declare) op.stages.push_back(std::make_unique<PsDeclareStage>(op.link(at++), *ps_, control_->self()));
   if (store)
     op.stages.push_back(std::make_unique<StoreStage>(op.link(at++), pool_, options_.inline_bytes));
 }
@@ -294,6 +335,7 @@ void Pipeline::arena_closed(uint64_t arena) {
 
 void Pipeline::job_closed(const std::string& job) {
   if (plans_) plans_->job_closed(job);
+  if (ps_) ps_->job_closed(job);
 }
 
 uint64_t Pipeline::error_feedback_bytes(const std::string& job) const {

@@ -43,6 +43,9 @@ class Engine;
 namespace gsync::cluster {
 class ControlPlane;
 }
+namespace gsync::ps {
+class Service;
+}
 
 namespace gsync::pipeline {
 
@@ -86,9 +89,10 @@ class Pipeline {
  public:
   using Done = std::function<void(uint64_t serial, const Status&, const OpTimes&)>;
 
-  // engine and control: null on a daemon without a cluster.
+  // engine and control: null on a daemon without a cluster; ps: the
+  // parameter server (every daemon has one; null refuses its ops).
   Pipeline(EventLoop& loop, WorkPool& pool, PipelineOptions options,
-           collective::Engine* engine, cluster::ControlPlane* control);
+           collective::Engine* engine, cluster::ControlPlane* control, ps::Service* ps = nullptr);
   ~Pipeline();
   Pipeline(const Pipeline&) = delete;
   Pipeline& operator=(const Pipeline&) = delete;
@@ -125,6 +129,7 @@ class Pipeline {
   Op* find(uint64_t serial) const;
   void build_stages(Op& op);
   void add_cross_stage(Op& op);
+  void add_ps_stages(Op& op);
   void run(Op& op);
   void emit(Op& op, int stage, uint64_t begin, uint64_t end);
   void stage_finished(Op& op, int stage);
@@ -138,6 +143,7 @@ class Pipeline {
   PipelineOptions options_;
   collective::Engine* engine_;
   cluster::ControlPlane* control_;
+  ps::Service* ps_;
   std::unique_ptr<PlanCache> plans_;
   uint64_t next_serial_ = 1;
   std::unordered_map<uint64_t, std::unique_ptr<Op>> ops_;

@@ -32,6 +32,11 @@ namespace gsync::pipeline {
 class Op;
 struct OpRequest;
 
+// The token that names an op in the immediates and cookies of its writes:
+// its serial's low 31 bits (bit 31 of the immediate's upper half, bit 63,
+// tells the parameter server's writes from the engine's; cluster/messages.h).
+constexpr uint32_t op_token(uint64_t serial) { return static_cast<uint32_t>(serial & 0x7fffffffu); }
+
 // What a stage sees of its op and how it reports progress.
 class StageLink {
  public:

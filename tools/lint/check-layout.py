@@ -22,7 +22,8 @@ import sys
 MAX_FILE = 600
 MAX_FUNCTION = 80
 FORBIDDEN = [
-    ("daemon/collective/", re.compile(r'#include "daemon/(jobs|shm)/')),
+    ("daemon/collective/", re.compile(r'#include "daemon/(jobs|shm|ps)/')),
+    ("daemon/ps/", re.compile(r'#include "daemon/(jobs|shm|collective|pipeline)/')),
     ("daemon/admin/", re.compile(r'#include "daemon/(gsyncd\.h|core/daemon\.h)')),
     ("daemon/core/", re.compile(r'#include "daemon/(?!core/|config/)')),
     ("daemon/jobs/", re.compile(r'#include "daemon/collective/')),

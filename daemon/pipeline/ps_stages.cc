@@ -1,0 +1,103 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "daemon/pipeline/ps_stages.h"
+
+#include "daemon/pipeline/local_stages.h"
+#include "daemon/pipeline/op.h"
+
+namespace gsync::pipeline {
+
+namespace {
+// The job's hosts; a job on this host alone has just this one.
+std::vector<int> hosts_of(const OpRequest& r, int self_host) {
+  return r.multi_host() ? r.hosts : std::vector<int>{self_host};
+}
+}  // namespace
+
+// ---------------------------------------------------------------- declare
+
+void PsDeclareStage::input_done() {
+  const OpRequest& r = link_.request();
+  ps::Declaration d;
+  d.job = r.job;
+  d.key = r.id.key;
+  d.count = r.shape.count;
+  d.dtype = r.shape.dtype;
+  d.opts = r.shape.ps;
+  d.sync = r.sync;
+  d.hosts = hosts_of(r, self_host_);
+  d.init = host_buffer(r).ptr;
+  state_->waiting = true;
+  service_.declare(d, [link = link_, state = state_](const Status& st) mutable {
+    state->waiting = false;
+    if (state->gone) return;
+    if (!st) {
+      link.failed(st);
+      return;
+    }
+    link.emit(0, link.request().shape.count);
+    link.finished();
+  });
+}
+
+void PsDeclareStage::abort(const Status&) {
+  // The declaration goes on (its key stays half made until the job
+  // closes); the op is quiet at once: the declaration copied what it needed
+  // of the rank's buffer.
+  state_->gone = true;
+  link_.quiet();
+}
+
+std::string PsDeclareStage::waiting_for() const {
+  return state_->waiting ? "the job's other hosts to declare the key" : "the initial values";
+}
+
+// ---------------------------------------------------------------- requests
+
+void PsRequestStage::input_done() {
+  const OpRequest& r = link_.request();
+  ps::Request q;
+  q.job = r.job;
+  q.key = r.id.key;
+  q.clock = r.id.step;
+  q.count = r.shape.count;
+  q.opcode = r.shape.opcode;
+  q.dtype = r.shape.dtype;
+  for (const auto& c : r.locals) q.weight += c.weight;
+  q.lr = r.shape.lr;
+  q.data = host_buffer(r).ptr;
+  q.token = op_token(link_.serial());
+  begun_ = true;
+  service_.begin(q, [this](const Status& st) { on_done(st); });
+}
+
+void PsRequestStage::on_done(const Status& st) {
+  ended_ = true;
+  if (aborting_) {
+    link_.quiet();
+    return;
+  }
+  if (!st) {
+    link_.failed(st);
+    // failed() aborts this stage; the service is done with the op.
+    return;
+  }
+  if (link_.request().shape.opcode != proto::Opcode::kPush)
+    link_.emit(0, link_.request().shape.count);
+  link_.finished();
+}
+
+void PsRequestStage::abort(const Status& why) {
+  if (!begun_ || ended_) {
+    link_.quiet();
+    return;
+  }
+  aborting_ = true;
+  service_.abort(op_token(link_.serial()), why);  // on_done follows, once quiet
+}
+
+std::string PsRequestStage::waiting_for() const {
+  if (!begun_) return "the fold of this host's ranks";
+  return service_.waiting_for(op_token(link_.serial()));
+}
+
+}  // namespace gsync::pipeline

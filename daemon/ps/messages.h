@@ -1,0 +1,93 @@
+// SPDX-License-Identifier: Apache-2.0
+//
+// The parameter server's messages between daemons (docs/parameter-server.md,
+// "Messages"; the types are cluster/messages.h's 6-8). Fixed little-endian
+// structs; every decode checks the length, and strings are read up to
+// their field's end (cluster::field).
+//
+//   PsRegions  after a declaration, to every host of the job: the tensor's
+//              shape and options (hosts that disagree find out), and where
+//              this host takes pushes (as a server) and replies (as a worker)
+//   PsPush     a worker to a server, per op: clock, weight, learning rate,
+//              what it wants (push, pull or both) and the op's token; a push's
+//              data follows as a one-sided write into the server's slot for
+//              this worker, immediate kPsWriteBit | token << 32 | clock
+//   PsAck      a server to a worker: its push without a pull was applied
+//              (code 0), or its request was refused (a clock out of order,
+//              a shape that differs) with the reason
+//
+// A server's reply is a write of its shard's values into the worker's
+// reply region at the shard's offset, immediate kPsWriteBit | token << 32 |
+// clock: no message goes with it.
+#pragma once
+
+#include <cstdint>
+#include <string_view>
+
+#include "daemon/cluster/messages.h"
+
+namespace gsync::ps {
+
+struct PsRegions {
+  uint8_t type = cluster::kPsRegions;
+  uint8_t dtype = 0;      // proto::DType
+  uint8_t optimizer = 0;  // proto::Optimizer
+  uint8_t pad = 0;
+  uint32_t sync = 0;      // proto::to_wire(Sync)
+  char job[cluster::kJobMax] = {};
+  uint64_t key = 0, count = 0;
+  float lr = 0, momentum = 0, weight_decay = 0, beta1 = 0, beta2 = 0, eps = 0;
+  uint32_t push_region = 0;  // this host's, as a server: a slot per worker
+  uint32_t reply_region = 0;  // this host's, as a worker: the whole tensor
+  uint32_t hosts = 0;        // the job's hosts as this one sees them
+  uint32_t pad2 = 0;
+};
+
+struct PsPush {
+  uint8_t type = cluster::kPsPush;
+  uint8_t opcode = 0;  // proto::Opcode: kPush, kPull or kPushPull
+  uint8_t pad[2] = {};
+  uint32_t token = 0;  // the worker's op, in the immediate of the reply
+  char job[cluster::kJobMax] = {};
+  uint64_t key = 0, clock = 0, count = 0;
+  double weight = 0;  // the worker's share of the step (its ranks' weights)
+  float lr = 0;       // 0: the declared one
+  uint32_t pad2 = 0;
+};
+
+struct PsAck {
+  uint8_t type = cluster::kPsAck;
+  uint8_t pad[3] = {};
+  int32_t code = 0;  // 0: applied; else a GSYNC_ERR_* code, and why in message
+  uint32_t token = 0;
+  uint32_t pad2 = 0;
+  char job[cluster::kJobMax] = {};
+  uint64_t key = 0, clock = 0;
+  char message[240] = {};
+};
+
+// Exactly one message of type T: false for any other length.
+template <class T>
+bool decode_exact(std::string_view msg, T* out) {
+  return msg.size() == sizeof(T) && cluster::decode(msg, out);
+}
+
+// The immediate of a push's data and of a reply.
+constexpr uint64_t imm_of(uint32_t token, uint64_t clock) {
+  return cluster::kPsWriteBit | (uint64_t{token & 0x7fffffffu} << 32) | (clock & 0xffffffffu);
+}
+// A write's cookie: a worker's push (its op's token), or a server's reply
+// (the key's id and the worker's participant index).
+constexpr uint64_t kReplyBit = uint64_t{1} << 62;
+constexpr uint64_t push_cookie(uint32_t token) { return cluster::kPsWriteBit | (token & 0x7fffffffu); }
+constexpr uint64_t reply_cookie(uint32_t key_id, int worker) {
+  return cluster::kPsWriteBit | kReplyBit | (uint64_t(worker & 0xffff) << 32) | key_id;
+}
+constexpr bool is_reply(uint64_t cookie) { return (cookie & kReplyBit) != 0; }
+constexpr uint32_t cookie_token(uint64_t cookie) { return static_cast<uint32_t>(cookie & 0x7fffffffu); }
+constexpr uint32_t cookie_key(uint64_t cookie) { return static_cast<uint32_t>(cookie); }
+constexpr int cookie_worker(uint64_t cookie) { return static_cast<int>((cookie >> 32) & 0xffff); }
+constexpr uint32_t imm_token(uint64_t imm) { return static_cast<uint32_t>(imm >> 32) & 0x7fffffffu; }
+constexpr uint32_t imm_clock(uint64_t imm) { return static_cast<uint32_t>(imm); }
+
+}  // namespace gsync::ps

@@ -1,0 +1,363 @@
+// SPDX-License-Identifier: Apache-2.0
+//
+// Declarations, the regions every host tells the others, and what peers
+// coming and going do to the keys.
+#include <algorithm>
+#include <cstring>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include "daemon/ps/service_key.h"
+
+namespace gsync::ps {
+
+namespace {
+const std::string kLocal = "local";
+}
+
+Service::Service(cluster::ControlPlane* cp) : cp_(cp) {
+  if (cp_) cp_->set_ps_traffic(this);
+}
+
+Service::~Service() {
+  if (cp_) cp_->set_ps_traffic(nullptr);
+}
+
+int Service::self() const { return cp_ ? cp_->self() : 0; }
+
+const std::string& Service::host_id(int host) const { return cp_ ? cp_->host_id(host) : kLocal; }
+
+Service::Key* Service::find(std::string_view job, uint64_t key) const {
+  auto it = keys_.find({std::string(job), key});
+  return it == keys_.end() ? nullptr : it->second.get();
+}
+
+Status Service::make_key(const Declaration& d, std::unique_ptr<Key>* out) {
+  auto k = std::make_unique<Key>();
+  k->id = next_key_id_++;
+  k->job = d.job;
+  k->key = d.key;
+  k->count = d.count;
+  k->dtype = d.dtype;
+  k->elem = proto::dtype_size(d.dtype);
+  k->opts = d.opts;
+  k->sync = d.sync;
+  k->hosts = d.hosts;
+  k->self = k->participant_of(self());
+  if (k->self < 0)
+    return Status(GSYNC_ERR_INTERNAL, fmt::format("{}: this host is not among its hosts", k->describe()));
+  size_t n = k->hosts.size();
+  k->shards = place(d.count, n);
+  const Shard& mine = k->shards[size_t(k->self)];
+  k->server = std::make_unique<ParamServer>(d.opts, d.sync, d.dtype, mine, static_cast<int>(n),
+                                            d.init + mine.begin * k->elem);
+  k->served.resize(n);
+  k->push_area = Mapping(k->shard_bytes(k->self) * n);
+  k->staging = Mapping(k->shard_bytes(k->self) * n);
+  k->reply_area = Mapping(d.count * k->elem);
+  if (!k->push_area || !k->staging || !k->reply_area)
+    return Status(GSYNC_ERR_NOMEM, fmt::format("{}: no memory for its {} bytes of regions",
+                                               k->describe(),
+                                               (2 * n * k->shard_bytes(k->self)) + d.count * k->elem));
+  if (cp_) {
+    k->push_region = cp_->net().register_region(k->push_area.data(), k->push_area.bytes()).id;
+    k->reply_region = cp_->net().register_region(k->reply_area.data(), k->reply_area.bytes()).id;
+    by_region_[k->push_region] = k.get();
+    by_region_[k->reply_region] = k.get();
+  }
+  k->peer_push.assign(n, 0);
+  k->peer_reply.assign(n, 0);
+  k->known.assign(n, false);
+  k->known[size_t(k->self)] = true;
+  by_id_[k->id] = k.get();
+  *out = std::move(k);
+  return Status::ok();
+}
+
+void Service::declare(const Declaration& d, Done done) {
+  std::string what = fmt::format("job {} parameter key {}", d.job, d.key);
+  if (Key* old = find(d.job, d.key)) {
+    bool same = old->count == d.count && old->dtype == d.dtype && old->opts == d.opts;
+    done(Status(same ? GSYNC_ERR_INVALID : GSYNC_ERR_MISMATCH,
+                same ? fmt::format("{} is already declared", what)
+                     : fmt::format("{} is declared as {} {} with {}; declared again as {} {} with {}",
+                                   what, old->count, proto::name(old->dtype),
+                                   proto::describe(old->opts), d.count, proto::name(d.dtype),
+                                   proto::describe(d.opts))));
+    return;
+  }
+  std::unique_ptr<Key> k;
+  if (Status st = make_key(d, &k); !st) {
+    done(st);
+    return;
+  }
+  Key& key = *k;
+  key.declared = std::move(done);
+  keys_[{d.job, d.key}] = std::move(k);
+  PsRegions m;
+  m.dtype = proto::wire(d.dtype);
+  m.optimizer = static_cast<uint8_t>(d.opts.optimizer);
+  m.sync = proto::to_wire(d.sync);
+  cluster::set_field(m.job, sizeof m.job, d.job);
+  m.key = d.key;
+  m.count = d.count;
+  m.lr = d.opts.lr;
+  m.momentum = d.opts.momentum;
+  m.weight_decay = d.opts.weight_decay;
+  m.beta1 = d.opts.beta1;
+  m.beta2 = d.opts.beta2;
+  m.eps = d.opts.eps;
+  m.push_region = key.push_region;
+  m.reply_region = key.reply_region;
+  m.hosts = static_cast<uint32_t>(key.hosts.size());
+  for (int h : key.hosts)
+    if (h != self()) cp_->send(h, cluster::as_bytes(m));
+  // What came before this host declared it.
+  auto early = early_.find({d.job, d.key});
+  if (early != early_.end()) {
+    auto msgs = std::move(early->second);
+    early_.erase(early);
+    for (auto& [peer, msg] : msgs) on_regions(peer, msg);
+  }
+  if (Key* again = find(d.job, d.key)) maybe_declared(*again);
+}
+
+Status Service::check_regions(const Key& k, int peer, const PsRegions& m) const {
+  proto::PsOptions o;
+  o.lr = m.lr;
+  o.momentum = m.momentum;
+  o.weight_decay = m.weight_decay;
+  o.beta1 = m.beta1;
+  o.beta2 = m.beta2;
+  o.eps = m.eps;
+  bool opt_ok = proto::optimizer_from_wire(m.optimizer, &o.optimizer);
+  proto::Sync sync;
+  bool sync_ok = proto::from_wire(m.sync, &sync).empty();
+  proto::DType dtype{};
+  bool dtype_ok = proto::dtype_from_wire(m.dtype, &dtype);
+  if (opt_ok && sync_ok && dtype_ok && dtype == k.dtype && m.count == k.count && o == k.opts &&
+      sync == k.sync && m.hosts == k.hosts.size())
+    return Status::ok();
+  return Status(GSYNC_ERR_MISMATCH,
+                fmt::format("{}: hosts disagree: host {} declared {} {} with {}, {}, {} hosts; "
+                            "host {} declared {} {} with {}, {}, {} hosts",
+                            k.describe(), host_id(peer), m.count, proto::dtype_name(m.dtype),
+                            opt_ok ? proto::describe(o) : "an unknown optimizer",
+                            sync_ok ? proto::describe(sync) : "an unknown sync mode", m.hosts,
+                            host_id(self()), k.count, proto::name(k.dtype),
+                            proto::describe(k.opts), proto::describe(k.sync), k.hosts.size()));
+}
+
+void Service::on_regions(int peer, const PsRegions& m) {
+  std::string job = cluster::field(m.job, sizeof m.job);
+  Key* k = find(job, m.key);
+  if (!k) {
+    early_[{job, m.key}][peer] = m;
+    return;
+  }
+  int p = k->participant_of(peer);
+  if (p < 0) {
+    spdlog::error("{}: host {} sent its regions but is not one of the job's hosts; ignored",
+                  k->describe(), host_id(peer));
+    return;
+  }
+  if (Status st = check_regions(*k, peer, m); !st) {
+    if (k->declared) {
+      auto done = std::move(k->declared);
+      k->declared = nullptr;
+      drop(*k, st);
+      done(st);
+    } else {
+      k->broken = st;
+    }
+    return;
+  }
+  k->peer_push[size_t(p)] = m.push_region;
+  k->peer_reply[size_t(p)] = m.reply_region;
+  k->known[size_t(p)] = true;
+  maybe_declared(*k);
+}
+
+void Service::maybe_declared(Key& k) {
+  if (k.ready || !std::all_of(k.known.begin(), k.known.end(), [](bool b) { return b; })) return;
+  k.ready = true;
+  spdlog::info("{}: declared, {} {} with {}, {}; this host serves [{}, {})", k.describe(),
+               k.count, proto::name(k.dtype), proto::describe(k.opts), proto::describe(k.sync),
+               k.shards[size_t(k.self)].begin, k.shards[size_t(k.self)].end);
+  if (k.declared) {
+    auto done = std::move(k.declared);
+    k.declared = nullptr;
+    done(Status::ok());
+  }
+}
+
+// Forgets the key: its queued ops fail with why, its regions are retired
+// (a late write into them is dropped: ids are never reused), and its memory
+// goes once no receive into its regions and no reply from its staging is
+// in progress.
+void Service::drop(Key& k, const Status& why) {
+  auto it = keys_.find({k.job, k.key});
+  if (it == keys_.end() || it->second.get() != &k) return;
+  std::unique_ptr<Key> owned = std::move(it->second);
+  keys_.erase(it);
+  std::vector<std::unique_ptr<WorkerOp>> ops;
+  if (owned->current) ops.push_back(std::move(owned->current));
+  for (auto& q : owned->queue) ops.push_back(std::move(q));
+  owned->queue.clear();
+  Key* raw = owned.get();
+  retiring_[raw] = std::move(owned);
+  for (uint32_t r : {raw->push_region, raw->reply_region}) {
+    if (r == 0) continue;
+    by_region_.erase(r);
+    raw->releasing++;
+    cp_->net().deregister_region(r, [this, raw] {
+      raw->releasing--;
+      maybe_free(*raw);
+    });
+  }
+  for (auto& op : ops) {
+    ops_.erase(op->req.token);
+    // Its pushes' sources are the client's buffer, kept by the op's stage
+    // until done runs; none of ours is in flight once the key is gone
+    // from the wire (the transport fails them with the link).
+    if (op->done) op->done(why);
+  }
+  maybe_free(*raw);
+}
+
+void Service::maybe_free(Key& k) {
+  if (k.releasing > 0 || k.replies_in_flight > 0) return;
+  by_id_.erase(k.id);
+  retiring_.erase(&k);
+}
+
+void Service::job_closed(const std::string& job) {
+  std::vector<Key*> doomed;
+  for (auto it = keys_.lower_bound({job, 0}); it != keys_.end() && it->first.first == job; ++it)
+    doomed.push_back(it->second.get());
+  for (Key* k : doomed) drop(*k, Status(GSYNC_ERR_CLOSED, fmt::format("job {} closed", job)));
+  for (auto it = early_.lower_bound({job, 0}); it != early_.end() && it->first.first == job;)
+    it = early_.erase(it);
+}
+
+std::vector<KeyReport> Service::report(const std::string& job) const {
+  std::vector<KeyReport> out;
+  for (auto it = keys_.lower_bound({job, 0}); it != keys_.end() && it->first.first == job; ++it) {
+    const Key& k = *it->second;
+    KeyReport r;
+    r.key = k.key;
+    r.count = k.count;
+    r.dtype = proto::name(k.dtype);
+    r.optimizer = proto::describe(k.opts);
+    r.sync = proto::describe(k.sync);
+    r.shard_begin = k.shards[size_t(k.self)].begin;
+    r.shard_end = k.shards[size_t(k.self)].end;
+    r.updates = k.server->updates();
+    for (size_t p = 0; p < k.hosts.size(); p++) {
+      r.worker_clocks.emplace_back(host_id(k.hosts[p]), k.server->next_clock(int(p)));
+      r.shard_bytes.emplace_back(host_id(k.hosts[p]), k.shard_bytes(int(p)));
+      r.pulls_waiting += k.served[p].waiting_pull;
+    }
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
+// ---------------------------------------------------------------- traffic
+
+void Service::on_op_message(int peer, std::string_view msg) {
+  if (msg.empty()) return;
+  switch (static_cast<uint8_t>(msg[0])) {
+    case cluster::kPsRegions: {
+      PsRegions m;
+      if (decode_exact(msg, &m)) return on_regions(peer, m);
+      break;
+    }
+    case cluster::kPsPush: {
+      PsPush m;
+      if (decode_exact(msg, &m)) return on_push(peer, m);
+      break;
+    }
+    case cluster::kPsAck: {
+      PsAck m;
+      if (decode_exact(msg, &m)) return on_ack(peer, m);
+      break;
+    }
+    default:
+      break;
+  }
+  spdlog::error("host {}: malformed parameter-server message (type {}, {} bytes); ignored",
+                host_id(peer), static_cast<int>(static_cast<uint8_t>(msg[0])), msg.size());
+}
+
+void Service::on_write(int peer, uint32_t region, uint64_t offset, uint64_t len, uint64_t imm) {
+  auto it = by_region_.find(region);
+  if (it == by_region_.end()) return;  // a key that is gone
+  Key& k = *it->second;
+  int p = k.participant_of(peer);
+  if (p < 0) return;
+  if (region == k.push_region) {
+    // A push's bytes, into the writer's slot, whole.
+    if (offset != uint64_t(p) * k.shard_bytes(k.self) || len != k.shard_bytes(k.self)) {
+      spdlog::error("{}: host {} wrote {} bytes at {} of the push region, expected {} at {}",
+                    k.describe(), host_id(peer), len, offset, k.shard_bytes(k.self),
+                    uint64_t(p) * k.shard_bytes(k.self));
+      return;
+    }
+    Served& s = k.served[size_t(p)];
+    s.data = true;
+    s.data_clock = imm_clock(imm);
+    (void)serve(k, p);  // a refusal is answered to the worker
+    return;
+  }
+  if (offset != k.shards[size_t(p)].begin * k.elem || len != k.shard_bytes(p)) {
+    spdlog::error("{}: host {} wrote {} bytes at {} of the reply region, expected {} at {}",
+                  k.describe(), host_id(peer), len, offset, k.shard_bytes(p),
+                  k.shards[size_t(p)].begin * k.elem);
+    return;
+  }
+  on_reply(k, p, imm);
+}
+
+void Service::on_peer_lost(int peer, const Status& why) {
+  std::vector<Key*> hit;
+  for (auto& [id, k] : keys_)
+    if (k->participant_of(peer) >= 0) hit.push_back(k.get());
+  for (Key* k : hit) {
+    Status st(why.code(), fmt::format("{}: {}", k->describe(), why.message()));
+    k->broken = st;
+    if (k->declared) {
+      auto done = std::move(k->declared);
+      k->declared = nullptr;
+      drop(*k, st);
+      done(st);
+      continue;
+    }
+    if (k->current) {
+      WorkerOp& op = *k->current;
+      if (op.failed.is_ok()) op.failed = st;
+      op.answers = 0;
+      check_done(op);
+    }
+  }
+}
+
+void Service::on_peer_left_job(std::string_view job, int peer, std::vector<cluster::OpKey>,
+                               const Status& why) {
+  // A rank of another host left: its host may still push (its other
+  // ranks), but a step of the job can no longer complete there; the jobs
+  // layer fails the job's ops. The keys stay until the job closes here.
+  (void)job;
+  (void)peer;
+  (void)why;
+}
+
+std::vector<cluster::OpKey> Service::open_ops(std::string_view job) const {
+  std::vector<cluster::OpKey> open;
+  for (auto& [token, op] : ops_)
+    if (op->req.job == job) open.push_back({op->req.key, op->req.clock});
+  return open;
+}
+
+}  // namespace gsync::ps

@@ -1,0 +1,152 @@
+// SPDX-License-Identifier: Apache-2.0
+//
+// The parameter server of one daemon (docs/parameter-server.md): every
+// host of a parameter-server job serves a shard of each declared tensor
+// (shards.h, server.h) and works for its own ranks, whose pushes and pulls
+// go to every shard's host and come back. The op pipeline drives it: a
+// declaration's stage (after the broadcast of rank 0's initial values)
+// calls declare(); a push, pull or push_pull's stage (after the fold of the
+// host's ranks) calls begin(), and the store puts what came back into the
+// ranks' buffers.
+//
+// Per (job, key) each host registers, once, a push region (a slot per
+// worker host for its shard, as a server) and a reply region (the whole
+// tensor, as a worker), and tells the job's other hosts (PsRegions,
+// messages.h); a declaration is complete on a host once every host's
+// regions are known. A worker's push is a PsPush message and a one-sided
+// write of its data into its slot at the server; a server answers a pull
+// by writing its shard's values into the worker's reply region, and a push
+// without a pull by a PsAck once the push is applied. One op per key is on
+// the wire from a host at a time: the next waits for the previous answer.
+//
+// The engine and this service share the transport: writes and cookies with
+// cluster::kPsWriteBit set are this service's. Event thread only.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "daemon/cluster/control_plane.h"
+#include "daemon/core/status.h"
+#include "daemon/ps/mapping.h"
+#include "daemon/ps/messages.h"
+#include "daemon/ps/server.h"
+#include "daemon/ps/shards.h"
+#include "protocol/ops.h"
+#include "protocol/ps.h"
+
+namespace gsync::ps {
+
+struct Declaration {
+  std::string job;
+  uint64_t key = 0, count = 0;
+  proto::DType dtype = proto::DType::kF32;
+  proto::PsOptions opts;
+  proto::Sync sync;
+  std::vector<int> hosts;         // the job's hosts, cluster indices in cluster order
+  const uint8_t* init = nullptr;  // the whole tensor's initial values, dtype
+};
+
+struct Request {
+  std::string job;
+  uint64_t key = 0, clock = 0, count = 0;
+  proto::Opcode opcode = proto::Opcode::kPushPull;  // kPush, kPull or kPushPull
+  proto::DType dtype = proto::DType::kF32;
+  double weight = 0;  // the host's ranks' weights summed
+  float lr = 0;       // 0: the declared one
+  uint8_t* data = nullptr;  // the host's tensor: the gradient in, the parameters out
+  uint32_t token = 0;       // never 0; unique among this host's ops in flight (31 bits)
+};
+
+using Done = std::function<void(const Status&)>;
+
+// gsyncctl jobs, per declared key.
+struct KeyReport {
+  uint64_t key = 0, count = 0;
+  std::string dtype, optimizer, sync;
+  uint64_t shard_begin = 0, shard_end = 0;  // this host's
+  uint64_t updates = 0;                     // pushes applied here
+  std::vector<std::pair<std::string, uint64_t>> worker_clocks;  // host -> next clock
+  std::vector<std::pair<std::string, uint64_t>> shard_bytes;    // host -> bytes it serves
+  uint64_t pulls_waiting = 0;
+};
+
+class Service final : public cluster::OpTraffic {
+ public:
+  // cp null: a daemon without a cluster; its jobs' one host is 0.
+  explicit Service(cluster::ControlPlane* cp);
+  ~Service() override;
+  Service(const Service&) = delete;
+  Service& operator=(const Service&) = delete;
+
+  // The key's shard and regions on this host; done runs once every host of
+  // the job has declared it alike (or with the error that says how not).
+  void declare(const Declaration& d, Done done);
+  // A push, pull or push_pull of this host; done runs exactly once, when
+  // r.data holds the parameters (pull) or the push was applied (push), and
+  // no write from r.data is in flight.
+  void begin(const Request& r, Done done);
+  // Fails the op; done follows once no write from its data is in flight.
+  void abort(uint32_t token, const Status& why);
+  std::string waiting_for(uint32_t token) const;
+  void job_closed(const std::string& job);
+  std::vector<KeyReport> report(const std::string& job) const;
+
+  // --- cluster::OpTraffic
+  void on_op_message(int peer, std::string_view msg) override;
+  void on_write(int peer, uint32_t region, uint64_t offset, uint64_t len, uint64_t imm) override;
+  void on_write_done(int peer, uint64_t cookie, const Status& st) override;
+  void on_peer_lost(int peer, const Status& why) override;
+  void on_peer_left_job(std::string_view job, int peer, std::vector<cluster::OpKey> open,
+                        const Status& why) override;
+  std::vector<cluster::OpKey> open_ops(std::string_view job) const override;
+
+ private:
+  struct Key;
+  struct WorkerOp;
+  struct Served;  // a worker's request at a server
+
+  // Declarations (service.cc).
+  Key* find(std::string_view job, uint64_t key) const;
+  Status make_key(const Declaration& d, std::unique_ptr<Key>* out);
+  void on_regions(int peer, const PsRegions& m);
+  Status check_regions(const Key& k, int peer, const PsRegions& m) const;
+  void maybe_declared(Key& k);
+  void drop(Key& k, const Status& why);
+  void maybe_free(Key& k);
+  int self() const;
+  const std::string& host_id(int host) const;
+
+  // A worker's ops (worker.cc).
+  void start(Key& k, std::unique_ptr<WorkerOp> op);
+  void finish(WorkerOp& op, const Status& st);
+  void check_done(WorkerOp& op);
+  void on_reply(Key& k, int participant, uint64_t imm);
+  void on_ack(int peer, const PsAck& m);
+
+  // A server's side (serve.cc).
+  void on_push(int peer, const PsPush& m);
+  Status serve(Key& k, int w);
+  void answer_ready(Key& k);
+  void reply(Key& k, int w);
+  void send_ack(Key& k, int w, uint32_t token, uint64_t clock, const Status& st);
+
+  cluster::ControlPlane* cp_;
+  std::map<std::pair<std::string, uint64_t>, std::unique_ptr<Key>> keys_;
+  std::unordered_map<uint32_t, Key*> by_region_;
+  std::unordered_map<uint32_t, Key*> by_id_;  // live and retiring keys, for write cookies
+  std::map<Key*, std::unique_ptr<Key>> retiring_;  // dropped, memory still in use
+  uint32_t next_key_id_ = 1;
+  std::unordered_map<uint32_t, WorkerOp*> ops_;  // by token
+  // PsRegions that came before this host declared the key.
+  std::map<std::pair<std::string, uint64_t>, std::map<int, PsRegions>> early_;
+};
+
+}  // namespace gsync::ps
