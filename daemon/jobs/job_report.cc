@@ -4,8 +4,38 @@
 #include <nlohmann/json.hpp>
 
 #include "daemon/jobs/job_manager.h"
+#include "daemon/ps/service.h"
 
 namespace gsync {
+
+namespace {
+// A parameter-server job's keys as this host serves them: the shard map,
+// each worker's clock, the slowest worker, updates applied.
+nlohmann::json ps_keys(const ps::Service* service, const std::string& job) {
+  using nlohmann::json;
+  json keys = json::array();
+  if (!service) return keys;
+  for (const auto& k : service->report(job)) {
+    json clocks = json::object(), shards = json::object();
+    std::string slowest;
+    uint64_t low = ~0ull;
+    for (const auto& [host, c] : k.worker_clocks) {
+      clocks[host] = c;
+      if (c < low) {
+        low = c;
+        slowest = host;
+      }
+    }
+    for (const auto& [host, b] : k.shard_bytes) shards[host] = b;
+    keys.push_back({{"key", k.key}, {"count", k.count}, {"dtype", k.dtype},
+                    {"optimizer", k.optimizer}, {"sync", k.sync},
+                    {"shard", {k.shard_begin, k.shard_end}}, {"updates", k.updates},
+                    {"worker_clocks", clocks}, {"slowest_worker", slowest},
+                    {"shard_bytes", shards}, {"pulls_waiting", k.pulls_waiting}});
+  }
+  return keys;
+}
+}  // namespace
 
 nlohmann::json JobManager::jobs_report() const {
   using nlohmann::json;
@@ -42,6 +72,8 @@ nlohmann::json JobManager::jobs_report() const {
                     // What compression's error feedback holds for the job
                     // (docs/compression.md, "The engine").
                     {"error_feedback_bytes", pipeline_.error_feedback_bytes(name)},
+                    {"sync_mode", proto::describe(job->sync)},
+                    {"parameters", ps_keys(pipeline_.ps(), name)},
                     {"last_error", job->last_error}});
   }
   return json{{"jobs", list}};

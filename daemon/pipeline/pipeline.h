@@ -122,6 +122,8 @@ class Pipeline {
   PlanCache* plans() { return plans_.get(); }
   // What compressed plans of the job hold as error feedback (gsyncctl jobs).
   uint64_t error_feedback_bytes(const std::string& job) const;
+  // The parameter server (gsyncctl jobs reads its keys); null when none.
+  const ps::Service* ps() const { return ps_; }
 
  private:
   friend class StageLink;
