@@ -7,10 +7,12 @@
 // bytes). Properties: an entry that passes names a tensor inside the arena
 // (offset + bytes cannot wrap past it), of count x the dtype's size bytes,
 // a known op, a root inside the job; an error names the rank and the tag.
+#include <cmath>
 #include <cstring>
 
 #include "daemon/jobs/admission.h"
 #include "protocol/compression.h"
+#include "protocol/ps.h"
 #include "tests/fuzz/fuzz_target.h"
 
 GSYNC_FUZZ_TARGET(submission) {
@@ -28,8 +30,20 @@ GSYNC_FUZZ_TARGET(submission) {
     FUZZ_CHECK(st.message().find(std::to_string(e.tag)) != std::string::npos);
     return 0;
   }
-  proto::Compression c;
-  FUZZ_CHECK(proto::from_entry(e.compress, e.compress_arg, &c).empty() && c == shape.compress);
+  if (proto::is_ps(shape.opcode)) {
+    // A parameter-server op: float data, no codec; a push weighs > 0.
+    FUZZ_CHECK(e.compress == 0 && !shape.compress.on() && e.count > 0);
+    FUZZ_CHECK(shape.dtype == proto::DType::kF32 || shape.dtype == proto::DType::kF16 ||
+               shape.dtype == proto::DType::kBF16);
+    if (shape.opcode == proto::Opcode::kPush || shape.opcode == proto::Opcode::kPushPull)
+      FUZZ_CHECK(std::isfinite(e.weight) && e.weight > 0 && std::isfinite(shape.lr) &&
+                 shape.lr >= 0);
+    if (shape.opcode == proto::Opcode::kPsDeclare)
+      FUZZ_CHECK(e.offset >= sizeof(proto::PsDeclareHeader));
+  } else {
+    proto::Compression c;
+    FUZZ_CHECK(proto::from_entry(e.compress, e.compress_arg, &c).empty() && c == shape.compress);
+  }
   if (shape.compress.on())
     FUZZ_CHECK(shape.opcode == proto::Opcode::kAllreduce && shape.dtype == proto::DType::kF32);
   if (shape.opcode == proto::Opcode::kBarrier) {

@@ -16,6 +16,7 @@
   X(cluster_file)             \
   X(config)                   \
   X(control_messages)         \
+  X(ps)                       \
   X(submission)               \
   X(tcp_frame)
 

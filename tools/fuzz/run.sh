@@ -20,7 +20,7 @@ seconds=${1:-30}
 shift || true
 build=${FUZZ_BUILD_DIR:-$root/build-fuzz}
 case $build in /*) ;; *) build=$root/$build ;; esac
-all_targets=(admin bootstrap client_hello codec cluster_file config control_messages submission tcp_frame)
+all_targets=(admin bootstrap client_hello codec cluster_file config control_messages ps submission tcp_frame)
 targets=("$@")
 [ ${#targets[@]} -gt 0 ] || targets=("${all_targets[@]}")
 jobs=${FUZZ_JOBS:-$(nproc)}
