@@ -150,6 +150,20 @@ TEST(RenderJobs, TableWithRanks) {
             "      -  rank 3 timed out\n");
 }
 
+TEST(RenderJobs, ParameterServerKeysGetALineEach) {
+  auto reply = nlohmann::json::parse(R"json({"jobs":[
+    {"job":"ps","world_size":2,"local_size":1,"ranks":[],"ops_completed":4,"ops_failed":0,
+     "ops_in_flight":0,"bytes_reduced":0,"throughput_gbps":0,"last_error":"",
+     "sync_mode":"ssp:2",
+     "parameters":[{"key":3,"count":1024,"dtype":"float32","optimizer":"sgd (lr 0.1)",
+                    "sync":"ssp:2","shard":[0,512],"updates":46,
+                    "worker_clocks":{"h1":12,"h2":11},"slowest_worker":"h2",
+                    "shard_bytes":{"h1":2048,"h2":2048},"pulls_waiting":1}]}]})json");
+  EXPECT_THAT(render_jobs(reply),
+              HasSubstr("job ps key 3 (sgd (lr 0.1), ssp:2): serves [0, 512) of 1024 float32; "
+                        "clocks h1 12, h2 11 (slowest h2); 46 updates, 1 pulls waiting\n"));
+}
+
 TEST(RenderJobs, Empty) {
   EXPECT_EQ(render_jobs(nlohmann::json::parse(R"json({"jobs":[]})json")), "no jobs\n");
 }

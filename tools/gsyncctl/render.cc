@@ -134,6 +134,36 @@ std::string render_status(const json& reply) {
   return out;
 }
 
+namespace {
+// A parameter-server job's keys as this host serves them, a line each:
+// "job train key 3 (sgd (lr 0.1), ssp:2): serves [0, 512) of 1024 float32;
+// clocks h1 12, h2 11 (slowest h2); 46 updates, 1 pull waiting".
+std::string render_parameters(const json& job) {
+  const json& keys = field(job, "parameters");
+  if (!keys.is_array()) return "";
+  std::string out;
+  for (const json& k : keys) {
+    std::string clocks;
+    const json& wc = field(k, "worker_clocks");
+    if (wc.is_object())
+      for (auto it = wc.begin(); it != wc.end(); ++it)
+        clocks += fmt::format("{}{} {}", clocks.empty() ? "" : ", ", it.key(), text(it.value()));
+    const json& shard = field(k, "shard");
+    std::string range = shard.is_array() && shard.size() == 2
+                            ? fmt::format("[{}, {})", text(shard[0]), text(shard[1]))
+                            : std::string(kMissing);
+    out += fmt::format("job {} key {} ({}, {}): serves {} of {} {}; clocks {} (slowest {}); {} "
+                       "updates, {} pulls waiting\n",
+                       text(field(job, "job")), text(field(k, "key")), text(field(k, "optimizer")),
+                       text(field(k, "sync")), range, text(field(k, "count")),
+                       text(field(k, "dtype")), clocks.empty() ? std::string(kMissing) : clocks,
+                       text(field(k, "slowest_worker")), text(field(k, "updates")),
+                       text(field(k, "pulls_waiting")));
+  }
+  return out;
+}
+}  // namespace
+
 std::string render_jobs(const json& reply) {
   const json& jobs = field(reply, "jobs");
   if (!jobs.is_array() || jobs.empty()) return "no jobs\n";
@@ -166,7 +196,7 @@ std::string render_jobs(const json& reply) {
         last_error.empty() ? std::string(kMissing) : last_error,
     });
   }
-  return format_table(
+  std::string out = format_table(
       {
           {"JOB"},
           {"WORLD", Align::kRight},
@@ -181,6 +211,8 @@ std::string render_jobs(const json& reply) {
           {"LAST ERROR"},
       },
       rows);
+  for (const json& job : jobs) out += render_parameters(job);
+  return out;
 }
 
 // The ops still in flight (who has not arrived, what they wait for), then
