@@ -36,7 +36,12 @@ void Service::on_push(int peer, const PsPush& m) {
     return refuse(GSYNC_ERR_PROTOCOL,
                   fmt::format("job {} parameter key {}: host {} sent a request of opcode {}", job,
                               m.key, host_id(peer), m.opcode));
-  if (!k || !k->ready || p < 0)
+  // A server serves once it has made the key and knows the worker's
+  // regions, not only once its own declaration is complete (its peers'
+  // regions may still be on their way): the worker's PsRegions came before
+  // its PsPush, on the same ordered link, and the worker declared only
+  // after it had this host's.
+  if (!k || p < 0 || !k->known[size_t(p)])
     return refuse(GSYNC_ERR_INVALID,
                   fmt::format("job {} parameter key {} is not declared on host {}{}", job, m.key,
                               host_id(self()), k && p < 0 ? " with host " + host_id(peer) : ""));
