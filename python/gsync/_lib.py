@@ -50,6 +50,37 @@ class GsyncCompression(ctypes.Structure):
     ]
 
 
+# enum gsync_sync_mode, enum gsync_optimizer
+SYNC_BSP, SYNC_ASP, SYNC_SSP = 0, 1, 2
+OPT_SGD, OPT_ADAM, OPT_ADAMW = 0, 1, 2
+
+
+class GsyncPsOpts(ctypes.Structure):
+    """struct gsync_ps_opts; filled by gsync_ps_opts_init."""
+
+    _fields_ = [
+        ("struct_size", ctypes.c_uint32),
+        ("optimizer", ctypes.c_int32),
+        ("lr", ctypes.c_float),
+        ("momentum", ctypes.c_float),
+        ("weight_decay", ctypes.c_float),
+        ("beta1", ctypes.c_float),
+        ("beta2", ctypes.c_float),
+        ("eps", ctypes.c_float),
+    ]
+
+
+class GsyncPushOpts(ctypes.Structure):
+    """struct gsync_push_opts; filled by gsync_push_opts_init."""
+
+    _fields_ = [
+        ("struct_size", ctypes.c_uint32),
+        ("timeout_ms", ctypes.c_uint32),
+        ("weight", ctypes.c_double),
+        ("lr", ctypes.c_float),
+    ]
+
+
 class GsyncConfig(ctypes.Structure):
     """struct gsync_config (0.2); filled by gsync_config_init (sets struct_size)."""
 
@@ -114,6 +145,17 @@ def _declare(lib: ctypes.CDLL) -> None:
         "gsync_allreduce": (c_int, [c_void_p, ctypes.c_uint64, ctypes.c_uint64, c_void_p,
                                     ctypes.c_size_t, c_int, c_int, ctypes.c_double, comm_pp]),
         "gsync_compression_parse": (c_int, [c_char_p, ctypes.POINTER(GsyncCompression)]),
+        "gsync_ps_opts_init": (None, [ctypes.POINTER(GsyncPsOpts)]),
+        "gsync_push_opts_init": (None, [ctypes.POINTER(GsyncPushOpts)]),
+        "gsync_ps_declare": (c_int, [c_void_p, ctypes.c_uint64, c_void_p, ctypes.c_size_t, c_int,
+                                     ctypes.POINTER(GsyncPsOpts), comm_pp]),
+        "gsync_ps_push": (c_int, [c_void_p, ctypes.c_uint64, ctypes.c_uint64, c_void_p,
+                                  ctypes.c_size_t, c_int, ctypes.POINTER(GsyncPushOpts), comm_pp]),
+        "gsync_ps_pull": (c_int, [c_void_p, ctypes.c_uint64, ctypes.c_uint64, c_void_p,
+                                  ctypes.c_size_t, c_int, comm_pp]),
+        "gsync_ps_push_pull": (c_int, [c_void_p, ctypes.c_uint64, ctypes.c_uint64, c_void_p,
+                                       ctypes.c_size_t, c_int, ctypes.POINTER(GsyncPushOpts),
+                                       comm_pp]),
         "gsync_barrier": (c_int, [c_void_p, ctypes.c_uint64, c_int]),
         "gsync_test": (c_int, [c_void_p]),
         "gsync_wait": (c_int, [c_void_p, c_int]),

@@ -9,6 +9,17 @@ from gsync import _lib
 from gsync._lib import GsyncError
 
 
+def parse_sync(text: str) -> tuple:
+    """'bsp', 'asp', 'ssp:3' -> (gsync_sync_mode, staleness)."""
+    if text == "bsp":
+        return _lib.SYNC_BSP, 0
+    if text == "asp":
+        return _lib.SYNC_ASP, 0
+    if text.startswith("ssp:") and text[4:].isdigit():
+        return _lib.SYNC_SSP, int(text[4:])
+    raise GsyncError(_lib.ERR_INVALID, f"sync mode '{text}' is not bsp, asp or ssp:N")
+
+
 class Request:
     """One asynchronous operation (gsync_request_t). Free it exactly once."""
 
@@ -49,10 +60,13 @@ class Comm:
 
     def __init__(self, job: str, world_size: int, rank: int, local_rank: int,
                  local_size: int, socket: Optional[str] = None, arena_bytes: int = 0,
-                 timeout_ms: int = 0, compression: Optional[str] = None):
+                 timeout_ms: int = 0, compression: Optional[str] = None,
+                 sync: str = "bsp"):
         """compression: the job's codec between hosts, as text ("int8",
         "topk:0.01@cross_host", "bf16,noef"; docs/compression.md); None
-        leaves it to $GSYNC_COMPRESSION, else none."""
+        leaves it to $GSYNC_COMPRESSION, else none. sync: the job's mode for
+        its parameter-server ops, "bsp", "asp" or "ssp:S"
+        (docs/parameter-server.md)."""
         L = _lib.lib()
         cfg = _lib.GsyncConfig()
         L.gsync_config_init(ctypes.byref(cfg))
@@ -67,6 +81,7 @@ class Comm:
         cfg.local_size = local_size
         cfg.arena_bytes = arena_bytes
         cfg.timeout_ms = timeout_ms
+        cfg.sync_mode, cfg.staleness = parse_sync(sync)
         if compression is not None:
             _lib.check(L.gsync_compression_parse(compression.encode(),
                                                  ctypes.byref(cfg.compression)))
@@ -105,6 +120,53 @@ class Comm:
         _lib.check(_lib.lib().gsync_allreduce(self.handle, key, step, addr, count, dtype, op,
                                               weight, ctypes.byref(req)))
         return Request(req.value, key, step)
+
+    # --- parameter server (docs/parameter-server.md)
+
+    def ps_declare(self, key: int, addr: int, count: int, dtype: int, optimizer: int = _lib.OPT_SGD,
+                   lr: float = 0.01, momentum: float = 0.0, weight_decay: float = 0.0,
+                   betas: tuple = (0.9, 0.999), eps: float = 1e-8) -> Request:
+        """Declares parameter `key` (every rank; rank 0's values at addr are the
+        initial ones, and every rank's addr holds them once it completes)."""
+        L = _lib.lib()
+        o = _lib.GsyncPsOpts()
+        L.gsync_ps_opts_init(ctypes.byref(o))
+        o.optimizer, o.lr, o.momentum, o.weight_decay = optimizer, lr, momentum, weight_decay
+        o.beta1, o.beta2, o.eps = betas[0], betas[1], eps
+        req = ctypes.c_void_p()
+        _lib.check(L.gsync_ps_declare(self.handle, key, addr, count, dtype, ctypes.byref(o),
+                                      ctypes.byref(req)))
+        return Request(req.value, key, (1 << 64) - 2)
+
+    def _push_opts(self, weight: float, lr: float) -> "_lib.GsyncPushOpts":
+        o = _lib.GsyncPushOpts()
+        _lib.lib().gsync_push_opts_init(ctypes.byref(o))
+        o.weight, o.lr = weight, lr
+        return o
+
+    def ps_push_pull(self, key: int, clock: int, addr: int, count: int, dtype: int,
+                     weight: float = 1.0, lr: float = 0.0) -> Request:
+        """The gradient of step `clock` at addr in; the parameters of step
+        clock + 1 there when it completes."""
+        o = self._push_opts(weight, lr)
+        req = ctypes.c_void_p()
+        _lib.check(_lib.lib().gsync_ps_push_pull(self.handle, key, clock, addr, count, dtype,
+                                                 ctypes.byref(o), ctypes.byref(req)))
+        return Request(req.value, key, clock)
+
+    def ps_push(self, key: int, clock: int, addr: int, count: int, dtype: int,
+                weight: float = 1.0, lr: float = 0.0) -> Request:
+        o = self._push_opts(weight, lr)
+        req = ctypes.c_void_p()
+        _lib.check(_lib.lib().gsync_ps_push(self.handle, key, clock, addr, count, dtype,
+                                            ctypes.byref(o), ctypes.byref(req)))
+        return Request(req.value, key, clock)
+
+    def ps_pull(self, key: int, clock: int, addr: int, count: int, dtype: int) -> Request:
+        req = ctypes.c_void_p()
+        _lib.check(_lib.lib().gsync_ps_pull(self.handle, key, clock, addr, count, dtype,
+                                            ctypes.byref(req)))
+        return Request(req.value, key, clock)
 
     def barrier(self, step: int, timeout_ms: int = -1) -> None:
         _lib.check(_lib.lib().gsync_barrier(self.handle, step, timeout_ms))

@@ -37,7 +37,7 @@ from gsync import _lib
 from gsync._lib import GsyncError
 from gsync.comm import Comm, Request
 
-__all__ = ["GsyncError", "GsyncState", "allreduce_hook", "init"]
+__all__ = ["GsyncError", "GsyncState", "PSOptimizer", "allreduce_hook", "init"]
 
 _DTYPES = {
     torch.float32: _lib.FLOAT32,
@@ -403,3 +403,8 @@ def init(job: Optional[str] = None, socket: Optional[str] = None, *,
 def bucket_layout(state: GsyncState) -> List[Tuple[int, int]]:
     """(bucket index, elements) of the arena buffers held, for reports."""
     return sorted((i, b.numel) for i, b in state._buffers.items())
+
+
+# The parameter server's optimizer (docs/parameter-server.md); below the
+# helpers it uses from this module.
+from gsync.torch_ps import PSOptimizer  # noqa: E402
