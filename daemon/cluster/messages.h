@@ -27,7 +27,10 @@ namespace gsync::cluster {
 //    had padding; a write's immediate has a 2-bit transfer kind.
 // 5: the parameter server's messages (types 6-8, daemon/ps/messages.h);
 //    an immediate with bit 63 set is the parameter server's.
-constexpr uint32_t kProtocolVersion = 5;
+// 6: PsPush names the region of the worker's tensor (replies go straight
+//    into it); PsRegions lost its reply region; pushes and replies are
+//    written in kPsChunkBytes pieces.
+constexpr uint32_t kProtocolVersion = 6;
 
 enum MsgType : uint8_t {
   kJobAnnounce = 1,

@@ -65,6 +65,7 @@ void PsRequestStage::input_done() {
   for (const auto& c : r.locals) q.weight += c.weight;
   q.lr = r.shape.lr;
   q.data = host_buffer(r).ptr;
+  q.owner = host_buffer(r).owner;
   q.token = op_token(link_.serial());
   begun_ = true;
   service_.begin(q, [this](const Status& st) { on_done(st); });

@@ -7,18 +7,22 @@
 //
 //   PsRegions  after a declaration, to every host of the job: the tensor's
 //              shape and options (hosts that disagree find out), and where
-//              this host takes pushes (as a server) and replies (as a worker)
+//              this host takes pushes (as a server)
 //   PsPush     a worker to a server, per op: clock, weight, learning rate,
-//              what it wants (push, pull or both) and the op's token; a push's
-//              data follows as a one-sided write into the server's slot for
-//              this worker, immediate kPsWriteBit | token << 32 | clock
+//              what it wants (push, pull or both), the op's token and, for a
+//              pull, the region of the op's own tensor; a push's
+//              data follows as one-sided writes of kPsChunkBytes (the last
+//              shorter), in order, into the server's slot for this worker,
+//              immediate kPsWriteBit | token << 32 | clock
 //   PsAck      a server to a worker: its push without a pull was applied
 //              (code 0), or its request was refused (a clock out of order,
 //              a shape that differs) with the reason
 //
-// A server's reply is a write of its shard's values into the worker's
-// reply region at the shard's offset, immediate kPsWriteBit | token << 32 |
-// clock: no message goes with it.
+// A server's reply is writes of its shard's values into the region the
+// PsPush named (the worker's tensor, registered while it is the key's) at
+// the shard's offset, in order, in kPsChunkBytes or larger pieces,
+// immediate kPsWriteBit | token << 32 | clock: no message goes with it,
+// and nothing is copied on either side. The worker counts the bytes.
 #pragma once
 
 #include <cstdint>
@@ -38,9 +42,7 @@ struct PsRegions {
   uint64_t key = 0, count = 0;
   float lr = 0, momentum = 0, weight_decay = 0, beta1 = 0, beta2 = 0, eps = 0;
   uint32_t push_region = 0;  // this host's, as a server: a slot per worker
-  uint32_t reply_region = 0;  // this host's, as a worker: the whole tensor
   uint32_t hosts = 0;        // the job's hosts as this one sees them
-  uint32_t pad2 = 0;
 };
 
 struct PsPush {
@@ -52,7 +54,7 @@ struct PsPush {
   uint64_t key = 0, clock = 0, count = 0;
   double weight = 0;  // the worker's share of the step (its ranks' weights)
   float lr = 0;       // 0: the declared one
-  uint32_t pad2 = 0;
+  uint32_t reply_region = 0;  // a pull's: where the shard's values go (its whole tensor)
 };
 
 struct PsAck {
@@ -71,6 +73,11 @@ template <class T>
 bool decode_exact(std::string_view msg, T* out) {
   return msg.size() == sizeof(T) && cluster::decode(msg, out);
 }
+
+// A push's data and a reply go as writes of at most this many bytes, in
+// order, so that a bsp server folds, steps and sends back a shard's first
+// ranges while its last still come, as a ring pipelines its chunks.
+constexpr uint64_t kPsChunkBytes = uint64_t{2} << 20;
 
 // The immediate of a push's data and of a reply.
 constexpr uint64_t imm_of(uint32_t token, uint64_t clock) {

@@ -6,6 +6,7 @@
 // of the shard's values into the worker's reply area, a push alone by a
 // PsAck once it is applied, a refusal by a PsAck with the reason. A
 // refusal changes nothing on the server.
+#include <algorithm>
 #include <cstring>
 
 #include <fmt/format.h>
@@ -52,7 +53,33 @@ void Service::on_push(int peer, const PsPush& m) {
                               k->describe(), host_id(peer)));
   s.message = true;
   s.msg = m;
+  s.reply_region = m.reply_region;
   (void)serve(*k, p);  // a refusal is answered to the worker
+}
+
+// A push's bytes, into the writer's slot, in order; a new push starts at
+// the slot's start.
+void Service::on_push_data(Key& k, int w, uint64_t offset, uint64_t len, uint64_t imm) {
+  Served& s = k.served[size_t(w)];
+  const uint64_t bytes = k.shard_bytes(k.self), slot = uint64_t(w) * bytes;
+  if (offset == slot) {
+    s.data_token = imm_token(imm);
+    s.data_clock = imm_clock(imm);
+    s.landed = 0;
+  }
+  if (offset != slot + s.landed || len == 0 || len > bytes - s.landed ||
+      imm_token(imm) != s.data_token || imm_clock(imm) != s.data_clock) {
+    spdlog::error("{}: host {} wrote {} bytes at {} of the push region (token {}, clock {}); "
+                  "expected the next of its push's {} bytes at {}",
+                  k.describe(), host_id(k.hosts[size_t(w)]), len, offset, imm_token(imm),
+                  imm_clock(imm), bytes - s.landed, slot + s.landed);
+    return;
+  }
+  s.landed += len;
+  if (k.bsp())
+    advance(k);
+  else
+    (void)serve(k, w);  // a refusal is answered to the worker
 }
 
 Status Service::serve(Key& k, int w) {
@@ -62,10 +89,10 @@ Status Service::serve(Key& k, int w) {
   proto::Opcode opcode{};
   proto::opcode_from_wire(m.opcode, &opcode);
   const bool push = opcode != proto::Opcode::kPull;
-  // A push's bytes come on their own; the request waits for them.
-  if (push && (!s.data || s.data_clock != static_cast<uint32_t>(m.clock))) return Status::ok();
+  // asp and ssp apply a push at once: its bytes must all be in. bsp takes
+  // the request now and applies the clock as the bytes land (advance).
+  if (push && !k.bsp() && !k.data_in(w)) return Status::ok();
   s.message = false;
-  s.data = false;
   std::string who = fmt::format("{}: {} of host {} at clock {}", k.describe(),
                                 proto::name(opcode), host_id(k.hosts[size_t(w)]), m.clock);
   Status st = k.broken;
@@ -84,43 +111,97 @@ Status Service::serve(Key& k, int w) {
     s.waiting_ack = true;
   } else {
     s.waiting_pull = true;
+    s.reply_sent = 0;
     s.pull_step = opcode == proto::Opcode::kPull ? m.clock : m.clock + 1;
+  }
+  if (k.bsp() && push) {
+    advance(k);  // answers what the clock's end allows
+    return Status::ok();
   }
   answer_ready(k);
   return Status::ok();
 }
 
+// bsp: once every worker's push of the clock is taken, the update of the
+// elements whose bytes have landed from all of them is applied, and sent on
+// at once to every worker whose pull waits for the clock's values; the
+// clock's last range completes it, and the answers it allows go.
+void Service::advance(Key& k) {
+  ParamServer& sv = *k.server;
+  if (!sv.gathered()) return;
+  const uint64_t count = k.shards[size_t(k.self)].count();
+  const uint32_t clock = static_cast<uint32_t>(sv.bsp_clock());
+  uint64_t in = k.shard_bytes(k.self);
+  for (const Served& s : k.served)
+    in = std::min(in, s.data_token == (s.token & 0x7fffffffu) && s.data_clock == clock ? s.landed
+                                                                                        : 0);
+  const uint64_t from = sv.applied_upto(), upto = in / k.elem;
+  if (upto <= from && upto < count) return;
+  const uint64_t step = sv.bsp_clock() + 1;
+  sv.apply_upto(upto);
+  if (k.dtype != proto::DType::kF32) sv.read(k.staging_slot(k.self), from, upto);
+  if (upto < count) {
+    for (int w = 0; w < static_cast<int>(k.served.size()); w++) {
+      const Served& s = k.served[size_t(w)];
+      if (w != k.self && s.waiting_pull && s.pull_step == step) reply(k, w, upto);
+    }
+    return;
+  }
+  answer_ready(k);
+}
+
 // Every worker whose answer the shard's state now allows gets it.
 void Service::answer_ready(Key& k) {
+  const uint64_t count = k.shards[size_t(k.self)].count();
   for (int w = 0; w < static_cast<int>(k.served.size()); w++) {
     Served& s = k.served[size_t(w)];
     if (s.waiting_ack && k.server->applied(w, s.clock)) {
       s.waiting_ack = false;
       send_ack(k, w, s.token, s.clock, Status::ok());
-    } else if (s.waiting_pull && !s.replying && k.server->may_pull(s.pull_step)) {
-      s.waiting_pull = false;
-      reply(k, w);
+    } else if (s.waiting_pull && (k.bsp() || s.reply_writes == 0) &&
+               k.server->may_pull(s.pull_step)) {
+      reply(k, w, count);
     }
     if (find(k.job, k.key) != &k) return;  // a local answer ended the key's last op and the key
   }
 }
 
-void Service::reply(Key& k, int w) {
+// Sends worker w the shard's values of the elements [reply_sent, upto);
+// upto at the shard's end answers its pull.
+void Service::reply(Key& k, int w, uint64_t upto) {
   Served& s = k.served[size_t(w)];
-  const uint64_t imm = imm_of(s.token, s.clock);
+  const uint64_t imm = imm_of(s.token, s.clock), count = k.shards[size_t(k.self)].count();
+  const uint64_t at = k.shards[size_t(k.self)].begin * k.elem;
+  if (upto == count) s.waiting_pull = false;
   if (w == k.self) {
-    k.server->read(k.reply_area.data() + k.shards[size_t(k.self)].begin * k.elem);
-    on_reply(k, w, imm);
+    // This host's own op: the one on the wire for the key, unless it ended
+    // (aborted) while it waited.
+    if (!k.current || k.current->req.token != s.token) return;
+    k.server->read(k.current->req.data + at);
+    on_reply(k, w, imm, at, k.shard_bytes(k.self));
     return;
   }
-  // A copy of the values as they are now: the write sends it while later
-  // pushes change the master values.
-  k.server->read(k.staging_slot(w));
-  s.replying = true;
-  k.replies_in_flight++;
-  cp_->net().write(k.hosts[size_t(w)], k.staging_slot(w), k.shard_bytes(k.self),
-                   k.peer_reply[size_t(w)], k.shards[size_t(k.self)].begin * k.elem, imm,
-                   reply_cookie(k.id, w));
+  // asp, ssp: a copy of the values as they are now, which the writes send
+  // while later pushes change the master values. In bsp they change only
+  // once every worker has pushed again, which each does only after its
+  // answer came: fp32 values go as they are, others as converted once for
+  // all (advance).
+  const uint8_t* src = k.staging_slot(w);
+  if (!k.bsp())
+    k.server->read(k.staging_slot(w));
+  else if (k.dtype == proto::DType::kF32)
+    src = reinterpret_cast<const uint8_t*>(k.server->values().data());
+  else
+    src = k.staging_slot(k.self);
+  const uint64_t chunk = std::max<uint64_t>(1, kPsChunkBytes / k.elem);
+  for (uint64_t e = s.reply_sent; e < upto; e += chunk) {
+    const uint64_t n = std::min(chunk, upto - e);
+    s.reply_writes++;
+    k.replies_in_flight++;
+    cp_->net().write(k.hosts[size_t(w)], src + e * k.elem, n * k.elem, s.reply_region,
+                     at + e * k.elem, imm, reply_cookie(k.id, w));
+  }
+  s.reply_sent = upto == count ? 0 : upto;
 }
 
 void Service::send_ack(Key& k, int w, uint32_t token, uint64_t clock, const Status& st) {

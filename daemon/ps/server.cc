@@ -10,6 +10,12 @@
 
 namespace gsync::ps {
 
+namespace {
+// Elements summed and stepped at a time: 64 KiB of fp32, in L2 beside the
+// inputs' and the state's lines.
+constexpr size_t kBlock = 16384;
+}  // namespace
+
 ParamServer::ParamServer(const proto::PsOptions& opts, proto::Sync sync, proto::DType dtype,
                          Shard shard, int workers, const void* init)
     : opts_(opts), sync_(sync), dtype_(dtype), shard_(shard) {
@@ -19,7 +25,7 @@ ParamServer::ParamServer(const proto::PsOptions& opts, proto::Sync sync, proto::
   reduce::to_f32(init, dtype_, n, p_.data());
   if (opts_.optimizer != proto::Optimizer::kSgd || opts_.momentum != 0) m_.assign(n, 0.0f);
   if (opts_.optimizer != proto::Optimizer::kSgd) v_.assign(n, 0.0f);
-  grad_.resize(n);
+  grad_.resize(std::min(n, kBlock));
   next_.assign(static_cast<size_t>(std::max(workers, 1)), 0);
   last_weight_.assign(next_.size(), 0.0);
   pending_.resize(next_.size());
@@ -49,57 +55,76 @@ Status ParamServer::push(int w, uint64_t clock, double weight, float lr, const v
   last_weight_[size_t(w)] = weight;
   if (sync_.mode == proto::SyncMode::kBsp) {
     pending_[size_t(w)] = Pending{data, weight, lr, true};
-    if (std::all_of(pending_.begin(), pending_.end(), [](const Pending& p) { return p.in; }))
-      apply_bsp_clock();
     return Status::ok();
   }
   // asp, ssp: applied now, as one worker's share of a step.
   double step_weight = 0;
   for (double lw : last_weight_) step_weight += lw > 0 ? lw : weight;
-  reduce::to_f32(data, dtype_, grad_.size(), grad_.data());
-  apply(grad_.data(), static_cast<float>(1.0 / step_weight), lr);
+  t_++;
+  apply(&data, 1, static_cast<float>(1.0 / step_weight), lr, 0, p_.size());
   updates_++;
   return Status::ok();
 }
 
-void ParamServer::apply_bsp_clock() {
+bool ParamServer::gathered() const {
+  return sync_.mode == proto::SyncMode::kBsp &&
+         std::all_of(pending_.begin(), pending_.end(), [](const Pending& p) { return p.in; });
+}
+
+void ParamServer::apply_upto(uint64_t end) {
+  if (!gathered()) return;
+  end = std::min<uint64_t>(end, p_.size());
+  if (end <= bsp_applied_ && end < p_.size()) return;
   // In worker order, so every run gives the same bits.
-  reduce::to_f32(pending_[0].data, dtype_, grad_.size(), grad_.data());
-  double total = pending_[0].weight;
-  float lr = pending_[0].lr;
-  for (size_t w = 1; w < pending_.size(); w++) {
-    reduce::add_f32(pending_[w].data, dtype_, grad_.size(), grad_.data());
-    total += pending_[w].weight;
-    if (lr == 0) lr = pending_[w].lr;
+  std::vector<const void*> inputs;
+  double total = 0;
+  float lr = 0;
+  for (const Pending& p : pending_) {
+    inputs.push_back(p.data);
+    total += p.weight;
+    if (lr == 0) lr = p.lr;
   }
-  apply(grad_.data(), static_cast<float>(1.0 / total), lr);
+  if (!bsp_begun_) t_++;  // the clock's one optimizer step begins
+  bsp_begun_ = true;
+  apply(inputs.data(), inputs.size(), static_cast<float>(1.0 / total), lr, bsp_applied_, end);
+  bsp_applied_ = end;
+  if (end < p_.size()) return;
   updates_ += pending_.size();
   for (auto& p : pending_) p = Pending{};
+  bsp_applied_ = 0;
+  bsp_begun_ = false;
   bsp_clock_++;
 }
 
-void ParamServer::apply(const float* grad, float scale, float lr) {
+void ParamServer::apply(const void* const* inputs, size_t n_inputs, float scale, float lr,
+                        uint64_t begin, uint64_t end) {
   const float rate = lr > 0 ? lr : opts_.lr;
-  t_++;
-  size_t n = p_.size();
-  if (opts_.optimizer == proto::Optimizer::kSgd) {
-    reduce::SgdArgs a;
-    a.lr = rate;
-    a.momentum = opts_.momentum;
-    a.weight_decay = opts_.weight_decay;
-    a.first = t_ == 1;
-    reduce::sgd_step(p_.data(), m_.data(), grad, scale, n, a);
-    return;
+  reduce::SgdArgs sgd;
+  sgd.lr = rate;
+  sgd.momentum = opts_.momentum;
+  sgd.weight_decay = opts_.weight_decay;
+  sgd.first = t_ == 1;
+  reduce::AdamArgs adam;
+  adam.lr = rate;
+  adam.beta1 = opts_.beta1;
+  adam.beta2 = opts_.beta2;
+  adam.eps = opts_.eps;
+  adam.weight_decay = opts_.weight_decay;
+  adam.decoupled = opts_.optimizer == proto::Optimizer::kAdamW;
+  adam.t = t_;
+  const size_t elem = proto::dtype_size(dtype_);
+  float* g = grad_.data();
+  for (size_t at = begin; at < end; at += kBlock) {
+    const size_t len = std::min<size_t>(kBlock, end - at);
+    reduce::to_f32(static_cast<const uint8_t*>(inputs[0]) + at * elem, dtype_, len, g);
+    for (size_t i = 1; i < n_inputs; i++)
+      reduce::add_f32(static_cast<const uint8_t*>(inputs[i]) + at * elem, dtype_, len, g);
+    float* m = m_.empty() ? nullptr : m_.data() + at;
+    if (opts_.optimizer == proto::Optimizer::kSgd)
+      reduce::sgd_step(p_.data() + at, m, g, scale, len, sgd);
+    else
+      reduce::adam_step(p_.data() + at, m, v_.data() + at, g, scale, len, adam);
   }
-  reduce::AdamArgs a;
-  a.lr = rate;
-  a.beta1 = opts_.beta1;
-  a.beta2 = opts_.beta2;
-  a.eps = opts_.eps;
-  a.weight_decay = opts_.weight_decay;
-  a.decoupled = opts_.optimizer == proto::Optimizer::kAdamW;
-  a.t = t_;
-  reduce::adam_step(p_.data(), m_.data(), v_.data(), grad, scale, n, a);
 }
 
 bool ParamServer::may_pull(uint64_t step) const {
@@ -123,6 +148,11 @@ bool ParamServer::applied(int w, uint64_t clock) const {
   return next_[size_t(w)] > clock;
 }
 
-void ParamServer::read(void* dst) const { reduce::from_f32(p_.data(), p_.size(), dtype_, dst); }
+void ParamServer::read(void* dst) const { read(dst, 0, p_.size()); }
+
+void ParamServer::read(void* dst, uint64_t begin, uint64_t end) const {
+  reduce::from_f32(p_.data() + begin, end - begin, dtype_,
+                   static_cast<uint8_t*>(dst) + begin * proto::dtype_size(dtype_));
+}
 
 }  // namespace gsync::ps

@@ -7,8 +7,11 @@
 //
 //   bsp      a clock's update is applied once, when every worker has pushed
 //            that clock: the workers' pushes summed in worker order, divided
-//            by the sum of their weights, one optimizer step. A pull for step
-//            t is answered once clock t - 1 is applied.
+//            by the sum of their weights, one optimizer step. The caller
+//            applies it (apply_upto) range by range as the pushes' bytes
+//            land, so that the first ranges go back while the last still
+//            come. A pull for step t is answered once clock t - 1 is
+//            applied.
 //   ssp:s    every push is applied as it arrives, scaled by its weight over
 //            the expected weight of a step (the sum of every worker's last
 //            weight); a pull for step t is answered once every worker's
@@ -40,19 +43,30 @@ class ParamServer {
               int workers, const void* init);
 
   // Worker w's push of `data` (the shard's range of its gradient, summed
-  // over its ranks with their weights, in dtype) at `clock`. bsp keeps the
-  // pointer until the clock is complete: data must stay as it is until
-  // then (it is the worker's slot of the push region). The refusal names
-  // what was wrong; it changes nothing.
+  // over its ranks with their weights, in dtype) at `clock`: asp and ssp
+  // apply it now; bsp keeps the pointer until the clock is applied, and
+  // data's bytes need only have landed when apply_upto reaches them (it is
+  // the worker's slot of the push region). The refusal names what was
+  // wrong; it changes nothing.
   Status push(int w, uint64_t clock, double weight, float lr, const void* data,
               const std::string& who);
+  // bsp: whether every worker has pushed the clock being gathered; then
+  // apply_upto(e) applies its update to the elements [applied(), e) (e a
+  // multiple of the block, or the shard's end, which completes the clock).
+  bool gathered() const;
+  uint64_t applied_upto() const { return bsp_applied_; }
+  void apply_upto(uint64_t end);
+  uint64_t bsp_clock() const { return bsp_clock_; }
   // Whether parameters for step t may be handed out now.
   bool may_pull(uint64_t step) const;
   // Whether worker w's push at clock c has been applied (bsp: its clock).
   bool applied(int w, uint64_t clock) const;
-  // The shard's values, in dtype, into dst (count() elements).
+  // The shard's values, in dtype, into dst (count() elements); or those of
+  // the elements [begin, end) into dst's same range.
   void read(void* dst) const;
-  // The master values (tests, checkpoints).
+  void read(void* dst, uint64_t begin, uint64_t end) const;
+  // The master values (tests, checkpoints; a bsp reply of fp32 sends them
+  // as they are: they change only once every worker has pushed again).
   const std::vector<float>& values() const { return p_; }
 
   const Shard& shard() const { return shard_; }
@@ -63,21 +77,28 @@ class ParamServer {
   int workers() const { return static_cast<int>(next_.size()); }
 
  private:
-  void apply(const float* grad, float scale, float lr);
-  void apply_bsp_clock();
+  // One optimizer step with the sum of `inputs` (in dtype, summed in their
+  // order) times scale as the gradient, on the elements [begin, end), a
+  // block at a time: the sum of a block stays in the cache for its step
+  // (the bits are those of summing the whole first: every element is on
+  // its own). The step's number t_ is the caller's.
+  void apply(const void* const* inputs, size_t n_inputs, float scale, float lr, uint64_t begin,
+             uint64_t end);
 
   proto::PsOptions opts_;
   proto::Sync sync_;
   proto::DType dtype_;
   Shard shard_;
   std::vector<float> p_, m_, v_;  // master values, first and second moments
-  std::vector<float> grad_;       // scratch: a gradient in fp32
+  std::vector<float> grad_;       // scratch: a block of the gradient in fp32
   uint64_t t_ = 0;                // optimizer steps taken
   uint64_t updates_ = 0;          // pushes applied (bsp: counted per push too)
   std::vector<uint64_t> next_;    // per worker: the clock it pushes next
   std::vector<double> last_weight_;  // per worker: its last push's weight (0: none yet)
   // bsp: the clock being gathered and each worker's push of it.
   uint64_t bsp_clock_ = 0;
+  uint64_t bsp_applied_ = 0;  // elements of its update applied
+  bool bsp_begun_ = false;    // its optimizer step counted in t_
   struct Pending {
     const void* data = nullptr;
     double weight = 0;

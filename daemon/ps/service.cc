@@ -55,19 +55,15 @@ Status Service::make_key(const Declaration& d, std::unique_ptr<Key>* out) {
   k->served.resize(n);
   k->push_area = Mapping(k->shard_bytes(k->self) * n);
   k->staging = Mapping(k->shard_bytes(k->self) * n);
-  k->reply_area = Mapping(d.count * k->elem);
-  if (!k->push_area || !k->staging || !k->reply_area)
+  if (!k->push_area || !k->staging)
     return Status(GSYNC_ERR_NOMEM, fmt::format("{}: no memory for its {} bytes of regions",
-                                               k->describe(),
-                                               (2 * n * k->shard_bytes(k->self)) + d.count * k->elem));
+                                               k->describe(), 2 * n * k->shard_bytes(k->self)));
+  if (k->bsp()) k->server->read(k->staging_slot(k->self));
   if (cp_) {
     k->push_region = cp_->net().register_region(k->push_area.data(), k->push_area.bytes()).id;
-    k->reply_region = cp_->net().register_region(k->reply_area.data(), k->reply_area.bytes()).id;
     by_region_[k->push_region] = k.get();
-    by_region_[k->reply_region] = k.get();
   }
   k->peer_push.assign(n, 0);
-  k->peer_reply.assign(n, 0);
   k->known.assign(n, false);
   k->known[size_t(k->self)] = true;
   by_id_[k->id] = k.get();
@@ -109,7 +105,6 @@ void Service::declare(const Declaration& d, Done done) {
   m.beta2 = d.opts.beta2;
   m.eps = d.opts.eps;
   m.push_region = key.push_region;
-  m.reply_region = key.reply_region;
   m.hosts = static_cast<uint32_t>(key.hosts.size());
   for (int h : key.hosts)
     if (h != self()) cp_->send(h, cluster::as_bytes(m));
@@ -174,7 +169,6 @@ void Service::on_regions(int peer, const PsRegions& m) {
     return;
   }
   k->peer_push[size_t(p)] = m.push_region;
-  k->peer_reply[size_t(p)] = m.reply_region;
   k->known[size_t(p)] = true;
   maybe_declared(*k);
 }
@@ -207,7 +201,8 @@ void Service::drop(Key& k, const Status& why) {
   owned->queue.clear();
   Key* raw = owned.get();
   retiring_[raw] = std::move(owned);
-  for (uint32_t r : {raw->push_region, raw->reply_region}) {
+  release_tensor(*raw);
+  for (uint32_t r : {raw->push_region}) {
     if (r == 0) continue;
     by_region_.erase(r);
     raw->releasing++;
@@ -297,27 +292,11 @@ void Service::on_write(int peer, uint32_t region, uint64_t offset, uint64_t len,
   Key& k = *it->second;
   int p = k.participant_of(peer);
   if (p < 0) return;
-  if (region == k.push_region) {
-    // A push's bytes, into the writer's slot, whole.
-    if (offset != uint64_t(p) * k.shard_bytes(k.self) || len != k.shard_bytes(k.self)) {
-      spdlog::error("{}: host {} wrote {} bytes at {} of the push region, expected {} at {}",
-                    k.describe(), host_id(peer), len, offset, k.shard_bytes(k.self),
-                    uint64_t(p) * k.shard_bytes(k.self));
-      return;
-    }
-    Served& s = k.served[size_t(p)];
-    s.data = true;
-    s.data_clock = imm_clock(imm);
-    (void)serve(k, p);  // a refusal is answered to the worker
-    return;
-  }
-  if (offset != k.shards[size_t(p)].begin * k.elem || len != k.shard_bytes(p)) {
-    spdlog::error("{}: host {} wrote {} bytes at {} of the reply region, expected {} at {}",
-                  k.describe(), host_id(peer), len, offset, k.shard_bytes(p),
-                  k.shards[size_t(p)].begin * k.elem);
-    return;
-  }
-  on_reply(k, p, imm);
+  if (region != k.push_region && region != k.tensor_region) return;  // a tensor let go of
+  if (region == k.push_region)
+    on_push_data(k, p, offset, len, imm);
+  else
+    on_reply(k, p, imm, offset, len);
 }
 
 void Service::on_peer_lost(int peer, const Status& why) {

@@ -62,6 +62,9 @@ struct Request {
   double weight = 0;  // the host's ranks' weights summed
   float lr = 0;       // 0: the declared one
   uint8_t* data = nullptr;  // the host's tensor: the gradient in, the parameters out
+  // Keeps data's mapping alive while it is registered for the servers'
+  // replies (it stays registered while the key's ops use the same tensor).
+  std::shared_ptr<const void> owner;
   uint32_t token = 0;       // never 0; unique among this host's ops in flight (31 bits)
 };
 
@@ -128,14 +131,18 @@ class Service final : public cluster::OpTraffic {
   void start(Key& k, std::unique_ptr<WorkerOp> op);
   void finish(WorkerOp& op, const Status& st);
   void check_done(WorkerOp& op);
-  void on_reply(Key& k, int participant, uint64_t imm);
+  void on_reply(Key& k, int participant, uint64_t imm, uint64_t offset, uint64_t len);
   void on_ack(int peer, const PsAck& m);
+  void use_tensor(Key& k, const Request& r);
+  void release_tensor(Key& k);
 
   // A server's side (serve.cc).
   void on_push(int peer, const PsPush& m);
+  void on_push_data(Key& k, int w, uint64_t offset, uint64_t len, uint64_t imm);
   Status serve(Key& k, int w);
+  void advance(Key& k);
   void answer_ready(Key& k);
-  void reply(Key& k, int w);
+  void reply(Key& k, int w, uint64_t upto);
   void send_ack(Key& k, int w, uint32_t token, uint64_t clock, const Status& st);
 
   cluster::ControlPlane* cp_;

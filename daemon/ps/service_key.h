@@ -16,17 +16,22 @@ namespace gsync::ps {
 
 // A worker's request as its server keeps it until it is answered.
 struct Service::Served {
-  bool message = false;  // its PsPush is here
-  bool data = false;     // its push's bytes have landed in the slot
+  bool message = false;  // its PsPush is here, not yet served
   PsPush msg;
-  uint64_t data_clock = 0;
+  // The push whose bytes are landing in its slot, from the writes'
+  // immediates (a new one starts at the slot's start), and how many of
+  // them are in, in order.
+  uint32_t data_token = 0, data_clock = 0;
+  uint64_t landed = 0;
   // What it waits for once served: the parameters of a step (a pull), or
   // its push applied (a push alone); then the answer's token and clock.
   bool waiting_pull = false, waiting_ack = false;
   uint64_t pull_step = 0;
   uint32_t token = 0;
   uint64_t clock = 0;
-  bool replying = false;  // a reply write from its staging slot is in flight
+  int reply_writes = 0;   // reply writes in flight
+  uint64_t reply_sent = 0;  // elements of the answer sent so far (bsp streams it)
+  uint32_t reply_region = 0;  // the worker's tensor, where a pull's values go
 };
 
 struct Service::WorkerOp {
@@ -37,6 +42,7 @@ struct Service::WorkerOp {
   int sends = 0;    // push writes from req.data not done yet
   int answers = 0;  // shards whose reply (pull) or ack (push) has not come
   std::vector<bool> answered;  // by participant
+  std::vector<uint64_t> got;   // by participant: reply bytes landed, in order
   Status failed;    // the first failure; the op ends once sends are done
   bool ended = false;
 };
@@ -64,11 +70,23 @@ struct Service::Key {
   Mapping staging;     // a slot per participant: the values a reply sends
   uint32_t push_region = 0;
   std::vector<Served> served;  // by participant
+  // bsp: every worker's pull gets the same values: fp32 straight from the
+  // master values, other dtypes from this host's own staging slot (which
+  // no reply otherwise uses), converted range by range as they are applied.
+  bool bsp() const { return server->sync().mode == proto::SyncMode::kBsp; }
+  bool data_in(int w) const {
+    const Served& s = served[size_t(w)];
+    return s.data_token == (s.msg.token & 0x7fffffffu) &&
+           s.data_clock == static_cast<uint32_t>(s.msg.clock) && s.landed == shard_bytes(self);
+  }
 
   // As a worker.
-  Mapping reply_area;  // the whole tensor; registered
-  uint32_t reply_region = 0;
-  std::vector<uint32_t> peer_push, peer_reply;  // by participant
+  // The tensor the servers' replies go to, registered while the key's
+  // ops use it (a pull into another tensor registers that one instead).
+  uint8_t* tensor = nullptr;
+  uint32_t tensor_region = 0;
+  std::shared_ptr<const void> tensor_owner;
+  std::vector<uint32_t> peer_push;  // by participant
   std::vector<bool> known;
   std::unique_ptr<WorkerOp> current;          // the op on the wire
   std::deque<std::unique_ptr<WorkerOp>> queue;  // the ones after it

@@ -35,6 +35,7 @@ void Service::begin(const Request& r, Done done) {
   op->done = std::move(done);
   op->key = k;
   op->answered.assign(k->hosts.size(), false);
+  op->got.assign(k->hosts.size(), 0);
   ops_[r.token] = op.get();
   if (k->current) {
     k->queue.push_back(std::move(op));
@@ -63,6 +64,8 @@ void Service::start(Key& k, std::unique_ptr<WorkerOp> owned) {
   m.count = r.count;
   m.weight = r.weight;
   m.lr = r.lr;
+  if (r.opcode != proto::Opcode::kPush) use_tensor(k, r);
+  m.reply_region = r.opcode == proto::Opcode::kPush ? 0 : k.tensor_region;
   const int n = static_cast<int>(k.hosts.size());
   for (int p = 0; p < n; p++)
     if (k.shard_bytes(p) > 0) op.answers++;
@@ -72,13 +75,17 @@ void Service::start(Key& k, std::unique_ptr<WorkerOp> owned) {
   const uint32_t token = r.token;
   if (k.shard_bytes(k.self) > 0) {
     Served& s = k.served[size_t(k.self)];
-    if (push)
+    if (push) {
+      // A copy: a bsp clock may be applied after this op has ended (failed),
+      // and the client's buffer may hold anything by then.
       std::memcpy(k.push_slot(k.self), r.data + k.shards[size_t(k.self)].begin * k.elem,
                   k.shard_bytes(k.self));
+      s.data_token = r.token & 0x7fffffffu;
+      s.data_clock = static_cast<uint32_t>(r.clock);
+      s.landed = k.shard_bytes(k.self);
+    }
     s.message = true;
     s.msg = m;
-    s.data = push;
-    s.data_clock = static_cast<uint32_t>(r.clock);
     Status st = serve(k, k.self);
     if (!st || !ops_.count(token)) return;
   }
@@ -86,11 +93,14 @@ void Service::start(Key& k, std::unique_ptr<WorkerOp> owned) {
     if (p == k.self || k.shard_bytes(p) == 0) continue;
     cp_->send(k.hosts[size_t(p)], cluster::as_bytes(m));
     if (!push) continue;
-    op.sends++;
-    cp_->net().write(k.hosts[size_t(p)], r.data + k.shards[size_t(p)].begin * k.elem,
-                     k.shard_bytes(p), k.peer_push[size_t(p)],
-                     uint64_t(k.self) * k.shard_bytes(p), imm_of(r.token, r.clock),
-                     push_cookie(r.token));
+    const uint8_t* src = r.data + k.shards[size_t(p)].begin * k.elem;
+    const uint64_t bytes = k.shard_bytes(p), slot = uint64_t(k.self) * bytes;
+    for (uint64_t at = 0; at < bytes; at += kPsChunkBytes) {
+      op.sends++;
+      cp_->net().write(k.hosts[size_t(p)], src + at, std::min(kPsChunkBytes, bytes - at),
+                       k.peer_push[size_t(p)], slot + at, imm_of(r.token, r.clock),
+                       push_cookie(r.token));
+    }
   }
 }
 
@@ -106,8 +116,6 @@ void Service::finish(WorkerOp& op, const Status& result) {
   Key& k = *op.key;
   std::unique_ptr<WorkerOp> owned = std::move(k.current);
   ops_.erase(op.req.token);
-  const bool pull = op.req.opcode != proto::Opcode::kPush;
-  if (st.is_ok() && pull) std::memcpy(op.req.data, k.reply_area.data(), k.count * k.elem);
   if (!st.is_ok() && op.answers > 0 && k.broken.is_ok())
     // Answers still on their way would land where the next op's go.
     k.broken = Status(st.code(), fmt::format("{}: an earlier {} (clock {}) ended before its "
@@ -128,10 +136,31 @@ void Service::finish(WorkerOp& op, const Status& result) {
   }
 }
 
-void Service::on_reply(Key& k, int p, uint64_t imm) {
+// The servers write a pull's values straight into the op's tensor: it is
+// registered once, and again only when a pull brings another tensor (the
+// old registration goes in the background, its mapping kept until then).
+void Service::use_tensor(Key& k, const Request& r) {
+  if (!cp_ || r.data == k.tensor) return;
+  release_tensor(k);
+  k.tensor = r.data;
+  k.tensor_owner = r.owner;
+  k.tensor_region = cp_->net().register_region(r.data, k.count * k.elem).id;
+  by_region_[k.tensor_region] = &k;
+}
+
+void Service::release_tensor(Key& k) {
+  if (k.tensor_region == 0) return;
+  by_region_.erase(k.tensor_region);
+  cp_->net().deregister_region(k.tensor_region, [owner = std::move(k.tensor_owner)] {});
+  k.tensor_region = 0;
+  k.tensor = nullptr;
+}
+
+void Service::on_reply(Key& k, int p, uint64_t imm, uint64_t offset, uint64_t len) {
   auto it = ops_.find(imm_token(imm));
   if (it == ops_.end()) return;  // an op that ended
   WorkerOp& op = *it->second;
+  const uint64_t begin = k.shards[size_t(p)].begin * k.elem, bytes = k.shard_bytes(p);
   if (op.key != &k || !op.started || op.ended || op.answered[size_t(p)] ||
       imm_clock(imm) != static_cast<uint32_t>(op.req.clock) ||
       op.req.opcode == proto::Opcode::kPush) {
@@ -140,6 +169,16 @@ void Service::on_reply(Key& k, int p, uint64_t imm) {
                   k.describe(), host_id(k.hosts[size_t(p)]), imm_token(imm), imm_clock(imm));
     return;
   }
+  const uint64_t got = op.got[size_t(p)];
+  if (offset != begin + got || len == 0 || len > bytes - got) {
+    spdlog::error("{}: host {} wrote {} bytes at {} of the reply, expected the next of its {} "
+                  "bytes at {}",
+                  k.describe(), host_id(k.hosts[size_t(p)]), len, offset, bytes - got,
+                  begin + got);
+    return;
+  }
+  op.got[size_t(p)] += len;
+  if (op.got[size_t(p)] < bytes) return;
   op.answered[size_t(p)] = true;
   op.answers--;
   check_done(op);
@@ -207,7 +246,7 @@ void Service::on_write_done(int peer, uint64_t cookie, const Status& st) {
     Key& k = *it->second;
     k.replies_in_flight--;
     int w = cookie_worker(cookie);
-    if (w >= 0 && size_t(w) < k.served.size()) k.served[size_t(w)].replying = false;
+    if (w >= 0 && size_t(w) < k.served.size()) k.served[size_t(w)].reply_writes--;
     if (!st)
       spdlog::warn("{}: the reply to host {} failed: {}", k.describe(), host_id(peer),
                    st.message());

@@ -62,6 +62,14 @@ void check_server(fuzz::Input& in) {
     std::vector<float> before = server.values();
     uint64_t next = server.next_clock(w);
     Status st = server.push(w, clock, weight, lr, slots[size_t(w)].data(), "fuzz");
+    // bsp: a clock's update in two ranges, as the service applies it while
+    // the pushes land (at a block's multiple, or all at once).
+    if (server.gathered()) {
+      uint64_t clock_before = server.bsp_clock();
+      server.apply_upto(in.byte() % 2 ? 0 : n);
+      server.apply_upto(n);
+      FUZZ_CHECK(server.bsp_clock() == clock_before + 1 && server.applied_upto() == 0);
+    }
     if (!st) {
       FUZZ_CHECK(server.next_clock(w) == next);
       FUZZ_CHECK(std::memcmp(before.data(), server.values().data(), n * sizeof(float)) == 0);
