@@ -531,6 +531,42 @@ TEST(TestbedLoopback, GsyncPerfRowsSayHowTheyWereSampled) {
   EXPECT_EQ(sizes, (std::vector<uint64_t>{4096, 65536, 1048576})) << out;
 }
 
+// gsync-perf --ps runs each size as a parameter server's push_pull beside
+// the allreduce, on 3 hosts of 2 ranks: every element of the first
+// push_pull is minus the ranks' mean (SGD at learning rate 1 from zeros),
+// and its row says how its time compares with the allreduce's. 4 MiB is
+// two of the servers' pipelined pieces per shard and more.
+TEST(TestbedLoopback, GsyncPerfPushPullBesideAllreduce) {
+  const char* perf = getenv("GSYNC_PERF");
+  if (!perf) GTEST_SKIP() << "SKIPPED: GSYNC_PERF not set (run through meson test)";
+  std::string out = shell(std::string(perf) +
+                          " --hosts 3 --racks 1 -n 2 --loopback -b 64K -e 16M -f 16 --iters 8"
+                          " --warmup 1 --ps --json 2>&1");
+  std::vector<std::pair<std::string, uint64_t>> rows;
+  std::istringstream lines(out);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.rfind("{\"", 0) != 0) continue;
+    auto row = nlohmann::json::parse(line);
+    if (!row.contains("bytes")) continue;
+    const std::string collective = row["collective"].get<std::string>();
+    rows.emplace_back(collective, row["bytes"].get<uint64_t>());
+    EXPECT_EQ(row["wrong"].get<uint64_t>(), 0u) << line;
+    EXPECT_GT(row["time_us"].get<double>(), 0) << line;
+    if (collective == "push_pull") {
+      EXPECT_EQ(row["algo"].get<std::string>(), "ps") << line;
+      EXPECT_EQ(row["op"].get<std::string>(), "weighted_avg") << line;
+      EXPECT_GT(row["vs_allreduce"].get<double>(), 0) << line;
+    } else {
+      EXPECT_FALSE(row.contains("vs_allreduce")) << line;
+    }
+  }
+  using R = std::pair<std::string, uint64_t>;
+  EXPECT_EQ(rows, (std::vector<R>{{"allreduce", 65536}, {"push_pull", 65536},
+                                  {"allreduce", 1048576}, {"push_pull", 1048576},
+                                  {"allreduce", 16777216}, {"push_pull", 16777216}}))
+      << out;
+}
+
 TEST(TestbedLoopback, HostsSpreadOverRacksOrGivenPerRack) {
   Options o = network_only(5, 2);
   o.loopback = true;

@@ -56,6 +56,29 @@ bool allreduce(gsync_comm_t* comm, uint64_t key, uint64_t step, void* buf, size_
   return rc == 0;
 }
 
+bool ps_declare(gsync_comm_t* comm, uint64_t key, void* buf, size_t count, const Options& o,
+                int rank) {
+  gsync_request_t* req = nullptr;
+  gsync_ps_opts_t opts;
+  gsync_ps_opts_init(&opts);
+  opts.lr = 1;  // a step's parameters are then minus the mean gradient
+  int rc = gsync_ps_declare(comm, key, buf, count, o.dtype_id, &opts, &req);
+  if (rc == 0) rc = gsync_wait(req, -1);
+  if (rc != 0) tools::report(fmt::format("error rank {}: {}\n", rank, gsync_last_error()));
+  if (req) gsync_request_free(req);
+  return rc == 0;
+}
+
+bool push_pull(gsync_comm_t* comm, uint64_t key, uint64_t clock, void* buf, size_t count,
+               const Options& o, int rank) {
+  gsync_request_t* req = nullptr;
+  int rc = gsync_ps_push_pull(comm, key, clock, buf, count, o.dtype_id, nullptr, &req);
+  if (rc == 0) rc = gsync_wait(req, -1);
+  if (rc != 0) tools::report(fmt::format("error rank {}: {}\n", rank, gsync_last_error()));
+  if (req) gsync_request_free(req);
+  return rc == 0;
+}
+
 // Sums of small integers are exact in any order; a weighted average across
 // hosts is folded in another order than the reference, so it may differ in
 // the last bits.

@@ -97,6 +97,9 @@ int main(int argc, char** argv) {
                  "topk[:FRACTION], @cross_rack|@cross_host|@all, ,noef); may be given "
                  "several times: one row each")
       ->allow_extra_args(false);
+  app.add_flag("--ps", o.ps,
+               "run each size as a parameter server's push_pull too (SGD, BSP), beside the "
+               "allreduce: one row each");
   app.add_option("--workload", o.workload, "resnet50: ResNet-50 gradients in DDP buckets");
   app.add_option("--steps", o.steps, "steps of the workload")->check(CLI::Range(1, 100000));
   CLI11_PARSE(app, argc, argv);
@@ -130,6 +133,11 @@ int main(int argc, char** argv) {
   if (codec_error.empty()) codec_error = codecs_allowed(o.codecs, o.dtype_id, o.op_id);
   if (codec_error.empty() && !o.compress.empty() && !o.workload.empty())
     codec_error = "--compress is for the size sweep, not --workload";
+  if (codec_error.empty() && o.ps && (!o.compress.empty() || !o.workload.empty()))
+    codec_error = "--ps is for the size sweep without --compress";
+  if (codec_error.empty() && o.ps && o.dtype_id != GSYNC_FLOAT32 &&
+      o.dtype_id != GSYNC_FLOAT16 && o.dtype_id != GSYNC_BFLOAT16)
+    codec_error = "--ps takes float32, float16 or bfloat16 (the parameter server's dtypes)";
   if (!codec_error.empty()) {
     std::fprintf(stderr, "gsync-perf: %s\n", codec_error.c_str());
     return 2;

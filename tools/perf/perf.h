@@ -58,6 +58,10 @@ struct Options {
   std::vector<std::string> compress;
   std::vector<CodecRun> codecs;
   bool measure_wire() const { return !compress.empty() && hosts > 1; }
+  // --ps: each size also as a parameter server's push_pull (SGD, BSP) in
+  // the same run, beside the allreduce (docs/performance.md, "The parameter
+  // server").
+  bool ps = false;
 };
 
 inline const std::map<std::string, int> kDtypes = {{"float32", GSYNC_FLOAT32}, {"float16", GSYNC_FLOAT16},
@@ -80,6 +84,12 @@ int connect(const Options& o, int rank, uint64_t arena, gsync_comm_t** comm);
 // In a rank process: allreduce and wait, or report why not.
 bool allreduce(gsync_comm_t* comm, uint64_t key, uint64_t step, void* buf, size_t count,
                const Options& o, int rank, const gsync_compression_t* codec = nullptr);
+// --ps: declare a parameter of count elements (every rank; rank 0's buf the
+// initial values) for SGD with learning rate 1, and push_pull it.
+bool ps_declare(gsync_comm_t* comm, uint64_t key, void* buf, size_t count, const Options& o,
+                int rank);
+bool push_pull(gsync_comm_t* comm, uint64_t key, uint64_t clock, void* buf, size_t count,
+               const Options& o, int rank);
 size_t fill_and_count_wrong(void* buf, size_t count, const Options& o, int rank, bool check);
 // Per line kind, the ranks' reports as rows of numbers.
 bool collect(const std::vector<tools::ChildResult>& res, const std::string& kind,

@@ -4,7 +4,9 @@
 // --compress, every codec) timed the way the peer drivers time theirs
 // (tools/peers/sampling.h), against the peers and the uplink's floor.
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <sstream>
 
 #include <fmt/format.h>
@@ -52,8 +54,41 @@ bool barrier(gsync_comm_t* comm, uint64_t* step, int rank) {
   return false;
 }
 
-// A rank of the size sweep. Reports one line per size and codec:
-// "size <bytes> <codec> <wrong> <relative error> <hash hi> <hash lo> <wire
+// The runs of each size: the allreduce once per codec and, with --ps, a
+// parameter server's push_pull (which takes no codec: codec 0 is "none").
+struct Variant {
+  bool push_pull = false;
+  size_t codec = 0;
+};
+
+std::vector<Variant> variants_of(const Options& o) {
+  std::vector<Variant> out;
+  for (size_t c = 0; c < o.codecs.size(); c++) out.push_back({false, c});
+  if (o.ps) out.push_back({true, 0});
+  return out;
+}
+
+// Parameter keys live apart from the allreduce keys of the same sweep.
+constexpr uint64_t kPsKeyBase = uint64_t{1} << 40;
+
+// A push_pull's first op: every rank pushed its test values with weight 1
+// into parameters declared as zeros with SGD at learning rate 1, so what
+// comes back is minus the mean of the ranks' values (in the dtype's
+// precision: the servers keep fp32 and round once).
+FirstOp check_push_pull(void* buf, size_t count, const Options& o) {
+  FirstOp f;
+  f.hash = bits_hash(buf, count * tools::elem_size(o.dtype_id));
+  const double tol = o.dtype_id == GSYNC_FLOAT32 ? 1e-6 : 1e-2;
+  for (size_t i = 0; i < count; i++) {
+    double want = -tools::expected(o.dtype_id, GSYNC_AVG, o.world(), i);
+    double got = tools::load(buf, o.dtype_id, i);
+    if (!(std::abs(got - want) <= tol * std::max(1.0, std::abs(want)))) f.wrong++;
+  }
+  return f;
+}
+
+// A rank of the size sweep. Reports one line per size and variant:
+// "size <bytes> <variant> <wrong> <relative error> <hash hi> <hash lo> <wire
 // bytes> <logical bytes> <t_0 us> ... <t_S-1 us>", one time per op for each
 // of S samples of k back-to-back ops after a barrier (tools/peers/sampling.h,
 // the schedule the peer drivers use too). The first op of each is checked
@@ -61,7 +96,10 @@ bool barrier(gsync_comm_t* comm, uint64_t* step, int rank) {
 // daemon put on the compressed hop are its alone.
 int sweep_rank(const Options& o, int rank, const std::vector<uint64_t>& sizes) {
   gsync_comm_t* comm = nullptr;
-  if (connect(o, rank, o.max_bytes + (16 << 20), &comm) != 0) {
+  // A declaration is staged through the arena (its initial values beside
+  // the buffer), so --ps needs room for the largest twice.
+  const uint64_t arena = (o.ps ? 2 * o.max_bytes : o.max_bytes) + (16 << 20);
+  if (connect(o, rank, arena, &comm) != 0) {
     tools::report(fmt::format("error rank {}: {}\n", rank, gsync_last_error()));
     return 1;
   }
@@ -74,23 +112,34 @@ int sweep_rank(const Options& o, int rank, const std::vector<uint64_t>& sizes) {
   uint64_t barrier_step = 0;
   const Place& me = o.places[size_t(rank)];
   const bool measures = o.measure_wire() && me.local_rank == 0 && !me.admin.empty();
+  const std::vector<Variant> variants = variants_of(o);
   for (size_t s = 0; s < sizes.size(); s++) {
     size_t count = sizes[s] / elem;
-    for (size_t ci = 0; ci < o.codecs.size(); ci++) {
-      const CodecRun& codec = o.codecs[ci];
-      const uint64_t key = s * o.codecs.size() + ci;
-      fill_and_count_wrong(buf, count, o, rank, false);
+    for (size_t vi = 0; vi < variants.size(); vi++) {
+      const Variant& v = variants[vi];
+      const CodecRun& codec = o.codecs[v.codec];
+      const uint64_t key = v.push_pull ? kPsKeyBase + s : s * o.codecs.size() + v.codec;
       uint64_t step = 0;
+      auto op = [&] {
+        return v.push_pull ? push_pull(comm, key, step++, buf, count, o, rank)
+                           : allreduce(comm, key, step++, buf, count, o, rank, &codec.c);
+      };
+      if (v.push_pull) {
+        std::memset(buf, 0, sizes[s]);
+        if (!ps_declare(comm, key, buf, count, o, rank)) return 1;
+      }
+      fill_and_count_wrong(buf, count, o, rank, false);
       Payload before, after;
       if (o.measure_wire() && !barrier(comm, &barrier_step, rank)) return 1;
       if (measures) before = hop_payload(me.admin, codec.c);
-      if (!allreduce(comm, key, step++, buf, count, o, rank, &codec.c)) return 1;
+      if (!op()) return 1;
       if (o.measure_wire() && !barrier(comm, &barrier_step, rank)) return 1;
       if (measures) after = hop_payload(me.admin, codec.c);
-      FirstOp first = check_first(buf, count, o, codec, rank);
+      FirstOp first = v.push_pull ? check_push_pull(buf, count, o)
+                                  : check_first(buf, count, o, codec, rank);
       for (int w = 0; w < o.warmup; w++)
-        if (!allreduce(comm, key, step++, buf, count, o, rank, &codec.c)) return 1;
-      std::string line = fmt::format("size {} {} {} {:.9g} {} {} {} {}", sizes[s], ci, first.wrong,
+        if (!op()) return 1;
+      std::string line = fmt::format("size {} {} {} {:.9g} {} {} {} {}", sizes[s], vi, first.wrong,
                                      first.rel_error, first.hash >> 32, first.hash & 0xffffffffu,
                                      after.wire - before.wire, after.logical - before.logical);
       const int k = gsync_ops_per_sample(sizes[s]), samples = gsync_samples_for(o.iters, sizes[s]);
@@ -98,7 +147,7 @@ int sweep_rank(const Options& o, int rank, const std::vector<uint64_t>& sizes) {
         if (!barrier(comm, &barrier_step, rank)) return 1;
         auto t0 = Clock::now();
         for (int j = 0; j < k; j++)
-          if (!allreduce(comm, key, step++, buf, count, o, rank, &codec.c)) return 1;
+          if (!op()) return 1;
         double us = std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
         line += fmt::format(" {:.3f}", us / k);
       }
@@ -214,20 +263,23 @@ int run_sweep(const Options& o, const MemoryReference& ref, const std::string& i
                 "samples of up to 32 after a barrier (+%d warm-up), kernels %s\n",
                 o.hosts, o.ranks, o.world(), o.dtype.c_str(), o.op.c_str(), o.iters, o.warmup,
                 isa.c_str());
+    std::string extra;
+    if (!o.compress.empty())
+      extra = fmt::format(" {:>22} {:>10} {:>8} {:>9}", "compress", "wire_MB", "x_fewer", "x_none");
+    if (o.ps) extra = fmt::format(" {:>10} {:>12}", "collective", "x_allreduce");
     std::printf("# %12s %12s %9s %7s %12s %11s %11s %11s %7s %8s %8s%s\n", "bytes", "count",
                 "dtype", "algo", "time_us", "algbw_GB/s", "busbw_GB/s", "reduce_GB/s", "wrong",
-                "vs_gloo", "vs_mpi",
-                o.compress.empty() ? ""
-                                   : fmt::format(" {:>22} {:>10} {:>8} {:>9}", "compress",
-                                                 "wire_MB", "x_fewer", "x_none")
-                                         .c_str());
+                "vs_gloo", "vs_mpi", extra.c_str());
   }
   double last_reduce = 0;
   uint64_t wrong_total = 0;
-  const size_t nc = o.codecs.size();
-  for (size_t rix = 0; rix < sizes.size() * nc; rix++) {
-    const size_t s = rix / nc, ci = rix % nc;
-    const CodecRun& codec = o.codecs[ci];
+  const std::vector<Variant> variants = variants_of(o);
+  const size_t nv = variants.size();
+  for (size_t rix = 0; rix < sizes.size() * nv; rix++) {
+    const size_t s = rix / nv, vi = rix % nv;
+    const Variant& variant = variants[vi];
+    const CodecRun& codec = o.codecs[variant.codec];
+    const char* collective = variant.push_pull ? "push_pull" : "allreduce";
     const int samples = gsync_samples_for(o.iters, sizes[s]);
     Row stats = row_of(o, rows, rix, samples);
     uint64_t wrong = stats.wrong;
@@ -238,12 +290,16 @@ int run_sweep(const Options& o, const MemoryReference& ref, const std::string& i
     }
     wrong_total += wrong;
     double us = stats.us;
-    // Against the uncompressed row of the same size in this run: how many
-    // times faster the codec made it.
-    double vs_none = 0;
-    for (size_t cj = 0; cj < nc; cj++)
-      if (o.codecs[cj].none && cj != ci && us > 0)
-        vs_none = row_of(o, rows, s * nc + cj, samples).us / us;
+    // Against the uncompressed allreduce of the same size in this run: how
+    // many times faster the codec made it, or (push_pull) how the parameter
+    // server's time compares with it.
+    double vs_none = 0, vs_allreduce = 0;
+    for (size_t vj = 0; vj < nv; vj++) {
+      if (vj == vi || variants[vj].push_pull || !o.codecs[variants[vj].codec].none || us <= 0)
+        continue;
+      double other = row_of(o, rows, s * nv + vj, samples).us / us;
+      (variant.push_pull ? vs_allreduce : vs_none) = other;
+    }
     double bytes = double(sizes[s]);
     double algbw = us > 0 ? bytes / us / 1e3 : 0;
     // Memory the local reduce moves: every rank's tensor read once and the
@@ -256,9 +312,10 @@ int run_sweep(const Options& o, const MemoryReference& ref, const std::string& i
       return it != r.rows.end() && it->second.busbw_gbps > 0 ? busbw / it->second.busbw_gbps : 0.0;
     };
     double vs_gloo = ratio_to(peer.gloo), vs_mpi = ratio_to(peer.mpi);
-    std::string algo = algo_for(o, sizes[s]);
+    std::string algo = variant.push_pull ? "ps" : algo_for(o, sizes[s]);
     if (o.json_out) {
-      json row{{"bytes", sizes[s]}, {"count", sizes[s] / elem}, {"dtype", o.dtype}, {"op", o.op},
+      json row{{"bytes", sizes[s]}, {"count", sizes[s] / elem}, {"dtype", o.dtype},
+               {"op", variant.push_pull ? "weighted_avg" : o.op}, {"collective", collective},
                {"hosts", o.hosts}, {"ranks", o.world()}, {"algo", algo}, {"time_us", us},
                {"algbw_gbps", algbw}, {"busbw_gbps", busbw}, {"reduce_gbps", reduce_gbps},
                {"wrong", wrong}, {"samples", samples},
@@ -269,6 +326,8 @@ int run_sweep(const Options& o, const MemoryReference& ref, const std::string& i
         row["logical_bytes"] = stats.logical;
       }
       if (vs_none > 0) row["vs_uncompressed"] = vs_none;
+      // The allreduce's time over the push_pull's: at least 0.9 is the goal.
+      if (vs_allreduce > 0) row["vs_allreduce"] = vs_allreduce;
       if (!peer.gloo.rows.empty()) row["vs_gloo"] = vs_gloo;
       if (!peer.mpi.rows.empty()) row["vs_mpi"] = vs_mpi;
       if (peer.tcp_gbps > 0) row["tcp_fraction"] = o.hosts * busbw / peer.tcp_gbps;
@@ -287,6 +346,9 @@ int run_sweep(const Options& o, const MemoryReference& ref, const std::string& i
             " {:>22} {:>10.3f} {:>8} {:>9}", codec.text, stats.wire / 1e6,
             stats.wire > 0 ? fmt::format("{:.2f}", stats.logical / stats.wire) : "-",
             vs_none > 0 ? fmt::format("{:.2f}", vs_none) : "-");
+      if (o.ps)
+        codec_cols = fmt::format(" {:>10} {:>12}", collective,
+                                 vs_allreduce > 0 ? fmt::format("{:.2f}", vs_allreduce) : "-");
       std::printf("  %12llu %12llu %9s %7s %12.1f %11.3f %11.3f %11.2f %7llu %8s %8s%s\n",
                   static_cast<unsigned long long>(sizes[s]),
                   static_cast<unsigned long long>(sizes[s] / elem), o.dtype.c_str(), algo.c_str(),
