@@ -58,6 +58,7 @@ def parse_args(argv=None):
     p.add_argument("--quiet", action="store_true")
     p.add_argument("--json", action="store_true")
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--bucket-cap-mb", type=float, default=25.0, help="PSOptimizer's buckets")
     return p.parse_args(argv)
 
 
@@ -74,7 +75,8 @@ def rank_main(args) -> int:
     opt = gsync.torch.PSOptimizer(model.parameters(), job=job, optimizer=args.optimizer,
                                   lr=args.lr, momentum=args.momentum if args.optimizer == "sgd" else 0,
                                   weight_decay=args.weight_decay, sync=args.sync,
-                                  weight=float(args.batch), timeout_ms=120000)
+                                  weight=float(args.batch), bucket_cap_mb=args.bucket_cap_mb,
+                                  timeout_ms=120000)
     lossf = nn.CrossEntropyLoss()
     rng = random.Random(args.seed * 1000 + rank)
     stall_p, stall_ms = (float(v) for v in args.stall.split(":")) if args.stall else (0.0, 0.0)
