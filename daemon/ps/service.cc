@@ -201,6 +201,9 @@ void Service::drop(Key& k, const Status& why) {
   owned->queue.clear();
   Key* raw = owned.get();
   retiring_[raw] = std::move(owned);
+  // Held for the rest of this function: a transport may finish a
+  // deregistration at once, inside the call, and the key must outlive that.
+  raw->releasing++;
   release_tensor(*raw);
   for (uint32_t r : {raw->push_region}) {
     if (r == 0) continue;
@@ -218,6 +221,7 @@ void Service::drop(Key& k, const Status& why) {
     // from the wire (the transport fails them with the link).
     if (op->done) op->done(why);
   }
+  raw->releasing--;
   maybe_free(*raw);
 }
 
