@@ -77,7 +77,7 @@ bool decode_exact(std::string_view msg, T* out) {
 // A push's data and a reply go as writes of at most this many bytes, in
 // order, so that a bsp server folds, steps and sends back a shard's first
 // ranges while its last still come, as a ring pipelines its chunks.
-constexpr uint64_t kPsChunkBytes = uint64_t{2} << 20;
+constexpr uint64_t kPsChunkBytes = uint64_t{1} << 20;
 
 // The immediate of a push's data and of a reply.
 constexpr uint64_t imm_of(uint32_t token, uint64_t clock) {

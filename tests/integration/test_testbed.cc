@@ -534,8 +534,8 @@ TEST(TestbedLoopback, GsyncPerfRowsSayHowTheyWereSampled) {
 // gsync-perf --ps runs each size as a parameter server's push_pull beside
 // the allreduce, on 3 hosts of 2 ranks: every element of the first
 // push_pull is minus the ranks' mean (SGD at learning rate 1 from zeros),
-// and its row says how its time compares with the allreduce's. 4 MiB is
-// two of the servers' pipelined pieces per shard and more.
+// and its row says how its time compares with the allreduce's. At 16 MiB
+// a shard (5.3 MiB) goes as several of the servers' pipelined pieces.
 TEST(TestbedLoopback, GsyncPerfPushPullBesideAllreduce) {
   const char* perf = getenv("GSYNC_PERF");
   if (!perf) GTEST_SKIP() << "SKIPPED: GSYNC_PERF not set (run through meson test)";
