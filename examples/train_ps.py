@@ -16,7 +16,9 @@ shards computed with the declared optimizer, as the job's sync mode allows.
 Prints per step (rank 0, unless --quiet) and at the end: steps, time,
 updates per second, the final loss over the training set (--eval), and with
 --json one object a rank: rank, steps, seconds, final_loss, losses (every
---log-every'th), step_times.
+--log-every'th), step_times; one line each on stdout, or with --json-dir one
+file each (rank<R>.json: long lines from several ranks on one pipe would
+interleave).
 """
 import argparse
 import json
@@ -57,6 +59,7 @@ def parse_args(argv=None):
     p.add_argument("--log-every", type=int, default=50)
     p.add_argument("--quiet", action="store_true")
     p.add_argument("--json", action="store_true")
+    p.add_argument("--json-dir", default="", help="with --json: write DIR/rank<R>.json instead")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--bucket-cap-mb", type=float, default=25.0, help="PSOptimizer's buckets")
     return p.parse_args(argv)
@@ -108,8 +111,12 @@ def rank_main(args) -> int:
         with torch.no_grad():
             final = nn.functional.cross_entropy(model(xa), ya).item()
     if args.json:
-        print(json.dumps({"rank": rank, "steps": args.steps, "seconds": secs,
-                          "final_loss": final, "losses": losses, "step_times": times}), flush=True)
+        line = json.dumps({"rank": rank, "steps": args.steps, "seconds": secs,
+                           "final_loss": final, "losses": losses, "step_times": times})
+        if args.json_dir:
+            Path(args.json_dir, f"rank{rank}.json").write_text(line + "\n")
+        else:
+            print(line, flush=True)
     elif rank == 0:
         print(f"# {args.steps} steps in {secs:.2f} s, {secs / args.steps * 1e3:.2f} ms/step, "
               f"{args.steps / secs:.1f} updates/s" +

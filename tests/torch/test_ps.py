@@ -10,7 +10,9 @@ of them. The loss over the training set must fall. An ASP run trains too,
 and a sync mode gsync does not know fails the run, naming it.
 """
 import json
+import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -59,16 +61,19 @@ def reference_losses() -> list:
 
 
 def run(bed, *extra, timeout=240):
-    args = [sys.executable, str(EXAMPLE), "--nproc", str(WORLD), "--sockets",
-            ",".join(bed.sockets), "--steps", str(STEPS), "--batch", str(BATCH),
-            "--lr", str(LR), "--momentum", str(MOMENTUM), "--bucket-cap-mb", "0.1",
-            "--din", "64", "--hidden", "256", "--layers", "2", "--log-every", "1",
-            "--eval", "--json", *extra]
-    import subprocess
-    cp = subprocess.run(args, capture_output=True, text=True, timeout=timeout)
-    print(cp.stdout[-2000:], cp.stderr[-4000:], sep="", end="", flush=True)
-    rows = [json.loads(line) for line in cp.stdout.splitlines() if line.startswith("{")]
-    return cp, {r["rank"]: r for r in rows}
+    with tempfile.TemporaryDirectory(prefix="torch-ps-") as out:
+        args = [sys.executable, str(EXAMPLE), "--nproc", str(WORLD), "--sockets",
+                ",".join(bed.sockets), "--steps", str(STEPS), "--batch", str(BATCH),
+                "--lr", str(LR), "--momentum", str(MOMENTUM), "--bucket-cap-mb", "0.1",
+                "--din", "64", "--hidden", "256", "--layers", "2", "--log-every", "1",
+                "--eval", "--json", "--json-dir", out, *extra]
+        cp = subprocess.run(args, capture_output=True, text=True, timeout=timeout)
+        print(cp.stdout[-2000:], cp.stderr[-4000:], sep="", end="", flush=True)
+        ranks = {}
+        for f in Path(out).glob("rank*.json"):
+            row = json.loads(f.read_text())
+            ranks[row["rank"]] = row
+        return cp, ranks
 
 
 fails = tc.Failures()
