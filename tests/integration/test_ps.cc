@@ -98,19 +98,7 @@ std::vector<float> reference(const PsRun& s, const std::vector<int>& per_host, s
 
 int connect_ps(const testbed::Testbed& bed, const std::string& job, const std::vector<Place>& p,
                int rank, const PsRun& s, gsync_comm_t** comm) {
-  gsync_config_t cfg;
-  gsync_config_init(&cfg);
-  std::string sock = bed.socket(p[size_t(rank)].host);
-  cfg.socket_path = sock.c_str();
-  cfg.job_id = job.c_str();
-  cfg.world_size = static_cast<int>(p.size());
-  cfg.rank = rank;
-  cfg.local_rank = p[size_t(rank)].local_rank;
-  cfg.local_size = p[size_t(rank)].local_size;
-  cfg.sync_mode = s.sync;
-  cfg.staleness = s.staleness;
-  cfg.timeout_ms = 60000;
-  return gsync_connect(&cfg, comm);
+  return connect_place(bed, job, p, rank, comm, 0, 60000, s.sync, s.staleness);
 }
 
 uint64_t bits_of(const std::vector<float>& v) {
