@@ -10,7 +10,9 @@ namespace gsync {
 
 namespace {
 // A parameter-server job's keys as this host serves them: the shard map,
-// each worker's clock, the slowest worker, updates applied.
+// each worker's clock, the slowest worker, how long each worker's pulls
+// waited here (for the slowest, in bsp and ssp), updates applied and their
+// rate.
 nlohmann::json ps_keys(const ps::Service* service, const std::string& job) {
   using nlohmann::json;
   json keys = json::array();
@@ -27,11 +29,14 @@ nlohmann::json ps_keys(const ps::Service* service, const std::string& job) {
       }
     }
     for (const auto& [host, b] : k.shard_bytes) shards[host] = b;
+    json waited = json::object();
+    for (const auto& [host, w] : k.pull_wait_s) waited[host] = w;
     keys.push_back({{"key", k.key}, {"count", k.count}, {"dtype", k.dtype},
                     {"optimizer", k.optimizer}, {"sync", k.sync},
                     {"shard", {k.shard_begin, k.shard_end}}, {"updates", k.updates},
                     {"worker_clocks", clocks}, {"slowest_worker", slowest},
-                    {"shard_bytes", shards}, {"pulls_waiting", k.pulls_waiting}});
+                    {"shard_bytes", shards}, {"pulls_waiting", k.pulls_waiting},
+                    {"pull_wait_s", waited}, {"updates_per_s", k.updates_per_s}});
   }
   return keys;
 }

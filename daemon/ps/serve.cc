@@ -100,6 +100,7 @@ Status Service::serve(Key& k, int w) {
     st = Status(GSYNC_ERR_MISMATCH, fmt::format("{}: {} values; it is declared with {}", who,
                                                 m.count, k.count));
   if (st && push) st = k.server->push(w, m.clock, m.weight, m.lr, k.push_slot(w), who);
+  if (st && push) k.sample_updates(std::chrono::steady_clock::now());
   if (!st) {
     spdlog::warn("{}", st.message());
     send_ack(k, w, m.token, m.clock, st);
@@ -111,6 +112,7 @@ Status Service::serve(Key& k, int w) {
     s.waiting_ack = true;
   } else {
     s.waiting_pull = true;
+    s.wait_since = std::chrono::steady_clock::now();
     s.reply_sent = 0;
     s.pull_step = opcode == proto::Opcode::kPull ? m.clock : m.clock + 1;
   }
@@ -172,7 +174,11 @@ void Service::reply(Key& k, int w, uint64_t upto) {
   Served& s = k.served[size_t(w)];
   const uint64_t imm = imm_of(s.token, s.clock), count = k.shards[size_t(k.self)].count();
   const uint64_t at = k.shards[size_t(k.self)].begin * k.elem;
-  if (upto == count) s.waiting_pull = false;
+  if (upto == count && s.waiting_pull) {
+    s.waiting_pull = false;
+    s.waited_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - s.wait_since)
+                      .count();
+  }
   if (w == k.self) {
     // This host's own op: the one on the wire for the key, unless it ended
     // (aborted) while it waited.

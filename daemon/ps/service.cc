@@ -253,10 +253,12 @@ std::vector<KeyReport> Service::report(const std::string& job) const {
     r.shard_begin = k.shards[size_t(k.self)].begin;
     r.shard_end = k.shards[size_t(k.self)].end;
     r.updates = k.server->updates();
+    r.updates_per_s = k.updates_per_s(std::chrono::steady_clock::now());
     for (size_t p = 0; p < k.hosts.size(); p++) {
       r.worker_clocks.emplace_back(host_id(k.hosts[p]), k.server->next_clock(int(p)));
       r.shard_bytes.emplace_back(host_id(k.hosts[p]), k.shard_bytes(int(p)));
       r.pulls_waiting += k.served[p].waiting_pull;
+      r.pull_wait_s.emplace_back(host_id(k.hosts[p]), k.served[p].waited_s);
     }
     out.push_back(std::move(r));
   }

@@ -79,6 +79,8 @@ struct KeyReport {
   std::vector<std::pair<std::string, uint64_t>> worker_clocks;  // host -> next clock
   std::vector<std::pair<std::string, uint64_t>> shard_bytes;    // host -> bytes it serves
   uint64_t pulls_waiting = 0;
+  std::vector<std::pair<std::string, double>> pull_wait_s;  // host -> its pulls' wait here
+  double updates_per_s = 0;  // over the last 10 s or so
 };
 
 class Service final : public cluster::OpTraffic {

@@ -5,6 +5,8 @@
 // ops; serve.cc: the requests it serves). Private to daemon/ps/.
 #pragma once
 
+#include <chrono>
+
 #include <deque>
 #include <memory>
 #include <string>
@@ -32,6 +34,10 @@ struct Service::Served {
   int reply_writes = 0;   // reply writes in flight
   uint64_t reply_sent = 0;  // elements of the answer sent so far (bsp streams it)
   uint32_t reply_region = 0;  // the worker's tensor, where a pull's values go
+  // How long its pulls have waited here for what the sync mode asks (in
+  // bsp and ssp: for the slowest worker), all told.
+  std::chrono::steady_clock::time_point wait_since;
+  double waited_s = 0;
 };
 
 struct Service::WorkerOp {
@@ -49,6 +55,21 @@ struct Service::WorkerOp {
 
 struct Service::Key {
   uint32_t id = 0;  // names it in the cookies of its reply writes
+  // Updates applied, sampled a second or more apart over the last 10 s:
+  // the rate gsyncctl shows.
+  std::deque<std::pair<std::chrono::steady_clock::time_point, uint64_t>> rate_samples;
+  void sample_updates(std::chrono::steady_clock::time_point now) {
+    using std::chrono::seconds;
+    if (!rate_samples.empty() && now - rate_samples.back().first < seconds(1)) return;
+    rate_samples.emplace_back(now, server->updates());
+    while (rate_samples.size() > 1 && now - rate_samples.front().first > seconds(10))
+      rate_samples.pop_front();
+  }
+  double updates_per_s(std::chrono::steady_clock::time_point now) const {
+    if (rate_samples.empty()) return 0;
+    const double dt = std::chrono::duration<double>(now - rate_samples.front().first).count();
+    return dt > 0 ? double(server->updates() - rate_samples.front().second) / dt : 0;
+  }
   int releasing = 0;          // regions being deregistered (a dropped key)
   int replies_in_flight = 0;  // reply writes from staging not done yet
   std::string job;

@@ -442,12 +442,28 @@ int counting_rank(const testbed::Testbed& bed, const std::string& job, int hosts
   // This host's server counts what it applied: every worker's every push.
   nlohmann::json jobs = admin_json(bed.admin_socket(p[size_t(rank)].host), "jobs");
   uint64_t updates = ~0ull;
+  double rate = 0, waited = 0;
+  size_t waits = 0;
   for (const auto& row : jobs.value("jobs", nlohmann::json::array()))
     if (row.value("job", "") == job)
       for (const auto& k : row.value("parameters", nlohmann::json::array()))
-        if (k.value("key", 0) == 9) updates = k.value("updates", uint64_t{0});
+        if (k.value("key", 0) == 9) {
+          updates = k.value("updates", uint64_t{0});
+          rate = k.value("updates_per_s", 0.0);
+          const nlohmann::json pw = k.value("pull_wait_s", nlohmann::json::object());
+          for (const auto& [host, w] : pw.items()) {
+            waits++;
+            waited += w.get<double>();
+          }
+        }
   RANK_CHECK(updates == uint64_t(hosts) * clocks, "host {} applied {} pushes, not {} x {}",
              p[size_t(rank)].host, updates, hosts, clocks);
+  RANK_CHECK(rate > 0, "host {} shows {} updates per second", p[size_t(rank)].host, rate);
+  // Every worker's pulls' wait here; with random stalls, bsp's and ssp's
+  // pulls waited for the slowest now and then.
+  RANK_CHECK(waits == size_t(hosts), "{} workers' waits shown", waits);
+  if (s.sync != GSYNC_SYNC_ASP)
+    RANK_CHECK(waited > 0, "host {}: no pull ever waited", p[size_t(rank)].host);
   RANK_CHECK(gsync_barrier(comm, 2, 60000) == 0, "barrier: {}", gsync_last_error());
   gsync_close(comm);
   return 0;

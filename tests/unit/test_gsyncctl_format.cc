@@ -158,10 +158,12 @@ TEST(RenderJobs, ParameterServerKeysGetALineEach) {
      "parameters":[{"key":3,"count":1024,"dtype":"float32","optimizer":"sgd (lr 0.1)",
                     "sync":"ssp:2","shard":[0,512],"updates":46,
                     "worker_clocks":{"h1":12,"h2":11},"slowest_worker":"h2",
-                    "shard_bytes":{"h1":2048,"h2":2048},"pulls_waiting":1}]}]})json");
+                    "shard_bytes":{"h1":2048,"h2":2048},"pulls_waiting":1,
+                    "pull_wait_s":{"h1":0.84,"h2":0},"updates_per_s":23}]}]})json");
   EXPECT_THAT(render_jobs(reply),
               HasSubstr("job ps key 3 (sgd (lr 0.1), ssp:2): serves [0, 512) of 1024 float32; "
-                        "clocks h1 12, h2 11 (slowest h2); 46 updates, 1 pulls waiting\n"));
+                        "clocks h1 12, h2 11 (slowest h2); pulls waited h1 0.8 s, h2 0.0 s; "
+                        "46 updates (23.0/s), 1 pulls waiting\n"));
 }
 
 TEST(RenderJobs, Empty) {

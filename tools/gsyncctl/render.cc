@@ -137,7 +137,8 @@ std::string render_status(const json& reply) {
 namespace {
 // A parameter-server job's keys as this host serves them, a line each:
 // "job train key 3 (sgd (lr 0.1), ssp:2): serves [0, 512) of 1024 float32;
-// clocks h1 12, h2 11 (slowest h2); 46 updates, 1 pull waiting".
+// clocks h1 12, h2 11 (slowest h2); pulls waited h1 0.8 s, h2 0.0 s; 46
+// updates (23.0/s), 1 pulls waiting".
 std::string render_parameters(const json& job) {
   const json& keys = field(job, "parameters");
   if (!keys.is_array()) return "";
@@ -148,16 +149,28 @@ std::string render_parameters(const json& job) {
     if (wc.is_object())
       for (auto it = wc.begin(); it != wc.end(); ++it)
         clocks += fmt::format("{}{} {}", clocks.empty() ? "" : ", ", it.key(), text(it.value()));
+    std::string waited;
+    const json& pw = field(k, "pull_wait_s");
+    if (pw.is_object())
+      for (auto it = pw.begin(); it != pw.end(); ++it)
+        waited += fmt::format("{}{} {} s", waited.empty() ? "" : ", ", it.key(),
+                              it.value().is_number() ? fmt::format("{:.1f}", it.value().get<double>())
+                                                     : std::string(kMissing));
+    const json& rate = field(k, "updates_per_s");
     const json& shard = field(k, "shard");
     std::string range = shard.is_array() && shard.size() == 2
                             ? fmt::format("[{}, {})", text(shard[0]), text(shard[1]))
                             : std::string(kMissing);
-    out += fmt::format("job {} key {} ({}, {}): serves {} of {} {}; clocks {} (slowest {}); {} "
-                       "updates, {} pulls waiting\n",
+    out += fmt::format("job {} key {} ({}, {}): serves {} of {} {}; clocks {} (slowest {}); "
+                       "pulls waited {}; {} updates ({}/s), {} pulls waiting\n",
                        text(field(job, "job")), text(field(k, "key")), text(field(k, "optimizer")),
                        text(field(k, "sync")), range, text(field(k, "count")),
                        text(field(k, "dtype")), clocks.empty() ? std::string(kMissing) : clocks,
-                       text(field(k, "slowest_worker")), text(field(k, "updates")),
+                       text(field(k, "slowest_worker")),
+                       waited.empty() ? std::string(kMissing) : waited,
+                       text(field(k, "updates")),
+                       rate.is_number() ? fmt::format("{:.1f}", rate.get<double>())
+                                        : std::string(kMissing),
                        text(field(k, "pulls_waiting")));
   }
   return out;
