@@ -119,6 +119,18 @@ struct Config {
   int32_t local_size = 1;
   uint64_t arena_bytes = 0;  // 0: daemon default
   uint32_t timeout_ms = 0;   // 0: daemon default
+  int32_t sync_mode = GSYNC_SYNC_BSP;  // the job's (parameter server): every rank the same
+  uint32_t staleness = 0;              // GSYNC_SYNC_SSP's bound
+};
+
+// A parameter's optimizer (ps_declare): gsync_ps_opts_t with its defaults.
+struct PsOptions {
+  int32_t optimizer = GSYNC_OPT_SGD;
+  float lr = 0.01f;
+  float momentum = 0;
+  float weight_decay = 0;
+  float beta1 = 0.9f, beta2 = 0.999f;
+  float eps = 1e-8f;
 };
 
 // An operation in flight; freed (abandoned if still pending) on destruction.
@@ -217,6 +229,8 @@ class Comm {
     c.local_size = config.local_size;
     c.arena_bytes = config.arena_bytes;
     c.timeout_ms = config.timeout_ms;
+    c.sync_mode = config.sync_mode;
+    c.staleness = config.staleness;
     detail::check(gsync_connect(&c, &comm_));
   }
   Comm(Comm&& o) noexcept : comm_(std::exchange(o.comm_, nullptr)) {}
@@ -289,6 +303,50 @@ class Comm {
     detail::check(gsync_barrier(comm_, step, timeout_ms));
   }
 
+  // The parameter server (docs/parameter-server.md). ps_declare: every
+  // rank, once per key; rank 0's data is the initial value and everyone's
+  // once it completes. ps_push_pull(key, c, data): data holds the gradient
+  // of step c, then the parameters of step c + 1; weight: the samples it
+  // stands for; lr 0: the declared one.
+  template <typename R, typename = std::enable_if_t<kIsTensorRange<R>>>
+  Request ps_declare(uint64_t key, R&& data, const PsOptions& options = {}) {
+    return ps_declare_raw(key, std::data(data), std::size(data),
+                          kDtypeOf<std::remove_cv_t<detail::element_t<R>>>, options);
+  }
+  Request ps_declare_raw(uint64_t key, void* buf, size_t count, int dtype,
+                         const PsOptions& options = {}) {
+    gsync_ps_opts_t o;
+    gsync_ps_opts_init(&o);
+    o.optimizer = options.optimizer;
+    o.lr = options.lr;
+    o.momentum = options.momentum;
+    o.weight_decay = options.weight_decay;
+    o.beta1 = options.beta1;
+    o.beta2 = options.beta2;
+    o.eps = options.eps;
+    gsync_request_t* req = nullptr;
+    detail::check(gsync_ps_declare(comm_, key, buf, count, dtype, &o, &req));
+    return Request(req);
+  }
+  template <typename R, typename = std::enable_if_t<kIsTensorRange<R>>>
+  Request ps_push_pull(uint64_t key, uint64_t clock, R&& data, double weight = 1.0,
+                       float lr = 0) {
+    return ps_raw(&gsync_ps_push_pull, key, clock, std::data(data), std::size(data),
+                  kDtypeOf<std::remove_cv_t<detail::element_t<R>>>, weight, lr);
+  }
+  template <typename R, typename = std::enable_if_t<kIsTensorRange<R>>>
+  Request ps_push(uint64_t key, uint64_t clock, R&& grad, double weight = 1.0, float lr = 0) {
+    return ps_raw(&gsync_ps_push, key, clock, std::data(grad), std::size(grad),
+                  kDtypeOf<std::remove_cv_t<detail::element_t<R>>>, weight, lr);
+  }
+  template <typename R, typename = std::enable_if_t<kIsTensorRange<R>>>
+  Request ps_pull(uint64_t key, uint64_t clock, R&& out) {
+    gsync_request_t* req = nullptr;
+    detail::check(gsync_ps_pull(comm_, key, clock, std::data(out), std::size(out),
+                                kDtypeOf<std::remove_cv_t<detail::element_t<R>>>, &req));
+    return Request(req);
+  }
+
   // See gsync_completion_fd: poll it, then test() the pending requests.
   int completion_fd() {
     const int fd = gsync_completion_fd(comm_);
@@ -297,6 +355,19 @@ class Comm {
   }
 
  private:
+  using PsCall = int (*)(gsync_comm_t*, uint64_t, uint64_t, void*, size_t, int,
+                         const gsync_push_opts_t*, gsync_request_t**);
+  Request ps_raw(PsCall call, uint64_t key, uint64_t clock, void* buf, size_t count, int dtype,
+                 double weight, float lr) {
+    gsync_push_opts_t o;
+    gsync_push_opts_init(&o);
+    o.weight = weight;
+    o.lr = lr;
+    gsync_request_t* req = nullptr;
+    detail::check(call(comm_, key, clock, buf, count, dtype, &o, &req));
+    return Request(req);
+  }
+
   gsync_comm_t* comm_ = nullptr;
 };
 

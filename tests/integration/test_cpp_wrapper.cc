@@ -3,8 +3,9 @@
 // The C++ wrapper (<gsync/gsync.hpp>) against a real gsyncd, built twice:
 // as C++17 (what PyTorch extensions and many frameworks compile with) and as
 // C++20. Each rank allreduces a std::vector and an arena Buffer through the
-// typed calls, broadcasts, meets a barrier, and gets a gsync::Error with the
-// daemon's code and text for a bad request.
+// typed calls, broadcasts, meets a barrier, declares a parameter, push_pulls
+// and pulls it, and gets a gsync::Error with the code and text for a bad
+// request.
 #include <gtest/gtest.h>
 
 #include <gsync/gsync.hpp>
@@ -32,6 +33,7 @@ int wrapper_rank(const std::string& socket, int world, int rank) {
   cfg.world_size = world;
   cfg.rank = cfg.local_rank = rank;
   cfg.local_size = world;
+  cfg.sync_mode = GSYNC_SYNC_BSP;
   try {
     Comm comm(cfg);
     std::vector<float> v(1000);
@@ -51,6 +53,29 @@ int wrapper_rank(const std::string& socket, int world, int rank) {
       for (double x : d) RANK_CHECK(x == 7.5, "broadcast gave {}", x);
     }
     comm.barrier(0, 20000);
+    {
+      // The parameter server: rank 0's values are everyone's; SGD at lr 0.5
+      // on the mean of the gradients 1 and 2 takes 1 to 0.25.
+      std::vector<float> p(1000, rank == 0 ? 1.0f : -7.0f);
+      PsOptions o;
+      o.lr = 0.5f;
+      RANK_CHECK(comm.ps_declare(10, p, o).wait(20000), "ps_declare did not finish");
+      for (float x : p) RANK_CHECK(x == 1.0f, "declared value {}", x);
+      std::vector<float> g(1000, static_cast<float>(rank + 1));
+      RANK_CHECK(comm.ps_push_pull(10, 0, g).wait(20000), "ps_push_pull did not finish");
+      for (float x : g) RANK_CHECK(x == 0.25f, "push_pull gave {}", x);
+      std::vector<float> q(1000);
+      RANK_CHECK(comm.ps_pull(10, 1, q).wait(20000), "ps_pull did not finish");
+      for (float x : q) RANK_CHECK(x == 0.25f, "pull gave {}", x);
+      try {
+        comm.ps_push(10, 1, g, -1.0);
+        RANK_CHECK(false, "a negative weight was accepted");
+      } catch (const Error& e) {
+        RANK_CHECK(e.code() == GSYNC_ERR_INVALID, "code {} ({})", e.code(), e.what());
+        RANK_CHECK(std::string(e.what()).find("weight") != std::string::npos, "text: {}",
+                   e.what());
+      }
+    }
     try {
       comm.allreduce_raw(3, 0, v.data(), v.size(), GSYNC_FLOAT32, 99);
       RANK_CHECK(false, "an unknown reduce op was accepted");
