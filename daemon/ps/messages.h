@@ -12,15 +12,16 @@
 //              what it wants (push, pull or both), the op's token and, for a
 //              pull, the region of the op's own tensor; a push's
 //              data follows as one-sided writes of kPsChunkBytes (the last
-//              shorter), in order, into the server's slot for this worker,
-//              immediate kPsWriteBit | token << 32 | clock
+//              shorter) into the server's slot for this worker, immediate
+//              kPsWriteBit | token << 32 | clock; they may land in any order
+//              (pieces.h)
 //   PsAck      a server to a worker: its push without a pull was applied
 //              (code 0), or its request was refused (a clock out of order,
 //              a shape that differs) with the reason
 //
 // A server's reply is writes of its shard's values into the region the
 // PsPush named (the worker's tensor, registered while it is the key's) at
-// the shard's offset, in order, in kPsChunkBytes or larger pieces,
+// the shard's offset, in pieces of kPsChunkBytes from the shard's start,
 // immediate kPsWriteBit | token << 32 | clock: no message goes with it,
 // and nothing is copied on either side. The worker counts the bytes.
 #pragma once
@@ -74,9 +75,9 @@ bool decode_exact(std::string_view msg, T* out) {
   return msg.size() == sizeof(T) && cluster::decode(msg, out);
 }
 
-// A push's data and a reply go as writes of at most this many bytes, in
-// order, so that a bsp server folds, steps and sends back a shard's first
-// ranges while its last still come, as a ring pipelines its chunks.
+// A push's data and a reply go as writes of at most this many bytes, so
+// that a bsp server folds, steps and sends back a shard's first ranges
+// while its last still come, as a ring pipelines its chunks.
 constexpr uint64_t kPsChunkBytes = uint64_t{1} << 20;
 
 // The immediate of a push's data and of a reply.

@@ -57,25 +57,28 @@ void Service::on_push(int peer, const PsPush& m) {
   (void)serve(*k, p);  // a refusal is answered to the worker
 }
 
-// A push's bytes, into the writer's slot, in order; a new push starts at
-// the slot's start.
+// A push's bytes, into the writer's slot, in pieces that may land in any
+// order; a write of another token or clock than the push being gathered
+// starts a new push (the worker sends its next one only once this one is
+// answered, which needs all of it).
 void Service::on_push_data(Key& k, int w, uint64_t offset, uint64_t len, uint64_t imm) {
   Served& s = k.served[size_t(w)];
   const uint64_t bytes = k.shard_bytes(k.self), slot = uint64_t(w) * bytes;
-  if (offset == slot) {
+  if (!s.data_started || imm_token(imm) != s.data_token || imm_clock(imm) != s.data_clock) {
+    s.data_started = true;
     s.data_token = imm_token(imm);
     s.data_clock = imm_clock(imm);
+    s.pieces.reset(bytes);
     s.landed = 0;
   }
-  if (offset != slot + s.landed || len == 0 || len > bytes - s.landed ||
-      imm_token(imm) != s.data_token || imm_clock(imm) != s.data_clock) {
+  if (offset < slot || !s.pieces.land(offset - slot, len)) {
     spdlog::error("{}: host {} wrote {} bytes at {} of the push region (token {}, clock {}); "
-                  "expected the next of its push's {} bytes at {}",
+                  "not a piece of its {} bytes at {} that is still to come",
                   k.describe(), host_id(k.hosts[size_t(w)]), len, offset, imm_token(imm),
-                  imm_clock(imm), bytes - s.landed, slot + s.landed);
+                  imm_clock(imm), bytes, slot);
     return;
   }
-  s.landed += len;
+  s.landed = s.pieces.prefix();
   if (k.bsp())
     advance(k);
   else

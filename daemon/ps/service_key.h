@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "daemon/ps/pieces.h"
 #include "daemon/ps/service.h"
 
 namespace gsync::ps {
@@ -21,9 +22,11 @@ struct Service::Served {
   bool message = false;  // its PsPush is here, not yet served
   PsPush msg;
   // The push whose bytes are landing in its slot, from the writes'
-  // immediates (a new one starts at the slot's start), and how many of
-  // them are in, in order.
+  // immediates (a write of another token or clock starts a new one), its
+  // pieces, and how many of its bytes are in from the start without a gap.
+  bool data_started = false;
   uint32_t data_token = 0, data_clock = 0;
+  Pieces pieces;
   uint64_t landed = 0;
   // What it waits for once served: the parameters of a step (a pull), or
   // its push applied (a push alone); then the answer's token and clock.
@@ -48,7 +51,7 @@ struct Service::WorkerOp {
   int sends = 0;    // push writes from req.data not done yet
   int answers = 0;  // shards whose reply (pull) or ack (push) has not come
   std::vector<bool> answered;  // by participant
-  std::vector<uint64_t> got;   // by participant: reply bytes landed, in order
+  std::vector<Pieces> got;     // by participant: the pieces of its reply landed
   Status failed;    // the first failure; the op ends once sends are done
   bool ended = false;
 };

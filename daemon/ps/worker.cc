@@ -35,7 +35,8 @@ void Service::begin(const Request& r, Done done) {
   op->done = std::move(done);
   op->key = k;
   op->answered.assign(k->hosts.size(), false);
-  op->got.assign(k->hosts.size(), 0);
+  op->got.assign(k->hosts.size(), Pieces{});
+  for (size_t p = 0; p < k->hosts.size(); p++) op->got[p].reset(k->shard_bytes(int(p)));
   ops_[r.token] = op.get();
   if (k->current) {
     k->queue.push_back(std::move(op));
@@ -80,8 +81,11 @@ void Service::start(Key& k, std::unique_ptr<WorkerOp> owned) {
       // and the client's buffer may hold anything by then.
       std::memcpy(k.push_slot(k.self), r.data + k.shards[size_t(k.self)].begin * k.elem,
                   k.shard_bytes(k.self));
+      s.data_started = true;
       s.data_token = r.token & 0x7fffffffu;
       s.data_clock = static_cast<uint32_t>(r.clock);
+      s.pieces.reset(k.shard_bytes(k.self));
+      s.pieces.land(0, k.shard_bytes(k.self));
       s.landed = k.shard_bytes(k.self);
     }
     s.message = true;
@@ -169,16 +173,14 @@ void Service::on_reply(Key& k, int p, uint64_t imm, uint64_t offset, uint64_t le
                   k.describe(), host_id(k.hosts[size_t(p)]), imm_token(imm), imm_clock(imm));
     return;
   }
-  const uint64_t got = op.got[size_t(p)];
-  if (offset != begin + got || len == 0 || len > bytes - got) {
-    spdlog::error("{}: host {} wrote {} bytes at {} of the reply, expected the next of its {} "
-                  "bytes at {}",
-                  k.describe(), host_id(k.hosts[size_t(p)]), len, offset, bytes - got,
-                  begin + got);
+  Pieces& got = op.got[size_t(p)];
+  if (offset < begin || !got.land(offset - begin, len)) {
+    spdlog::error("{}: host {} wrote {} bytes at {} of the reply; not a piece of its {} bytes "
+                  "at {} that is still to come",
+                  k.describe(), host_id(k.hosts[size_t(p)]), len, offset, bytes, begin);
     return;
   }
-  op.got[size_t(p)] += len;
-  if (op.got[size_t(p)] < bytes) return;
+  if (!got.complete()) return;
   op.answered[size_t(p)] = true;
   op.answers--;
   check_done(op);
