@@ -526,6 +526,15 @@ std::vector<ChildResult> run_with_absent_rank(const testbed::Testbed& bed,
   auto p = places(per_host);
   std::vector<int64_t> failed_before;
   for (int h = 0; h < bed.hosts(); h++) failed_before.push_back(daemon_ops_failed(bed.admin_socket(h)));
+  // Whether the op has failed on every host of a rank that submitted it.
+  auto failed_everywhere = [&] {
+    for (size_t o = 0; o < p.size(); o++) {
+      int h = p[o].host;
+      if (int(o) != absent && daemon_ops_failed(bed.admin_socket(h)) <= failed_before[size_t(h)])
+        return false;
+    }
+    return true;
+  };
   return run_ranks(static_cast<int>(p.size()), [&](int r) {
     gsync_comm_t* comm;
     RANK_CHECK(connect_place(bed, job, p, r, &comm, 0, 800) == 0, "{}", gsync_last_error());
@@ -533,14 +542,7 @@ std::vector<ChildResult> run_with_absent_rank(const testbed::Testbed& bed,
       // Connected, never submits: stays until the op has failed on every
       // other rank's host (a departure would fail it sooner, and
       // differently).
-      bool failed = wait_until([&] {
-        for (size_t o = 0; o < p.size(); o++) {
-          int h = p[o].host;
-          if (int(o) != absent && daemon_ops_failed(bed.admin_socket(h)) <= failed_before[size_t(h)])
-            return false;
-        }
-        return true;
-      }, 20000);
+      bool failed = wait_until(failed_everywhere, 20000);
       gsync_close(comm);
       RANK_CHECK(failed, "the others' op did not fail");
       return 0;
@@ -557,6 +559,12 @@ std::vector<ChildResult> run_with_absent_rank(const testbed::Testbed& bed,
     RANK_CHECK(rc == GSYNC_ERR_TIMEOUT, "got {} ({})", rc, gsync_request_error(req));
     RANK_CHECK(secs > 0.5 && secs < max_secs, "timed out after {} s", secs);
     gsync_request_free(req);
+    // Nor does a rank that has its error leave before every host has
+    // failed the op: a host that heard nothing of the op from this one
+    // (a doubling partner's partner) would fail it for the departure
+    // instead, if the departure came before the abort that names the
+    // absent host (two links, no order between them).
+    RANK_CHECK(wait_until(failed_everywhere, 20000), "the op did not fail on every host");
     gsync_close(comm);
     return 0;
   }, 60);
