@@ -28,7 +28,8 @@ namespace gsync::cluster {
 // 5: the parameter server's messages (types 6-8, daemon/ps/messages.h);
 //    an immediate with bit 63 set is the parameter server's.
 // 6: PsPush names the region of the worker's tensor (replies go straight
-//    into it); PsRegions lost its reply region; pushes and replies are
+//    into it); PsRegions lost its reply region and carries the options as
+//    the client's 64-byte declaration header; pushes and replies are
 //    written in kPsChunkBytes pieces.
 constexpr uint32_t kProtocolVersion = 6;
 

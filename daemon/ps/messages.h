@@ -30,18 +30,20 @@
 #include <string_view>
 
 #include "daemon/cluster/messages.h"
+#include "protocol/ps.h"
 
 namespace gsync::ps {
 
 struct PsRegions {
   uint8_t type = cluster::kPsRegions;
-  uint8_t dtype = 0;      // proto::DType
-  uint8_t optimizer = 0;  // proto::Optimizer
-  uint8_t pad = 0;
-  uint32_t sync = 0;      // proto::to_wire(Sync)
+  uint8_t dtype = 0;  // proto::DType
+  uint8_t pad[2] = {};
+  uint32_t sync = 0;  // proto::to_wire(Sync)
   char job[cluster::kJobMax] = {};
   uint64_t key = 0, count = 0;
-  float lr = 0, momentum = 0, weight_decay = 0, beta1 = 0, beta2 = 0, eps = 0;
+  // The optimizer and its options as a rank declared them
+  // (proto::to_header / from_header, the client's own encoding).
+  proto::PsDeclareHeader options = {};
   uint32_t push_region = 0;  // this host's, as a server: a slot per worker
   uint32_t hosts = 0;        // the job's hosts as this one sees them
 };

@@ -93,17 +93,11 @@ void Service::declare(const Declaration& d, Done done) {
   keys_[{d.job, d.key}] = std::move(k);
   PsRegions m;
   m.dtype = proto::wire(d.dtype);
-  m.optimizer = static_cast<uint8_t>(d.opts.optimizer);
   m.sync = proto::to_wire(d.sync);
   cluster::set_field(m.job, sizeof m.job, d.job);
   m.key = d.key;
   m.count = d.count;
-  m.lr = d.opts.lr;
-  m.momentum = d.opts.momentum;
-  m.weight_decay = d.opts.weight_decay;
-  m.beta1 = d.opts.beta1;
-  m.beta2 = d.opts.beta2;
-  m.eps = d.opts.eps;
+  m.options = proto::to_header(d.opts);
   m.push_region = key.push_region;
   m.hosts = static_cast<uint32_t>(key.hosts.size());
   for (int h : key.hosts)
@@ -120,13 +114,7 @@ void Service::declare(const Declaration& d, Done done) {
 
 Status Service::check_regions(const Key& k, int peer, const PsRegions& m) const {
   proto::PsOptions o;
-  o.lr = m.lr;
-  o.momentum = m.momentum;
-  o.weight_decay = m.weight_decay;
-  o.beta1 = m.beta1;
-  o.beta2 = m.beta2;
-  o.eps = m.eps;
-  bool opt_ok = proto::optimizer_from_wire(m.optimizer, &o.optimizer);
+  bool opt_ok = proto::from_header(m.options, &o).empty();
   proto::Sync sync;
   bool sync_ok = proto::from_wire(m.sync, &sync).empty();
   proto::DType dtype{};
