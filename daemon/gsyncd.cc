@@ -79,7 +79,9 @@ Status Gsyncd::start() {
   po.inline_bytes = cfg_.inline_reduce_bytes;
   po.algorithm = cfg_.algorithm;
   po.chunk_bytes = cfg_.chunk_bytes;
-  ps_ = std::make_unique<ps::Service>(control_.get());
+  ps::CheckpointConfig ckpt{cfg_.checkpoint_dir, static_cast<int>(cfg_.checkpoint_keep)};
+  ps_ = std::make_unique<ps::Service>(control_.get(), ckpt, &writer_);
+  loop_.add(writer_.done_fd(), EPOLLIN, [this](uint32_t) { ps_->on_checkpoints_written(writer_.take()); });
   pipeline_ = std::make_unique<pipeline::Pipeline>(loop_, pool_, po, engine_.get(), control_.get(),
                                                    ps_.get());
   if (control_)
@@ -111,6 +113,13 @@ void Gsyncd::register_reports() {
   admin_.add("status", [this] { return status_report(); });
   admin_.add("jobs", [this] { return json_text(jobs_->jobs_report()); });
   admin_.add("ops", [this] { return json_text(jobs_->ops_report()); });
+  admin_.add_with_argument("checkpoint", [this](const std::string& job) {
+    Status st = ps_->request_checkpoint(job);
+    if (!st) return json_text(nlohmann::json{{"error", st.message()}});
+    return json_text(nlohmann::json{
+        {"job", job},
+        {"requested", "every key of the job that keeps checkpoints takes one at the next clock all its shards reach"}});
+  });
   admin_.add("clients", [this] { return json_text(clients_->clients_report()); });
   admin_.add("peers", [this] {
     if (control_) return json_text(control_->peers_report());

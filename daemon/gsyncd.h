@@ -59,6 +59,10 @@ class Gsyncd {
   EventLoop loop_;
   std::unique_ptr<cluster::ControlPlane> control_;
   std::unique_ptr<collective::Engine> engine_;
+  // Before ps_: destroyed after it (a key's server finishes a snapshot's
+  // copy when it goes; the thread must still be there to have claimed
+  // what it claimed).
+  storage::CheckpointWriter writer_;
   std::unique_ptr<ps::Service> ps_;
   std::unique_ptr<pipeline::Pipeline> pipeline_;
   std::unique_ptr<JobManager> jobs_;

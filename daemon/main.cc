@@ -20,7 +20,7 @@ int main(int argc, char** argv) {
   uint32_t tcp_streams = 0;
   int tcp_streams_cross_rack = -1;
   int64_t tcp_buffer_kib = -1, poll_us = -1;
-  std::string poll_mode;
+  std::string poll_mode, checkpoint_dir;
   bool print_config = false;
   auto* config_opt = app.add_option("-c,--config", config_path, "TOML config file");
   app.add_option("--socket", socket, "client socket (overrides [daemon] socket)");
@@ -42,17 +42,16 @@ int main(int argc, char** argv) {
                  "socket buffers per TCP connection, KiB (0: kernel autotuning)");
   app.add_option("--transport", transport, "daemon-to-daemon transport: auto tcp verbs");
   app.add_option("--chunk-bytes", chunk_bytes, "cross-host pipelining unit (K/M suffixes)");
+  app.add_option("--checkpoint-dir", checkpoint_dir, "checkpoints folder ([checkpoint] dir)");
   app.add_flag("--print-config", print_config, "print the config in force as TOML and exit");
   app.set_version_flag("--version", GSYNC_VERSION_STRING);
   CLI11_PARSE(app, argc, argv);
 
-  // Log lines may quote what clients, peers and admin users sent: the sink
-  // escapes what is not printable (daemon/core/log.h).
+  // Log lines may quote what others sent: the sink escapes it (core/log.h).
   gsync::make_log_printable();
   spdlog::set_pattern("[%Y-%m-%d %H:%M:%S.%e] [%^%l%$] %v");
   gsync::DaemonConfig cfg;
-  // The default path is optional (defaults work with no file); a path the
-  // user named must exist.
+  // The default path is optional (no file: the defaults); a named one must exist.
   if (gsync::Status st = gsync::load_config_file(config_path, config_opt->count() > 0, &cfg); !st) {
     spdlog::critical("{}", st.message());
     return 2;
@@ -72,6 +71,7 @@ int main(int argc, char** argv) {
   if (!poll_mode.empty()) cfg.poll_mode = poll_mode;
   if (tcp_buffer_kib >= 0) cfg.tcp_buffer_kib = static_cast<uint32_t>(tcp_buffer_kib);
   if (!transport.empty()) cfg.transport = transport;
+  if (!checkpoint_dir.empty()) cfg.checkpoint_dir = checkpoint_dir;
   if (!chunk_bytes.empty() && !gsync::parse_byte_size(chunk_bytes, &cfg.chunk_bytes)) {
     spdlog::critical("--chunk-bytes '{}' is not a byte size", chunk_bytes);
     return 2;

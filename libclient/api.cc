@@ -256,18 +256,36 @@ int gsync_allreduce_ex(gsync_comm_t* comm, uint64_t key, uint64_t step, void* bu
   });
 }
 
-void gsync_ps_opts_init(gsync_ps_opts_t* opts) {
+namespace {
+// As gsync_config_init: the 0.2 struct ends at eps, and a program built
+// against it keeps the 0.2 function, which writes no further.
+void ps_opts_init(gsync_ps_opts_t* opts, size_t size) {
   if (opts == nullptr) return;
   const gsync::proto::PsOptions d;
-  *opts = gsync_ps_opts_t{};
-  opts->struct_size = sizeof(gsync_ps_opts_t);
-  opts->optimizer = GSYNC_OPT_SGD;
-  opts->lr = d.lr;
-  opts->momentum = d.momentum;
-  opts->weight_decay = d.weight_decay;
-  opts->beta1 = d.beta1;
-  opts->beta2 = d.beta2;
-  opts->eps = d.eps;
+  gsync_ps_opts_t o{};
+  o.struct_size = static_cast<uint32_t>(size);
+  o.optimizer = GSYNC_OPT_SGD;
+  o.lr = d.lr;
+  o.momentum = d.momentum;
+  o.weight_decay = d.weight_decay;
+  o.beta1 = d.beta1;
+  o.beta2 = d.beta2;
+  o.eps = d.eps;
+  o.resume = 1;
+  std::memcpy(static_cast<void*>(opts), &o, size);
+}
+constexpr size_t kPsOptsSize02 = offsetof(gsync_ps_opts_t, eps) + sizeof(float);
+}  // namespace
+
+extern "C" {
+#pragma GCC visibility push(default)
+void libgsync_ps_opts_init_0_2(gsync_ps_opts_t* opts);
+void libgsync_ps_opts_init_0_3(gsync_ps_opts_t* opts);
+#pragma GCC visibility pop
+void libgsync_ps_opts_init_0_2(gsync_ps_opts_t* opts) { ps_opts_init(opts, kPsOptsSize02); }
+void libgsync_ps_opts_init_0_3(gsync_ps_opts_t* opts) { ps_opts_init(opts, sizeof(gsync_ps_opts_t)); }
+__asm__(".symver libgsync_ps_opts_init_0_2,gsync_ps_opts_init@GSYNC_0.2");
+__asm__(".symver libgsync_ps_opts_init_0_3,gsync_ps_opts_init@@GSYNC_0.3");
 }
 
 void gsync_push_opts_init(gsync_push_opts_t* opts) {
@@ -281,7 +299,7 @@ int gsync_ps_declare(gsync_comm_t* comm, uint64_t key, void* buf, size_t count, 
                      const gsync_ps_opts_t* opts, gsync_request_t** req) {
   return guarded("gsync_ps_declare", [&] {
     gsync_ps_opts_t o;
-    gsync_ps_opts_init(&o);
+    ps_opts_init(&o, sizeof o);
     if (int rc = copy_opts("gsync_ps_declare", opts, &o); rc != GSYNC_OK) return rc;
     gsync::proto::PsOptions ps;
     if (!gsync::proto::optimizer_from_wire(o.optimizer, &ps.optimizer))
@@ -294,6 +312,11 @@ int gsync_ps_declare(gsync_comm_t* comm, uint64_t key, void* buf, size_t count, 
     ps.beta1 = o.beta1;
     ps.beta2 = o.beta2;
     ps.eps = o.eps;
+    if (o.struct_size >= offsetof(gsync_ps_opts_t, resume) + sizeof o.resume) {
+      ps.checkpoint_clocks = o.checkpoint_clocks;
+      ps.checkpoint_ms = o.checkpoint_ms;
+      ps.resume = o.resume != 0;
+    }
     const gc::OpArgs args{.api = "gsync_ps_declare",
                           .opcode = gsync::proto::Opcode::kPsDeclare,
                           .key = key,
@@ -414,6 +437,19 @@ int gsync_wait(gsync_request_t* req, int timeout_ms) {
   return guarded("gsync_wait", [&] {
     if (req == nullptr) return null_arg("gsync_wait", "req");
     return req->session->wait(*req->state, timeout_ms);
+  });
+}
+
+int gsync_ps_resume_clock(gsync_request_t* req, uint64_t* clock) {
+  return guarded("gsync_ps_resume_clock", [&] {
+    if (req == nullptr || clock == nullptr)
+      return gc::fail(GSYNC_ERR_INVALID, "gsync_ps_resume_clock: req and clock must not be NULL");
+    uint64_t v = 0;
+    if (!req->session->declared_clock(*req->state, &v))
+      return gc::fail(GSYNC_ERR_INVALID,
+                      "gsync_ps_resume_clock: the request is not a completed declaration");
+    *clock = v;
+    return int{GSYNC_OK};
   });
 }
 

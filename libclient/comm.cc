@@ -453,14 +453,16 @@ void Session::drain_locked() {
     proto::CompleteEntry e;
     std::memcpy(&e, &cq_[cq_head_ & cq_mask_], sizeof(e));
     ++cq_head_;
-    complete_locked(e.tag, e.status, std::string(e.message, strnlen(e.message, sizeof(e.message))));
+    complete_locked(e.tag, e.status, std::string(e.message, strnlen(e.message, sizeof(e.message))),
+                    e.value);
   }
   header_->cq_head.store(cq_head_, std::memory_order_release);
   kick_poller_locked();
   cv_.notify_all();
 }
 
-void Session::complete_locked(uint64_t tag, int32_t status, std::string message) {
+void Session::complete_locked(uint64_t tag, int32_t status, std::string message,
+                              uint32_t value) {
   auto it = table_.find(tag);
   // An unknown tag is a daemon bug; there is no one to tell but nothing to
   // corrupt either.
@@ -475,6 +477,7 @@ void Session::complete_locked(uint64_t tag, int32_t status, std::string message)
   }
   st->done = true;
   st->status = status;
+  st->value = value;
   if (status != GSYNC_OK) {
     st->error = !message.empty() ? std::move(message)
                                  : format("%s: %s (%s)", op_name(*st).c_str(), error_name(status),
@@ -652,6 +655,13 @@ void Session::block_for_completion(int slice_ms) {
     }
   }
   header_->cq_waiters.fetch_sub(1, std::memory_order_seq_cst);
+}
+
+bool Session::declared_clock(RequestState& st, uint64_t* clock) {
+  std::lock_guard lk(mu_);
+  if (!st.done || st.status != GSYNC_OK || st.opcode != proto::Opcode::kPsDeclare) return false;
+  *clock = st.value;
+  return true;
 }
 
 const char* Session::request_error(RequestState& st) {

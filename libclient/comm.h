@@ -72,6 +72,8 @@ class Session {
   int test(RequestState& st);
   int wait(RequestState& st, int timeout_ms);
   const char* request_error(RequestState& st);
+  // A completed declaration's resume clock; false for any other request.
+  bool declared_clock(RequestState& st, uint64_t* clock);
   void release(RequestState& st);
 
   // "job J rank R", for error text.
@@ -87,7 +89,7 @@ class Session {
 
   // Consume every completion the daemon has posted.
   void drain_locked();
-  void complete_locked(uint64_t tag, int32_t status, std::string message);
+  void complete_locked(uint64_t tag, int32_t status, std::string message, uint32_t value = 0);
   // Polls the socket without blocking; a hangup ends the session. At most
   // once per kAliveEvery unless forced: a rank submitting small ops back to
   // back would otherwise pay two syscalls per op for it.

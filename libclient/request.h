@@ -26,6 +26,7 @@ struct RequestState {
   bool done = false;
   bool abandoned = false;  // handle freed while pending
   int status = 0;          // valid once done
+  uint32_t value = 0;      // valid once done: a declaration's resume clock
   std::string error;       // valid once done with status != 0
 
   // Copy path: the tensor lives outside the arena and travels through a

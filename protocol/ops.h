@@ -228,6 +228,17 @@ constexpr bool optimizer_from_wire(int v, Optimizer* out) {
 struct PsOptions {
   Optimizer optimizer = Optimizer::kSgd;
   float lr = 0.01f, momentum = 0, weight_decay = 0, beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f;
+  // Checkpoints of the servers' state (docs/fault-tolerance.md); both 0: none.
+  uint32_t checkpoint_clocks = 0, checkpoint_ms = 0;
+  bool resume = true;  // a declaration resumes from the newest checkpoint all hosts hold
+  bool checkpoints() const { return checkpoint_clocks != 0 || checkpoint_ms != 0; }
+  // The optimizer alone: what a checkpoint must match to be loaded.
+  PsOptions optimizer_only() const {
+    PsOptions o = *this;
+    o.checkpoint_clocks = o.checkpoint_ms = 0;
+    o.resume = true;
+    return o;
+  }
   bool operator==(const PsOptions&) const = default;
 };
 

@@ -108,7 +108,12 @@ struct PsDeclareHeader {
   float weight_decay;  // sgd and adam: added to the gradient; adamw: decoupled
   float beta1, beta2;  // adam, adamw: in [0, 1)
   float eps;           // adam, adamw: > 0
-  uint8_t reserved[32];  // zero
+  // Checkpoints (docs/fault-tolerance.md): the cadence, and whether the
+  // declaration resumes from the newest checkpoint every host holds.
+  uint32_t checkpoint_clocks;  // every this many clocks; 0: not by clocks
+  uint32_t checkpoint_ms;      // every this many milliseconds; 0: not by time
+  uint8_t resume;              // 0 or 1
+  uint8_t reserved[23];        // zero
 };
 static_assert(sizeof(PsDeclareHeader) == 64);
 
@@ -121,6 +126,11 @@ inline std::string describe(const PsOptions& o) {
   if (o.optimizer != Optimizer::kSgd)
     s.append(", betas ").append(num(o.beta1)).append("/").append(num(o.beta2)).append(", eps ").append(num(o.eps));
   if (o.weight_decay != 0) s.append(", weight decay ").append(num(o.weight_decay));
+  if (o.checkpoint_clocks != 0)
+    s.append(", checkpoint every ").append(std::to_string(o.checkpoint_clocks)).append(" clocks");
+  if (o.checkpoint_ms != 0)
+    s.append(", checkpoint every ").append(std::to_string(o.checkpoint_ms)).append(" ms");
+  if (o.checkpoint_clocks != 0 || o.checkpoint_ms != 0) s.append(o.resume ? ", resume" : ", no resume");
   return s.append(")");
 }
 
@@ -151,6 +161,9 @@ inline PsDeclareHeader to_header(const PsOptions& o) {
   h.beta1 = o.beta1;
   h.beta2 = o.beta2;
   h.eps = o.eps;
+  h.checkpoint_clocks = o.checkpoint_clocks;
+  h.checkpoint_ms = o.checkpoint_ms;
+  h.resume = o.resume ? 1 : 0;
   return h;
 }
 
@@ -172,6 +185,10 @@ inline std::string from_header(const PsDeclareHeader& h, PsOptions* out) {
   o.beta1 = h.beta1;
   o.beta2 = h.beta2;
   o.eps = h.eps;
+  if (h.resume > 1) return ps_detail::cat("resume ", unsigned{h.resume}, " is not 0 or 1");
+  o.checkpoint_clocks = h.checkpoint_clocks;
+  o.checkpoint_ms = h.checkpoint_ms;
+  o.resume = h.resume != 0;
   if (std::string why = check(o); !why.empty()) return why;
   *out = o;
   return "";

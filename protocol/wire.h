@@ -19,7 +19,9 @@ namespace gsync::proto {
 // version can read each other's version and name both in the refusal.
 // 3: SubmitEntry's flags and reserved became compress and compress_arg;
 //    HelloRequest's reserved became sync; the parameter-server opcodes.
-constexpr uint32_t kVersion = 3;
+// 4: CompleteEntry's reserved became value (a declaration's resume clock);
+//    the declaration header carries the checkpoint options.
+constexpr uint32_t kVersion = 4;
 constexpr uint32_t kHelloMagic = 0x4e595347;  // "GSYN"
 constexpr uint32_t kShmMagic = 0x4d485347;    // "GSHM"
 constexpr size_t kJobIdMax = 64;              // including the NUL
@@ -83,7 +85,7 @@ static_assert(sizeof(SubmitEntry) == 64);
 struct CompleteEntry {
   uint64_t tag;
   int32_t status;  // 0 or a negative GSYNC_ERR_* code
-  uint32_t reserved;
+  uint32_t value;  // a result beside the data: a declaration's resume clock
   char message[kMessageMax];
 };
 static_assert(sizeof(CompleteEntry) == 256);

@@ -116,8 +116,21 @@ std::string AdminServer::respond(std::string_view in, bool closed, std::string* 
       return error_doc(fmt::format("the '{}' report failed: {}", r.command, e.what()));
     }
   }
+  if (size_t sp = r.command.find(' '); sp != std::string::npos) {
+    auto it = arg_reports_.find(r.command.substr(0, sp));
+    if (it != arg_reports_.end() && sp + 1 < r.command.size()) {
+      try {
+        return it->second(r.command.substr(sp + 1)) + "\n";
+      } catch (const std::exception& e) {
+        spdlog::error("admin socket {}: the '{}' command failed: {}", path_, it->first, e.what());
+        return error_doc(fmt::format("the '{}' command failed: {}", it->first, e.what()));
+      }
+    }
+  }
   std::string known;
   for (const auto& [name, report] : reports_) known += (known.empty() ? "" : ", ") + name;
+  for (const auto& [name, report] : arg_reports_)
+    known += (known.empty() ? "" : ", ") + name + " ARG";
   *refused = fmt::format("unknown admin command '{}'; known: {}", r.command, known);
   return error_doc(*refused);
 }

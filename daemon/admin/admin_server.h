@@ -45,6 +45,12 @@ class AdminServer {
   ~AdminServer();
   Status listen(const AdminSocketOptions& options);
   void add(const std::string& command, Report report) { reports_[command] = std::move(report); }
+  // "command ARG": ARG is the rest of the line after one space (printable,
+  // checked like every request), handed to the report as it is.
+  using ArgReport = std::function<std::string(const std::string& arg)>;
+  void add_with_argument(const std::string& command, ArgReport report) {
+    arg_reports_[command] = std::move(report);
+  }
   // The reply to one command; unknown commands get {"error": "..."}.
   std::string reply(const std::string& command) const;
   // The reply to what a connection sent so far (closed: it sends no more);
@@ -67,6 +73,7 @@ class AdminServer {
 
   EventLoop& loop_;
   std::map<std::string, Report> reports_;
+  std::map<std::string, ArgReport> arg_reports_;
   int listen_fd_ = -1;
   std::string path_;
   std::unordered_map<int, Conn> conns_;

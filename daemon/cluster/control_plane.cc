@@ -176,6 +176,7 @@ void ControlPlane::on_control(int peer, std::string_view msg) {
     case kPsRegions:
     case kPsPush:
     case kPsAck:
+    case kPsCheckpoint:
       if (ps_traffic_) ps_traffic_->on_op_message(peer, msg);
       return;
     default:

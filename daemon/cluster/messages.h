@@ -31,7 +31,9 @@ namespace gsync::cluster {
 //    into it); PsRegions lost its reply region and carries the options as
 //    the client's 64-byte declaration header; pushes and replies are
 //    written in kPsChunkBytes pieces.
-constexpr uint32_t kProtocolVersion = 6;
+// 7: PsRegions carries the clocks of the checkpoints the host can resume
+//    from; PsCheckpoint (type 9) asks every shard for one at a clock.
+constexpr uint32_t kProtocolVersion = 7;
 
 enum MsgType : uint8_t {
   kJobAnnounce = 1,
@@ -43,6 +45,7 @@ enum MsgType : uint8_t {
   kPsRegions = 6,
   kPsPush = 7,
   kPsAck = 8,
+  kPsCheckpoint = 9,
 };
 // Writes and their cookies with this bit set belong to the parameter
 // server, the others to the op engine.

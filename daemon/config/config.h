@@ -55,6 +55,11 @@ struct DaemonConfig {
   std::string algorithm = "auto";   // auto ring hier direct tree doubling
   uint64_t chunk_bytes = 0;         // pipelining unit; 0: chosen per op
 
+  // [checkpoint] The parameter server's checkpoints (docs/fault-tolerance.md):
+  // a folder per job under dir; the newest `keep` per shard stay.
+  std::string checkpoint_dir;  // "": none on this daemon
+  uint32_t checkpoint_keep = 3;
+
   std::string source = "defaults";  // where the values came from, for gsyncctl
 
   // Every field, source included (tests compare whole configs with it, so a

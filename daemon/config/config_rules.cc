@@ -65,6 +65,8 @@ const ConfigField kFields[] = {
     {"cluster", "peer_timeout_ms", ConfigKind::kCount, &DaemonConfig::peer_timeout_ms},
     {"cluster", "algorithm", ConfigKind::kString, &DaemonConfig::algorithm},
     {"cluster", "chunk_bytes", ConfigKind::kSize, &DaemonConfig::chunk_bytes},
+    {"checkpoint", "dir", ConfigKind::kString, &DaemonConfig::checkpoint_dir},
+    {"checkpoint", "keep", ConfigKind::kCount, &DaemonConfig::checkpoint_keep},
 };
 
 struct SizeSuffix {
@@ -217,6 +219,8 @@ std::optional<ConfigProblem> find_config_problem(const DaemonConfig& cfg) {
   if (cfg.op_timeout_ms == 0) return problem("limits.op_timeout_ms", "must be > 0");
   if (cfg.tcp_streams < 1 || cfg.tcp_streams > 16)
     return problem("cluster.tcp_streams", fmt::format("must be 1 to 16, got {}", cfg.tcp_streams));
+  if (cfg.checkpoint_keep < 1 || cfg.checkpoint_keep > 8)
+    return problem("checkpoint.keep", fmt::format("must be 1 to 8, got {}", cfg.checkpoint_keep));
   if (cfg.tcp_streams_cross_rack > 16)
     return problem("cluster.tcp_streams_cross_rack",
                    fmt::format("must be 0 (as tcp_streams) to 16, got {}", cfg.tcp_streams_cross_rack));

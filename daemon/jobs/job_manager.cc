@@ -301,7 +301,7 @@ void JobManager::finish(Job& job, const OpId& id, const Status& st,
   job.ops.erase(it);
   auto now = Clock::now();  // before the replies: a rank may see its completion at once
   for (auto& a : op->arrivals)
-    if (a.session) reply(a.session, a.tag, st);
+    if (a.session) reply(a.session, a.tag, st, times ? times->value : 0);
   OpHistoryEntry h;
   h.job = job.id;
   h.id = id;
@@ -350,9 +350,10 @@ void JobManager::fail_pending(Job& job, const Status& st) {
   }
 }
 
-void JobManager::reply(const std::shared_ptr<Session>& s, uint64_t tag, const Status& st) {
+void JobManager::reply(const std::shared_ptr<Session>& s, uint64_t tag, const Status& st,
+                       uint64_t value) {
   if (s->closed) return;
-  if (Status err = s->complete(tag, st.code(), st.message()); !err) {
+  if (Status err = s->complete(tag, st.code(), st.message(), value); !err) {
     if (on_broken_session) on_broken_session(s, err);
   }
 }

@@ -74,7 +74,8 @@ class JobManager final : public ClientSink {
   void rank_died(Job& job, const Session& s, const std::string& reason);
   void finish(Job& job, const OpId& id, const Status& st, const pipeline::OpTimes* times = nullptr);
   void fail_pending(Job& job, const Status& st);
-  void reply(const std::shared_ptr<Session>& s, uint64_t tag, const Status& st);
+  void reply(const std::shared_ptr<Session>& s, uint64_t tag, const Status& st,
+             uint64_t value = 0);
   void remember_failure(Job& job, const OpId& id, const Status& st);
   void maybe_erase(const std::string& job_id);
   std::string missing_ranks(const Job& job, const JobOp& op) const;

@@ -13,6 +13,28 @@ namespace {
 // each worker's clock, the slowest worker, how long each worker's pulls
 // waited here (for the slowest, in bsp and ssp), updates applied and their
 // rate.
+// A key's checkpoints: null when it keeps none.
+nlohmann::json checkpoint_json(const ps::CheckpointReport& c) {
+  using nlohmann::json;
+  if (!c.on && c.last_error.empty()) return nullptr;
+  json last = nullptr;
+  if (c.have_last)
+    last = {{"clock", c.last_clock}, {"age_s", c.last_age_s}, {"bytes", c.last_bytes},
+            {"duration_s", c.last_duration_s}, {"copy_s", c.last_copy_s}};
+  return {{"on", c.on},
+          {"every_clocks", c.every_clocks},
+          {"every_ms", c.every_ms},
+          {"folder", c.folder},
+          {"taken", c.taken},
+          {"failed", c.failed},
+          {"skipped", c.skipped},
+          {"writing", c.writing},
+          {"last", last},
+          {"longest_stall_s", c.longest_stall_s},
+          {"last_error", c.last_error.empty() ? json(nullptr) : json(c.last_error)},
+          {"resumed_from", c.resumed_from}};
+}
+
 nlohmann::json ps_keys(const ps::Service* service, const std::string& job) {
   using nlohmann::json;
   json keys = json::array();
@@ -36,7 +58,8 @@ nlohmann::json ps_keys(const ps::Service* service, const std::string& job) {
                     {"shard", {k.shard_begin, k.shard_end}}, {"updates", k.updates},
                     {"worker_clocks", clocks}, {"slowest_worker", slowest},
                     {"shard_bytes", shards}, {"pulls_waiting", k.pulls_waiting},
-                    {"pull_wait_s", waited}, {"updates_per_s", k.updates_per_s}});
+                    {"pull_wait_s", waited}, {"updates_per_s", k.updates_per_s},
+                    {"checkpoint", checkpoint_json(k.checkpoint)}});
   }
   return keys;
 }

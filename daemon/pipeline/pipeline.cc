@@ -38,6 +38,7 @@ class Op {
   Status status;
   bool failing = false, ended = false;
   double weight_total = 0;
+  uint64_t value = 0;
   Clock::time_point started;
 
   StageLink link(int index) { return StageLink(*this, index); }
@@ -59,6 +60,7 @@ const OpRequest& StageLink::request() const { return op_.req; }
 uint64_t StageLink::serial() const { return op_.serial; }
 double StageLink::weight_total() const { return op_.weight_total; }
 void StageLink::set_weight_total(double w) { op_.weight_total = w; }
+void StageLink::set_value(uint64_t v) { op_.value = v; }
 uint64_t StageLink::pool_tag() const { return (op_.serial << 8) | static_cast<uint64_t>(index_); }
 void StageLink::emit(uint64_t begin, uint64_t end) { op_.pipeline.emit(op_, index_, begin, end); }
 void StageLink::finished() { op_.pipeline.stage_finished(op_, index_); }
@@ -267,6 +269,7 @@ void Pipeline::reap() {
     OpTimes times;
     times.started = op->started;
     times.ended = Clock::now();
+    times.value = op->value;
     for (size_t i = 0; i < op->stages.size(); i++)
       times.stages.push_back({op->stages[i]->name(), op->states[i].times});
     op.reset();  // stages go first: a cached plan is back before the next step starts

@@ -75,6 +75,7 @@ struct OpTimes {
     StageTimes times;
   };
   std::vector<Stage> stages;
+  uint64_t value = 0;  // the op's result beside its data (StageLink::set_value)
 };
 
 // What the admin reports show of a running op.

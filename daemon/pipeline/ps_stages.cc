@@ -27,19 +27,60 @@ void PsDeclareStage::input_done() {
   d.hosts = hosts_of(r, self_host_);
   d.init = host_buffer(r).ptr;
   state_->waiting = true;
-  service_.declare(d, [link = link_, state = state_](const Status& st) mutable {
+  service_.declare(d, [this, link = link_, state = state_](const Status& st) mutable {
     state->waiting = false;
     if (state->gone) return;
     if (!st) {
       link.failed(st);
       return;
     }
-    link.emit(0, link.request().shape.count);
+    const OpRequest& r = link.request();
+    if (uint64_t clock = service_.resumed_clock(r.job, r.id.key); clock != 0) {
+      pull(clock);
+      return;
+    }
+    link.emit(0, r.shape.count);
     link.finished();
   });
 }
 
-void PsDeclareStage::abort(const Status&) {
+void PsDeclareStage::pull(uint64_t clock) {
+  const OpRequest& r = link_.request();
+  link_.set_value(clock);
+  ps::Request q;
+  q.job = r.job;
+  q.key = r.id.key;
+  q.clock = clock;
+  q.count = r.shape.count;
+  q.opcode = proto::Opcode::kPull;
+  q.dtype = r.shape.dtype;
+  q.data = host_buffer(r).ptr;
+  q.owner = host_buffer(r).owner;
+  q.token = op_token(link_.serial());
+  pulling_ = true;
+  service_.begin(q, [this](const Status& st) { on_pulled(st); });
+}
+
+void PsDeclareStage::on_pulled(const Status& st) {
+  pulling_ = false;
+  if (aborting_) {
+    link_.quiet();
+    return;
+  }
+  if (!st) {
+    link_.failed(st);
+    return;
+  }
+  link_.emit(0, link_.request().shape.count);
+  link_.finished();
+}
+
+void PsDeclareStage::abort(const Status& why) {
+  if (pulling_) {
+    aborting_ = true;
+    service_.abort(op_token(link_.serial()), why);  // on_pulled follows, once quiet
+    return;
+  }
   // The declaration goes on (its key stays half made until the job
   // closes); the op is quiet at once: the declaration copied what it needed
   // of the rank's buffer.
@@ -48,6 +89,7 @@ void PsDeclareStage::abort(const Status&) {
 }
 
 std::string PsDeclareStage::waiting_for() const {
+  if (pulling_) return service_.waiting_for(op_token(link_.serial()));
   return state_->waiting ? "the job's other hosts to declare the key" : "the initial values";
 }
 

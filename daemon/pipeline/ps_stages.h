@@ -23,6 +23,9 @@ class PsDeclareStage final : public Stage {
   PsDeclareStage(StageLink link, ps::Service& service, int self_host)
       : Stage(link), service_(service), self_host_(self_host) {}
   ~PsDeclareStage() override { state_->gone = true; }
+  // A declaration that resumed from a checkpoint (docs/fault-tolerance.md)
+  // pulls the parameters of the clock it resumed from into the ranks'
+  // buffers, and completes with that clock as its value.
   const char* name() const override { return "ps-declare"; }
   void ready(uint64_t, uint64_t) override {}
   void input_done() override;
@@ -39,6 +42,9 @@ class PsDeclareStage final : public Stage {
     bool waiting = false, gone = false;
   };
   std::shared_ptr<State> state_ = std::make_shared<State>();
+  void pull(uint64_t clock);
+  void on_pulled(const Status& st);
+  bool pulling_ = false, aborting_ = false;
 };
 
 class PsRequestStage final : public Stage {

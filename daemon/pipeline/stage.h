@@ -48,6 +48,9 @@ class StageLink {
   // cross-host stage), read by the store (weighted average).
   double weight_total() const;
   void set_weight_total(double w);
+  // The op's result beside its data, in its completion (a declaration's
+  // resume clock).
+  void set_value(uint64_t v);
   // The pool tag of this stage's tasks (Pipeline::on_pool_events).
   uint64_t pool_tag() const;
 

@@ -18,6 +18,11 @@
 //   PsAck      a server to a worker: its push without a pull was applied
 //              (code 0), or its request was refused (a clock out of order,
 //              a shape that differs) with the reason
+//   PsCheckpoint  to every host of a key (the sender too): take a
+//              checkpoint at the first clock reached at or after `at`
+//              (docs/fault-tolerance.md); sent by the key's first host
+//              when its time cadence is due, and by any host that
+//              gsyncctl checkpoint asks
 //
 // A server's reply is writes of its shard's values into the region the
 // PsPush named (the worker's tensor, registered while it is the key's) at
@@ -46,6 +51,20 @@ struct PsRegions {
   proto::PsDeclareHeader options = {};
   uint32_t push_region = 0;  // this host's, as a server: a slot per worker
   uint32_t hosts = 0;        // the job's hosts as this one sees them
+  // The clocks of the checkpoints of its shard this host can resume from,
+  // newest first (docs/fault-tolerance.md, "Recovery").
+  uint32_t n_clocks = 0;  // <= kMaxResumeClocks; more is malformed
+  uint32_t pad2 = 0;
+  uint64_t clocks[8] = {};
+};
+constexpr uint32_t kMaxResumeClocks = 8;
+
+struct PsCheckpoint {
+  uint8_t type = cluster::kPsCheckpoint;
+  uint8_t pad[7] = {};
+  char job[cluster::kJobMax] = {};
+  uint64_t key = 0;
+  uint64_t at = 0;  // the clock
 };
 
 struct PsPush {

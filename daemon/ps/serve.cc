@@ -104,6 +104,7 @@ Status Service::serve(Key& k, int w) {
                                                 m.count, k.count));
   if (st && push) st = k.server->push(w, m.clock, m.weight, m.lr, k.push_slot(w), who);
   if (st && push) k.sample_updates(std::chrono::steady_clock::now());
+  if (st && push && !k.bsp()) maybe_checkpoint(k);
   if (!st) {
     spdlog::warn("{}", st.message());
     send_ack(k, w, m.token, m.clock, st);
@@ -152,11 +153,13 @@ void Service::advance(Key& k) {
     }
     return;
   }
+  maybe_checkpoint(k);  // between clocks: the state of the clock just reached
   answer_ready(k);
 }
 
 // Every worker whose answer the shard's state now allows gets it.
 void Service::answer_ready(Key& k) {
+  if (k.ckpt.resume_pending) return;  // the state may yet be a checkpoint's
   const uint64_t count = k.shards[size_t(k.self)].count();
   for (int w = 0; w < static_cast<int>(k.served.size()); w++) {
     Served& s = k.served[size_t(w)];

@@ -31,6 +31,48 @@ ParamServer::ParamServer(const proto::PsOptions& opts, proto::Sync sync, proto::
   pending_.resize(next_.size());
 }
 
+ParamServer::~ParamServer() {
+  // The checkpoint writer may still be copying from these arrays: it gets
+  // the rest of the copy before they go.
+  before_write(0, p_.size());
+}
+
+void ParamServer::before_write(uint64_t begin, uint64_t end) {
+  if (!snapshot_) return;
+  snapshot_->before_write(begin, end);
+  if (snapshot_->complete()) snapshot_.reset();
+}
+
+uint64_t ParamServer::checkpoint_clock() const {
+  if (sync_.mode == proto::SyncMode::kBsp) return bsp_clock_;
+  return *std::min_element(next_.begin(), next_.end());
+}
+
+std::shared_ptr<storage::Snapshot> ParamServer::snapshot() {
+  // A snapshot still being copied is finished first: one at a time.
+  before_write(0, p_.size());
+  std::vector<const float*> arrays{p_.data()};
+  if (!m_.empty()) arrays.push_back(m_.data());
+  if (!v_.empty()) arrays.push_back(v_.data());
+  snapshot_ = std::make_shared<storage::Snapshot>(std::move(arrays), p_.size());
+  return snapshot_;
+}
+
+void ParamServer::restore(uint64_t clock, uint64_t steps, uint64_t updates, const float* payload) {
+  before_write(0, p_.size());
+  const size_t n = p_.size();
+  std::copy(payload, payload + n, p_.begin());
+  if (!m_.empty()) std::copy(payload + n, payload + 2 * n, m_.begin());
+  if (!v_.empty()) std::copy(payload + 2 * n, payload + 3 * n, v_.begin());
+  t_ = steps;
+  updates_ = updates;
+  std::fill(next_.begin(), next_.end(), clock);
+  bsp_clock_ = clock;
+  bsp_applied_ = 0;
+  bsp_begun_ = false;
+  for (auto& p : pending_) p = Pending{};
+}
+
 Status ParamServer::push(int w, uint64_t clock, double weight, float lr, const void* data,
                          const std::string& who) {
   if (w < 0 || w >= workers())
@@ -113,6 +155,7 @@ void ParamServer::apply(const void* const* inputs, size_t n_inputs, float scale,
   adam.decoupled = opts_.optimizer == proto::Optimizer::kAdamW;
   adam.t = t_;
   const size_t elem = proto::dtype_size(dtype_);
+  before_write(begin, end);
   float* g = grad_.data();
   for (size_t at = begin; at < end; at += kBlock) {
     const size_t len = std::min<size_t>(kBlock, end - at);

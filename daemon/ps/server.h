@@ -27,11 +27,13 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "daemon/core/status.h"
 #include "daemon/ps/shards.h"
+#include "daemon/storage/snapshot.h"
 #include "protocol/ps.h"
 
 namespace gsync::ps {
@@ -41,6 +43,9 @@ class ParamServer {
   // init: the shard's initial values in dtype (count() elements).
   ParamServer(const proto::PsOptions& opts, proto::Sync sync, proto::DType dtype, Shard shard,
               int workers, const void* init);
+  ~ParamServer();
+  ParamServer(const ParamServer&) = delete;
+  ParamServer& operator=(const ParamServer&) = delete;
 
   // Worker w's push of `data` (the shard's range of its gradient, summed
   // over its ranks with their weights, in dtype) at `clock`: asp and ssp
@@ -76,6 +81,21 @@ class ParamServer {
   uint64_t updates() const { return updates_; }
   int workers() const { return static_cast<int>(next_.size()); }
 
+  // Checkpoints (docs/fault-tolerance.md). The clock a checkpoint taken
+  // now is of: bsp, the clocks applied (between clocks only: not
+  // between_clocks() is mid-update); asp and ssp, the clock every worker
+  // has pushed up to.
+  bool between_clocks() const { return bsp_applied_ == 0 && !bsp_begun_; }
+  uint64_t checkpoint_clock() const;
+  uint64_t steps() const { return t_; }
+  // A copy of the state as it is now (values, then the optimizer's
+  // moments), finished by the checkpoint writer while updates go on: each
+  // update first has the old values of what it changes copied.
+  std::shared_ptr<storage::Snapshot> snapshot();
+  // The state of a checkpoint: every worker pushes `clock` next. payload:
+  // the arrays as snapshot() lays them out.
+  void restore(uint64_t clock, uint64_t steps, uint64_t updates, const float* payload);
+
  private:
   // One optimizer step with the sum of `inputs` (in dtype, summed in their
   // order) times scale as the gradient, on the elements [begin, end), a
@@ -106,6 +126,9 @@ class ParamServer {
     bool in = false;
   };
   std::vector<Pending> pending_;
+  std::shared_ptr<storage::Snapshot> snapshot_;  // being copied, until complete
+  // Before the elements [begin, end) change: a snapshot's copy of them.
+  void before_write(uint64_t begin, uint64_t end);
 };
 
 }  // namespace gsync::ps

@@ -16,7 +16,9 @@ namespace {
 const std::string kLocal = "local";
 }
 
-Service::Service(cluster::ControlPlane* cp) : cp_(cp) {
+Service::Service(cluster::ControlPlane* cp, CheckpointConfig ckpt,
+                 storage::CheckpointWriter* writer)
+    : cp_(cp), ckpt_cfg_(std::move(ckpt)), writer_(writer) {
   if (cp_) cp_->set_ps_traffic(this);
 }
 
@@ -66,6 +68,7 @@ Status Service::make_key(const Declaration& d, std::unique_ptr<Key>* out) {
   k->peer_push.assign(n, 0);
   k->known.assign(n, false);
   k->known[size_t(k->self)] = true;
+  setup_checkpoints(*k);
   by_id_[k->id] = k.get();
   *out = std::move(k);
   return Status::ok();
@@ -100,6 +103,8 @@ void Service::declare(const Declaration& d, Done done) {
   m.options = proto::to_header(d.opts);
   m.push_region = key.push_region;
   m.hosts = static_cast<uint32_t>(key.hosts.size());
+  m.n_clocks = static_cast<uint32_t>(std::min<size_t>(key.ckpt.valid.size(), kMaxResumeClocks));
+  for (uint32_t i = 0; i < m.n_clocks; i++) m.clocks[i] = key.ckpt.valid[i];
   for (int h : key.hosts)
     if (h != self()) cp_->send(h, cluster::as_bytes(m));
   // What came before this host declared it.
@@ -119,6 +124,10 @@ Status Service::check_regions(const Key& k, int peer, const PsRegions& m) const 
   bool sync_ok = proto::from_wire(m.sync, &sync).empty();
   proto::DType dtype{};
   bool dtype_ok = proto::dtype_from_wire(m.dtype, &dtype);
+  if (m.n_clocks > kMaxResumeClocks)
+    return Status(GSYNC_ERR_PROTOCOL,
+                  fmt::format("{}: host {} sent {} checkpoint clocks; at most {} fit", k.describe(),
+                              host_id(peer), m.n_clocks, kMaxResumeClocks));
   if (opt_ok && sync_ok && dtype_ok && dtype == k.dtype && m.count == k.count && o == k.opts &&
       sync == k.sync && m.hosts == k.hosts.size())
     return Status::ok();
@@ -158,12 +167,24 @@ void Service::on_regions(int peer, const PsRegions& m) {
   }
   k->peer_push[size_t(p)] = m.push_region;
   k->known[size_t(p)] = true;
+  if (k->ckpt.resume_pending) k->ckpt.peers[size_t(p)].assign(m.clocks, m.clocks + m.n_clocks);
   maybe_declared(*k);
 }
 
 void Service::maybe_declared(Key& k) {
   if (k.ready || !std::all_of(k.known.begin(), k.known.end(), [](bool b) { return b; })) return;
   k.ready = true;
+  if (Status st = resume(k); !st) {
+    spdlog::error("{}", st.message());
+    k.broken = st;
+    if (k.declared) {
+      auto done = std::move(k.declared);
+      k.declared = nullptr;
+      drop(k, st);
+      done(st);
+    }
+    return;
+  }
   spdlog::info("{}: declared, {} {} with {}, {}; this host serves [{}, {})", k.describe(),
                k.count, proto::name(k.dtype), proto::describe(k.opts), proto::describe(k.sync),
                k.shards[size_t(k.self)].begin, k.shards[size_t(k.self)].end);
@@ -172,6 +193,8 @@ void Service::maybe_declared(Key& k) {
     k.declared = nullptr;
     done(Status::ok());
   }
+  // Requests that came while the resume clock was being agreed.
+  if (Key* still = find(k.job, k.key); still == &k) answer_ready(k);
 }
 
 // Forgets the key: its queued ops fail with why, its regions are retired
@@ -242,6 +265,7 @@ std::vector<KeyReport> Service::report(const std::string& job) const {
     r.shard_end = k.shards[size_t(k.self)].end;
     r.updates = k.server->updates();
     r.updates_per_s = k.updates_per_s(std::chrono::steady_clock::now());
+    r.checkpoint = checkpoint_report(k);
     for (size_t p = 0; p < k.hosts.size(); p++) {
       r.worker_clocks.emplace_back(host_id(k.hosts[p]), k.server->next_clock(int(p)));
       r.shard_bytes.emplace_back(host_id(k.hosts[p]), k.shard_bytes(int(p)));
@@ -271,6 +295,11 @@ void Service::on_op_message(int peer, std::string_view msg) {
     case cluster::kPsAck: {
       PsAck m;
       if (decode_exact(msg, &m)) return on_ack(peer, m);
+      break;
+    }
+    case cluster::kPsCheckpoint: {
+      PsCheckpoint m;
+      if (decode_exact(msg, &m)) return on_checkpoint_request(peer, m);
       break;
     }
     default:

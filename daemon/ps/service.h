@@ -39,6 +39,7 @@
 #include "daemon/ps/messages.h"
 #include "daemon/ps/server.h"
 #include "daemon/ps/shards.h"
+#include "daemon/storage/checkpoint_writer.h"
 #include "protocol/ops.h"
 #include "protocol/ps.h"
 
@@ -70,6 +71,27 @@ struct Request {
 
 using Done = std::function<void(const Status&)>;
 
+// Where this daemon keeps checkpoints (docs/fault-tolerance.md).
+struct CheckpointConfig {
+  std::string dir;  // "": none on this daemon (a key that asks for them is told so)
+  int keep = 3;     // per shard, the newest
+};
+
+// gsyncctl jobs, per declared key: its checkpoints.
+struct CheckpointReport {
+  bool on = false;
+  uint32_t every_clocks = 0, every_ms = 0;
+  std::string folder;
+  uint64_t taken = 0, failed = 0, skipped = 0;
+  bool writing = false;
+  bool have_last = false;
+  uint64_t last_clock = 0, last_bytes = 0;
+  double last_age_s = 0, last_duration_s = 0, last_copy_s = 0;
+  double longest_stall_s = 0;  // the event thread's longest copy-before-write
+  std::string last_error;
+  uint64_t resumed_from = 0;
+};
+
 // gsyncctl jobs, per declared key.
 struct KeyReport {
   uint64_t key = 0, count = 0;
@@ -81,12 +103,15 @@ struct KeyReport {
   uint64_t pulls_waiting = 0;
   std::vector<std::pair<std::string, double>> pull_wait_s;  // host -> its pulls' wait here
   double updates_per_s = 0;  // over the last 10 s or so
+  CheckpointReport checkpoint;
 };
 
 class Service final : public cluster::OpTraffic {
  public:
-  // cp null: a daemon without a cluster; its jobs' one host is 0.
-  explicit Service(cluster::ControlPlane* cp);
+  // cp null: a daemon without a cluster; its jobs' one host is 0. writer
+  // null: no checkpoints.
+  explicit Service(cluster::ControlPlane* cp, CheckpointConfig ckpt = {},
+                   storage::CheckpointWriter* writer = nullptr);
   ~Service() override;
   Service(const Service&) = delete;
   Service& operator=(const Service&) = delete;
@@ -103,6 +128,16 @@ class Service final : public cluster::OpTraffic {
   std::string waiting_for(uint32_t token) const;
   void job_closed(const std::string& job);
   std::vector<KeyReport> report(const std::string& job) const;
+
+  // Checkpoints (checkpoints.cc). The clock a declared key resumed from (0:
+  // a fresh start).
+  uint64_t resumed_clock(const std::string& job, uint64_t key) const;
+  // gsyncctl checkpoint JOB: every key of the job that keeps checkpoints
+  // takes one at the next clock all its shards reach; the error says why
+  // none can (no such job here, no key with checkpoints).
+  Status request_checkpoint(const std::string& job);
+  // The writer's results (its done_fd is readable).
+  void on_checkpoints_written(std::vector<storage::WriteResult> results);
 
   // --- cluster::OpTraffic
   void on_op_message(int peer, std::string_view msg) override;
@@ -138,6 +173,17 @@ class Service final : public cluster::OpTraffic {
   void use_tensor(Key& k, const Request& r);
   void release_tensor(Key& k);
 
+  // Checkpoints and recovery (checkpoints.cc).
+  void setup_checkpoints(Key& k);
+  void maybe_checkpoint(Key& k);
+  void take_checkpoint(Key& k, uint64_t clock);
+  void ask_checkpoint(Key& k, uint64_t at);
+  void on_checkpoint_request(int peer, const PsCheckpoint& m);
+  // Once every host's clocks are known: the newest all hold, loaded. Not
+  // ok: this host's copy would not load.
+  Status resume(Key& k);
+  CheckpointReport checkpoint_report(const Key& k) const;
+
   // A server's side (serve.cc).
   void on_push(int peer, const PsPush& m);
   void on_push_data(Key& k, int w, uint64_t offset, uint64_t len, uint64_t imm);
@@ -148,6 +194,8 @@ class Service final : public cluster::OpTraffic {
   void send_ack(Key& k, int w, uint32_t token, uint64_t clock, const Status& st);
 
   cluster::ControlPlane* cp_;
+  CheckpointConfig ckpt_cfg_;
+  storage::CheckpointWriter* writer_;
   std::map<std::pair<std::string, uint64_t>, std::unique_ptr<Key>> keys_;
   std::unordered_map<uint32_t, Key*> by_region_;
   std::unordered_map<uint32_t, Key*> by_id_;  // live and retiring keys, for write cookies

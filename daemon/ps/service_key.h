@@ -14,6 +14,8 @@
 
 #include "daemon/ps/pieces.h"
 #include "daemon/ps/service.h"
+#include "daemon/storage/checkpoint_format.h"
+#include "daemon/storage/snapshot.h"
 
 namespace gsync::ps {
 
@@ -56,6 +58,32 @@ struct Service::WorkerOp {
   bool ended = false;
 };
 
+// A key's checkpoints (checkpoints.cc, docs/fault-tolerance.md).
+struct Checkpoints {
+  static constexpr uint64_t kNever = ~uint64_t{0};
+  bool on = false;  // the options ask for them and the daemon has a folder
+  storage::ShardId id;
+  std::string folder;
+  uint64_t wanted_at = kNever;  // one at the first clock reached >= this
+  uint64_t last_clock = 0;      // the clock of the last one taken (or resumed from)
+  bool writing = false;
+  std::shared_ptr<storage::Snapshot> snapshot;  // the one being written
+  std::chrono::steady_clock::time_point started{}, last_request{};
+  // The last one written, and counts.
+  bool have_last = false;
+  uint64_t written_clock = 0, written_bytes = 0;
+  std::chrono::steady_clock::time_point written_at{};
+  double written_s = 0, copy_s = 0, stall_s = 0, longest_stall_s = 0;
+  uint64_t taken = 0, failed = 0, skipped = 0;
+  std::string last_error;
+  // Recovery: the clocks this host and each participant can resume from;
+  // answers wait (resume_pending) until they are agreed and loaded.
+  std::vector<uint64_t> valid;
+  std::vector<std::vector<uint64_t>> peers;
+  bool resume_pending = false;
+  uint64_t resumed_from = 0;
+};
+
 struct Service::Key {
   uint32_t id = 0;  // names it in the cookies of its reply writes
   // Updates applied, sampled a second or more apart over the last 10 s:
@@ -87,6 +115,7 @@ struct Service::Key {
   Done declared;           // until every host's regions are known
   bool ready = false;
   Status broken;           // set: every later request fails with it
+  Checkpoints ckpt;
 
   // As a server of shards[self].
   std::unique_ptr<ParamServer> server;

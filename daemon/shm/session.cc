@@ -98,7 +98,7 @@ bool Session::pop(proto::SubmitEntry* entry, Status* error) {
   return true;
 }
 
-Status Session::complete(uint64_t tag, int status, const std::string& message) {
+Status Session::complete(uint64_t tag, int status, const std::string& message, uint64_t value) {
   auto* h = header();
   uint32_t head = h->cq_head.load(std::memory_order_acquire);
   uint32_t used = cq_tail_ - head;
@@ -112,6 +112,7 @@ Status Session::complete(uint64_t tag, int status, const std::string& message) {
   proto::CompleteEntry e{};
   e.tag = tag;
   e.status = status;
+  e.value = static_cast<uint32_t>(value);
   // The message may quote a peer's or another client's text: printable,
   // cut to the field at a character boundary, always terminated (e is
   // zeroed).

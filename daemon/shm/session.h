@@ -47,7 +47,7 @@ class Session {
   bool pop(proto::SubmitEntry* entry, Status* error);
   // Publishes a completion. Fails only when the client broke the protocol
   // (completion ring full or its head index corrupt).
-  Status complete(uint64_t tag, int status, const std::string& message);
+  Status complete(uint64_t tag, int status, const std::string& message, uint64_t value = 0);
 
   // Arena bounds check for a tensor of bytes at offset. On success *ptr is the
   // daemon's address of it.

@@ -141,6 +141,15 @@ typedef struct gsync_ps_opts {
   float weight_decay;   /* >= 0; default 0 */
   float beta1, beta2;   /* Adam: in [0, 1); default 0.9, 0.999 */
   float eps;            /* Adam: > 0; default 1e-8 */
+  /* Since 0.3: checkpoints of the servers' state (docs/fault-tolerance.md),
+   * written by each daemon to its checkpoint.dir every checkpoint_clocks
+   * clocks and/or every checkpoint_ms milliseconds (0 and 0: none). With
+   * resume (the default), a declaration resumes from the newest checkpoint
+   * every host holds: the request completes with buf holding the
+   * parameters of that clock, which gsync_ps_resume_clock tells. */
+  uint32_t checkpoint_clocks;
+  uint32_t checkpoint_ms;
+  int32_t resume;
 } gsync_ps_opts_t;
 
 /* A push's options; fields may be appended. */
@@ -221,6 +230,11 @@ int gsync_ps_pull(gsync_comm_t *comm, uint64_t key, uint64_t clock, void *out, s
 int gsync_ps_push_pull(gsync_comm_t *comm, uint64_t key, uint64_t clock, void *buf,
                        size_t count, int dtype, const gsync_push_opts_t *opts,
                        gsync_request_t **req);
+/* The clock a completed declaration resumed from: 0 for a fresh start (the
+ * initial values), c when buf holds the parameters of step c from a
+ * checkpoint, and the worker's next push is at clock c. GSYNC_ERR_INVALID
+ * for a request that is not a completed declaration. */
+int gsync_ps_resume_clock(gsync_request_t *req, uint64_t *clock);
 int gsync_broadcast(gsync_comm_t *comm, uint64_t key, uint64_t step, void *buf,
                     size_t count, int dtype, int root, gsync_request_t **req);
 int gsync_ibarrier(gsync_comm_t *comm, uint64_t step, gsync_request_t **req);

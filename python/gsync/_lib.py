@@ -67,6 +67,9 @@ class GsyncPsOpts(ctypes.Structure):
         ("beta1", ctypes.c_float),
         ("beta2", ctypes.c_float),
         ("eps", ctypes.c_float),
+        ("checkpoint_clocks", ctypes.c_uint32),
+        ("checkpoint_ms", ctypes.c_uint32),
+        ("resume", ctypes.c_int32),
     ]
 
 
@@ -146,6 +149,7 @@ def _declare(lib: ctypes.CDLL) -> None:
                                     ctypes.c_size_t, c_int, c_int, ctypes.c_double, comm_pp]),
         "gsync_compression_parse": (c_int, [c_char_p, ctypes.POINTER(GsyncCompression)]),
         "gsync_ps_opts_init": (None, [ctypes.POINTER(GsyncPsOpts)]),
+        "gsync_ps_resume_clock": (c_int, [c_void_p, ctypes.POINTER(ctypes.c_uint64)]),
         "gsync_push_opts_init": (None, [ctypes.POINTER(GsyncPushOpts)]),
         "gsync_ps_declare": (c_int, [c_void_p, ctypes.c_uint64, c_void_p, ctypes.c_size_t, c_int,
                                      ctypes.POINTER(GsyncPsOpts), comm_pp]),

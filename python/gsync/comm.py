@@ -44,6 +44,13 @@ class Request:
             text = _lib.lib().gsync_strerror(code).decode(errors="replace")
         return GsyncError(code, text)
 
+    def resume_clock(self) -> int:
+        """A completed declaration's resume clock: 0 for a fresh start, c when
+        its buffer holds the parameters of step c from a checkpoint."""
+        c = ctypes.c_uint64()
+        _lib.check(_lib.lib().gsync_ps_resume_clock(self._ptr, ctypes.byref(c)))
+        return c.value
+
     def free(self) -> None:
         if self._ptr:
             _lib.lib().gsync_request_free(self._ptr)
@@ -125,14 +132,19 @@ class Comm:
 
     def ps_declare(self, key: int, addr: int, count: int, dtype: int, optimizer: int = _lib.OPT_SGD,
                    lr: float = 0.01, momentum: float = 0.0, weight_decay: float = 0.0,
-                   betas: tuple = (0.9, 0.999), eps: float = 1e-8) -> Request:
+                   betas: tuple = (0.9, 0.999), eps: float = 1e-8, checkpoint_clocks: int = 0,
+                   checkpoint_ms: int = 0, resume: bool = True) -> Request:
         """Declares parameter `key` (every rank; rank 0's values at addr are the
-        initial ones, and every rank's addr holds them once it completes)."""
+        initial ones, and every rank's addr holds them once it completes).
+        checkpoint_clocks / checkpoint_ms: the servers checkpoint it that often
+        (docs/fault-tolerance.md); with resume, a declaration resumes from the
+        newest checkpoint every host holds (Request.resume_clock)."""
         L = _lib.lib()
         o = _lib.GsyncPsOpts()
         L.gsync_ps_opts_init(ctypes.byref(o))
         o.optimizer, o.lr, o.momentum, o.weight_decay = optimizer, lr, momentum, weight_decay
         o.beta1, o.beta2, o.eps = betas[0], betas[1], eps
+        o.checkpoint_clocks, o.checkpoint_ms, o.resume = checkpoint_clocks, checkpoint_ms, int(resume)
         req = ctypes.c_void_p()
         _lib.check(L.gsync_ps_declare(self.handle, key, addr, count, dtype, ctypes.byref(o),
                                       ctypes.byref(req)))

@@ -59,7 +59,11 @@ class _Bucket:
 class PSOptimizer:
     """See the module's text. lr, momentum, weight_decay, betas, eps: the
     servers' optimizer (declared once); lr may change between steps (the
-    attribute `lr`: pushes carry it). weight: the samples a rank's gradient
+    attribute `lr`: pushes carry it). checkpoint_clocks, checkpoint_ms: the
+    servers checkpoint their state that often (docs/fault-tolerance.md); with
+    resume, a job started again under the same id resumes from the newest
+    checkpoint every host holds, and `clock` says the step it resumed at.
+    weight: the samples a rank's gradient
     stands for (its batch size when they differ). sync: the job's mode,
     "bsp", "asp" or "ssp:S" (every rank the same). The rank's identity comes
     from the arguments, else WORLD_SIZE, RANK, LOCAL_RANK, LOCAL_WORLD_SIZE.
@@ -72,7 +76,8 @@ class PSOptimizer:
                  lr: float = 0.01, momentum: float = 0.0, weight_decay: float = 0.0,
                  betas: tuple = (0.9, 0.999), eps: float = 1e-8, sync: str = "bsp",
                  weight: float = 1.0, bucket_cap_mb: float = 25.0, key_base: int = 0,
-                 timeout_ms: int = 0):
+                 timeout_ms: int = 0, checkpoint_clocks: int = 0, checkpoint_ms: int = 0,
+                 resume: bool = True):
         from gsync.torch import _pick
         job = job or os.environ.get("GSYNC_JOB")
         if not job:
@@ -103,8 +108,16 @@ class PSOptimizer:
             reqs.append(self.comm.ps_declare(b.key, b.addr, b.numel, _DTYPES[b.dtype],
                                              optimizer=_OPTIMIZERS[optimizer], lr=lr,
                                              momentum=momentum, weight_decay=weight_decay,
-                                             betas=betas, eps=eps))
-        self._wait_all(reqs)
+                                             betas=betas, eps=eps,
+                                             checkpoint_clocks=checkpoint_clocks,
+                                             checkpoint_ms=checkpoint_ms, resume=resume))
+        # A job that resumed from a checkpoint (docs/fault-tolerance.md): the
+        # buffers hold that clock's parameters, and the step goes on from it
+        # (`clock`: the caller's loop starts there).
+        clocks = self._wait_all(reqs, resume_clock=True)
+        if len(set(clocks)) > 1:
+            raise GsyncError(_lib.ERR_INTERNAL, f"PSOptimizer: buckets resumed from clocks {clocks}")
+        self.clock = clocks[0] if clocks else 0
         self._load()
         for b in self.buckets:
             b.flat.zero_()
@@ -162,15 +175,18 @@ class PSOptimizer:
             b.flat.zero_()  # the next step's gradients start from zero
         self.clock += 1
 
-    def _wait_all(self, reqs: List[Request]) -> None:
-        error = None
+    def _wait_all(self, reqs: List[Request], resume_clock: bool = False) -> List[int]:
+        error, clocks = None, []
         for r in reqs:
             rc = r.wait(-1)
             if rc != 0 and error is None:
                 error = r.error(rc)
+            if rc == 0 and resume_clock:
+                clocks.append(r.resume_clock())
             r.free()
         if error is not None:
             raise error
+        return clocks
 
     def _load(self) -> None:
         with torch.no_grad():

@@ -11,6 +11,7 @@
 #define GSYNC_FUZZ_TARGETS(X) \
   X(admin)                    \
   X(bootstrap)                \
+  X(checkpoint)               \
   X(client_hello)             \
   X(codec)                    \
   X(cluster_file)             \

@@ -435,9 +435,13 @@ TEST(ConfigJson, MirrorsTomlLayout) {
   EXPECT_EQ(j["cluster"]["algorithm"], "auto");
   EXPECT_EQ(j["cluster"]["tcp_streams"], 2);
   EXPECT_EQ(j["cluster"]["tcp_streams_cross_rack"], 1);
-  EXPECT_EQ(j.size(), 4u);
+  EXPECT_EQ(j["checkpoint"]["dir"], "");
+  EXPECT_EQ(j["checkpoint"]["keep"], 3);
+  EXPECT_EQ(j.size(), 5u);
   EXPECT_EQ(j["cluster"]["key_file"], "");
-  EXPECT_EQ(j["daemon"].size() + j["auth"].size() + j["limits"].size() + j["cluster"].size(), 27u);
+  EXPECT_EQ(j["daemon"].size() + j["auth"].size() + j["limits"].size() + j["cluster"].size() +
+                j["checkpoint"].size(),
+            29u);
 }
 
 // [daemon] admin_socket_mode and admin_group: who may connect to the

@@ -11,6 +11,7 @@
 #include <CLI/CLI.hpp>
 #include <chrono>
 #include <cstdio>
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -82,6 +83,10 @@ int main(int argc, char** argv) {
       app.add_subcommand("keygen", "write a new random cluster key to a file (mode 0600)");
   keygen_cmd->add_option("-o,--output", key_path, "the key file to create (never overwritten)")
       ->required();
+  std::string checkpoint_job;
+  CLI::App* checkpoint_cmd = app.add_subcommand(
+      "checkpoint", "ask every shard of a parameter-server job for a checkpoint now");
+  checkpoint_cmd->add_option("job", checkpoint_job, "the job id")->required();
 
   try {
     app.parse(argc, argv);
@@ -90,14 +95,16 @@ int main(int argc, char** argv) {
   }
 
   if (keygen_cmd->parsed()) return keygen(key_path);
-  const std::string name = app.get_subcommands().front()->get_name();
+  std::string name = app.get_subcommands().front()->get_name();
   const Command* command = nullptr;
+  std::string request = name;
+  if (checkpoint_cmd->parsed()) request = "checkpoint " + checkpoint_job;
   for (const Command& c : kCommands) {
     if (name == c.name) command = &c;
   }
 
   std::string reply_text, error;
-  if (!gsync::cli::admin_query(socket_path, name, std::chrono::milliseconds(timeout_ms),
+  if (!gsync::cli::admin_query(socket_path, request, std::chrono::milliseconds(timeout_ms),
                                &reply_text, &error)) {
     std::fprintf(stderr, "gsyncctl: %s\n", error.c_str());
     return kExitUnreachable;
@@ -114,7 +121,13 @@ int main(int argc, char** argv) {
     return kExitDaemonError;
   }
 
-  std::string out = as_json ? reply.dump(2) + "\n" : command->render(reply);
+  std::string out;
+  if (as_json)
+    out = reply.dump(2) + "\n";
+  else if (command)
+    out = command->render(reply);
+  else  // checkpoint
+    out = fmt::format("job {}: {}\n", checkpoint_job, reply.value("requested", std::string()));
   std::fputs(out.c_str(), stdout);
   // A closed pipe or full disk must not look like success to a script.
   if (std::fflush(stdout) != 0) return kExitUnreachable;

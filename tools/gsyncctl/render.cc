@@ -135,6 +135,34 @@ std::string render_status(const json& reply) {
 }
 
 namespace {
+// A key's checkpoints, indented under it: "  checkpoints: last clock 40,
+// 2.1 s ago, 4.0 MiB in 0.031 s; 4 taken, 0 failed, 0 skipped; resumed
+// from clock 20", and the last error when there is one.
+std::string render_checkpoint(const json& c) {
+  if (!c.is_object()) return "";
+  std::string out = "  checkpoints: ";
+  const json& last = field(c, "last");
+  if (last.is_object()) {
+    const json& age = field(last, "age_s");
+    const json& dur = field(last, "duration_s");
+    out += fmt::format("last clock {}, {} ago, {} in {}", text(field(last, "clock")),
+                       age.is_number() ? fmt::format("{:.1f} s", age.get<double>()) : kMissing,
+                       bytes(field(last, "bytes")),
+                       dur.is_number() ? fmt::format("{:.3f} s", dur.get<double>()) : kMissing);
+  } else {
+    out += "none written yet";
+  }
+  out += fmt::format("; {} taken, {} failed, {} skipped", text(field(c, "taken")),
+                     text(field(c, "failed")), text(field(c, "skipped")));
+  const json& resumed = field(c, "resumed_from");
+  if (resumed.is_number() && resumed.get<uint64_t>() != 0)
+    out += fmt::format("; resumed from clock {}", resumed.get<uint64_t>());
+  out += "\n";
+  const json& err = field(c, "last_error");
+  if (err.is_string()) out += fmt::format("  checkpoint error: {}\n", err.get<std::string>());
+  return out;
+}
+
 // A parameter-server job's keys as this host serves them, a line each:
 // "job train key 3 (sgd (lr 0.1), ssp:2): serves [0, 512) of 1024 float32;
 // clocks h1 12, h2 11 (slowest h2); pulls waited h1 0.8 s, h2 0.0 s; 46
@@ -172,6 +200,7 @@ std::string render_parameters(const json& job) {
                        rate.is_number() ? fmt::format("{:.1f}", rate.get<double>())
                                         : std::string(kMissing),
                        text(field(k, "pulls_waiting")));
+    out += render_checkpoint(field(k, "checkpoint"));
   }
   return out;
 }

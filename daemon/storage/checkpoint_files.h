@@ -1,0 +1,49 @@
+// SPDX-License-Identifier: Apache-2.0
+//
+// Where checkpoints lie and how they are found again
+// (docs/fault-tolerance.md): one folder per job under the daemon's
+// checkpoint directory (the job id with every byte outside [A-Za-z0-9_.-]
+// as %XX), one file per shard and clock:
+//
+//   k<key>-s<begin>-<end>-h<hosts>-c<clock, 12 digits>.ckpt
+//
+// written as ".tmp-<that name>" and renamed into place once it is whole
+// and on disk. A reader lists the names of its shard, newest clock first,
+// and takes a file only once its header is what it wants and its payload's
+// hash matches; a ".tmp-" file is a write that never finished and is
+// never read.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "daemon/core/status.h"
+#include "daemon/storage/checkpoint_format.h"
+
+namespace gsync::storage {
+
+std::string job_folder(const std::string& root, const std::string& job);
+std::string file_name(const ShardId& id, uint64_t clock);
+constexpr const char* kTempPrefix = ".tmp-";
+
+// The clocks of id's files in folder, newest first (names only: nothing
+// is read).
+std::vector<uint64_t> listed_clocks(const std::string& folder, const ShardId& id);
+
+struct Loaded {
+  CheckpointHeader header{};
+  std::vector<float> payload;  // the arrays one after the other
+};
+// Reads folder's file of id at clock whole and checks it; the error names
+// the file and what is wrong with it.
+Status load(const std::string& folder, const ShardId& id, uint64_t clock, Loaded* out);
+// The clocks of id's files that load, newest first, at most `most`; the
+// ones that do not are logged (warn) with the reason.
+std::vector<uint64_t> valid_clocks(const std::string& folder, const ShardId& id, size_t most);
+
+// Removes id's files beyond the newest `keep`, and id's ".tmp-" files
+// (writes that never finished); returns how many went.
+int prune(const std::string& folder, const ShardId& id, int keep);
+
+}  // namespace gsync::storage

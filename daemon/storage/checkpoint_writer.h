@@ -1,0 +1,75 @@
+// SPDX-License-Identifier: Apache-2.0
+//
+// The thread that writes checkpoints (docs/fault-tolerance.md): it takes
+// a snapshot's remaining blocks, hashes the payload, and writes the file
+// with its own io_uring (never the transport's): a ".tmp-" file, written
+// in pieces with several in flight, fsync'd, renamed into place, the
+// folder fsync'd, then the shard's files beyond the newest `keep` removed.
+// One checkpoint at a time, in the order given. A failure (a full or
+// read-only disk, a folder that cannot be made) removes the temporary
+// file, leaves every earlier checkpoint as it was, and comes back with the
+// error naming the file and the call. Results come back through an
+// eventfd the event loop watches; the thread never touches daemon state.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "daemon/storage/checkpoint_format.h"
+#include "daemon/storage/snapshot.h"
+
+namespace gsync::storage {
+
+struct WriteJob {
+  uint64_t tag = 0;     // the caller's, back in the result
+  std::string folder;   // job_folder(); made if missing
+  ShardId id;
+  uint64_t clock = 0, steps = 0, updates = 0;
+  int keep = 3;
+  std::shared_ptr<Snapshot> snapshot;
+};
+
+struct WriteResult {
+  uint64_t tag = 0;
+  uint64_t clock = 0;
+  bool ok = false;
+  std::string error;  // when not ok
+  std::string path;
+  uint64_t bytes = 0;    // the file's
+  double copy_s = 0;     // finishing the snapshot's copy
+  double write_s = 0;    // hash, write, fsync, rename
+};
+
+class CheckpointWriter {
+ public:
+  CheckpointWriter();
+  ~CheckpointWriter();
+  CheckpointWriter(const CheckpointWriter&) = delete;
+  CheckpointWriter& operator=(const CheckpointWriter&) = delete;
+
+  void submit(WriteJob job);
+  // Readable when take() has results.
+  int done_fd() const { return done_fd_; }
+  std::vector<WriteResult> take();
+  // Runs one job on the calling thread (tests, tools).
+  static WriteResult write_now(const WriteJob& job);
+
+ private:
+  void run();
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<WriteJob> queue_;
+  std::vector<WriteResult> done_;
+  bool stop_ = false;
+  int done_fd_ = -1;
+  std::thread thread_;
+};
+
+}  // namespace gsync::storage

@@ -1,0 +1,139 @@
+// SPDX-License-Identifier: Apache-2.0
+//
+// What the parameter server's integration tests share: deterministic
+// gradients, weights and initial values, and the reference the servers'
+// results are checked against bit for bit (docs/parameter-server.md).
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "gsync/gsync.h"
+#include "tests/integration/bed_util.h"
+
+namespace gsync::test {
+
+// Worker r's gradient at clock c, element i; its weight (the samples it
+// stands for) differs per rank, so the average is a weighted one.
+inline float grad(int r, uint64_t c, size_t i) {
+  return std::sin(0.001f * float(i) + 0.37f * float(r) + 0.11f * float(c)) * (1.0f + 0.25f * r);
+}
+inline double weight_of(int r) { return 1.0 + r; }
+inline float init(size_t i) { return 0.01f * float(i % 97) - 0.3f; }
+
+struct PsRun {
+  gsync_ps_opts_t opts;
+  int sync = GSYNC_SYNC_BSP;
+  uint32_t staleness = 0;
+};
+
+// The servers' arithmetic, as docs/parameter-server.md gives it: each host
+// folds its ranks' gradients weighed (fp32: acc = g0 * w0, then acc + g * w
+// in local-rank order), the server sums the hosts' folds in host order and
+// scales by float(1 / sum of weights), then one optimizer step.
+inline std::vector<float> reference(const PsRun& s, const std::vector<int>& per_host, size_t n,
+                             uint64_t clocks) {
+  std::vector<float> p(n), m(n, 0.0f), v(n, 0.0f), g(n);
+  for (size_t i = 0; i < n; i++) p[i] = init(i);
+  double total = 0;
+  int world = 0;
+  for (int k : per_host) world += k;
+  for (int r = 0; r < world; r++) total += weight_of(r);
+  const float scale = static_cast<float>(1.0 / total);
+  const gsync_ps_opts_t& o = s.opts;
+  for (uint64_t c = 0; c < clocks; c++) {
+    for (size_t i = 0; i < n; i++) {
+      int r = 0;
+      float sum = 0;
+      for (size_t h = 0; h < per_host.size(); h++) {
+        float acc = grad(r, c, i) * static_cast<float>(weight_of(r));
+        r++;
+        for (int k = 1; k < per_host[h]; k++, r++)
+          acc = acc + grad(r, c, i) * static_cast<float>(weight_of(r));
+        sum = h == 0 ? acc : sum + acc;
+      }
+      g[i] = sum;
+    }
+    const uint64_t t = c + 1;
+    if (o.optimizer == GSYNC_OPT_SGD) {
+      for (size_t i = 0; i < n; i++) {
+        float d = g[i] * scale + o.weight_decay * p[i];
+        if (o.momentum != 0) {
+          m[i] = t == 1 ? d : o.momentum * m[i] + d;
+          d = m[i];
+        }
+        p[i] = p[i] - o.lr * d;
+      }
+      continue;
+    }
+    const bool decoupled = o.optimizer == GSYNC_OPT_ADAMW;
+    const float step = static_cast<float>(o.lr / (1.0 - std::pow(double(o.beta1), double(t))));
+    const float root2 = static_cast<float>(std::sqrt(1.0 - std::pow(double(o.beta2), double(t))));
+    const float keep = decoupled ? 1.0f - o.lr * o.weight_decay : 1.0f;
+    const float gwd = decoupled ? 0.0f : o.weight_decay;
+    for (size_t i = 0; i < n; i++) {
+      float pi = p[i] * keep;
+      float gi = g[i] * scale + gwd * pi;
+      float mi = o.beta1 * m[i] + (1.0f - o.beta1) * gi;
+      float vi = o.beta2 * v[i] + (1.0f - o.beta2) * (gi * gi);
+      m[i] = mi;
+      v[i] = vi;
+      float denom = std::sqrt(vi) / root2 + o.eps;
+      p[i] = pi - step * (mi / denom);
+    }
+  }
+  return p;
+}
+
+inline int connect_ps(const testbed::Testbed& bed, const std::string& job, const std::vector<Place>& p,
+               int rank, const PsRun& s, gsync_comm_t** comm) {
+  return connect_place(bed, job, p, rank, comm, 0, 60000, s.sync, s.staleness);
+}
+
+inline uint64_t bits_of(const std::vector<float>& v) {
+  uint64_t h = 1469598103934665603ull;
+  for (float f : v) {
+    uint32_t b;
+    std::memcpy(&b, &f, 4);
+    h = (h ^ b) * 1099511628211ull;
+  }
+  return h;
+}
+
+
+// The reference of one worker of weight_of(0) with sgd, a clock at a time
+// (reference() from the start would cost the whole run at every look).
+class SgdStepper {
+ public:
+  SgdStepper(const PsRun& s, size_t n) : o_(s.opts), p_(n), m_(n, 0.0f) {
+    for (size_t i = 0; i < n; i++) p_[i] = init(i);
+  }
+  uint64_t clock() const { return clock_; }
+  const std::vector<float>& values() const { return p_; }
+  const std::vector<float>& momentum() const { return m_; }
+  void run_to(uint64_t clock) {
+    const float scale = static_cast<float>(1.0 / weight_of(0));
+    for (; clock_ < clock; clock_++) {
+      const uint64_t t = clock_ + 1;
+      for (size_t i = 0; i < p_.size(); i++) {
+        float g = grad(0, clock_, i) * static_cast<float>(weight_of(0));
+        float d = g * scale + o_.weight_decay * p_[i];
+        if (o_.momentum != 0) {
+          m_[i] = t == 1 ? d : o_.momentum * m_[i] + d;
+          d = m_[i];
+        }
+        p_[i] = p_[i] - o_.lr * d;
+      }
+    }
+  }
+
+ private:
+  gsync_ps_opts_t o_;
+  std::vector<float> p_, m_;
+  uint64_t clock_ = 0;
+};
+
+}  // namespace gsync::test
