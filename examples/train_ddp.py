@@ -62,6 +62,12 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     p.add_argument("--compression", default=None,
                    help="gsync: how gradients cross between hosts (int8, fp16, bf16, topk:0.01, "
                         "...,noef; docs/compression.md)")
+    p.add_argument("--anomaly-guard", choices=["skip", "fail"], default=None,
+                   help="gsync's anomaly guard (docs/fault-tolerance.md): skip the step of an "
+                        "anomalous gradient on every rank, or fail")
+    p.add_argument("--inject-faults", type=int, default=0,
+                   help="corrupt this many steps' gradients on one rank each (NaN, Inf, a 100x "
+                        "spike in turn), every 3rd step from step 30: the guard's test")
     p.add_argument("--eval", action="store_true",
                    help="at the end, rank 0 prints the loss over the whole training set")
     p.add_argument("--samples", type=int, default=16384, help="training set size")
@@ -127,8 +133,17 @@ def build_ddp(args: argparse.Namespace, hook_state=None):
     return model, opt
 
 
+def fault_at(step: int, faults: int) -> Optional[str]:
+    """The fault --inject-faults puts into `step`, if any."""
+    k = step - 30
+    if faults <= 0 or k < 0 or k % 3 or k // 3 >= faults:
+        return None
+    return ("nan", "inf", "spike")[k // 3 % 3]
+
+
 def run_steps(model, opt, x, y, steps: int, batch: int, no_sync: bool = False,
-              on_step=None, step_times: Optional[List[dict]] = None) -> List[float]:
+              on_step=None, step_times: Optional[List[dict]] = None, state=None,
+              faults: int = 0, rank: int = 0, world: int = 1) -> List[float]:
     """Trains `steps` steps; returns the losses. on_step(i, loss, seconds).
     step_times: a list to append each step's CLOCK_MONOTONIC ns to (start,
     forward done, backward done, optimizer done)."""
@@ -137,7 +152,26 @@ def run_steps(model, opt, x, y, steps: int, batch: int, no_sync: bool = False,
     lossf = nn.CrossEntropyLoss()
     nb = x.shape[0] // batch
     losses = []
+    first = next(iter(model.parameters()))
+    fault = [None]
+
+    def corrupt(g):
+        # Runs before DDP's reducer takes the gradient into its bucket.
+        if fault[0] == "nan":
+            g = g.clone()
+            g.view(-1)[0] = float("nan")
+        elif fault[0] == "inf":
+            g = g.clone()
+            g.view(-1)[0] = float("inf")
+        elif fault[0] == "spike":
+            g = g * 100.0
+        return g
+    if faults:
+        first.register_hook(corrupt)
+    run_steps.skipped = 0
     for i in range(steps):
+        f = fault_at(i, faults)
+        fault[0] = f if f is not None and rank == (i // 3) % world else None
         t0 = time.perf_counter()
         t_start = time.monotonic_ns()
         j = i % nb
@@ -148,7 +182,10 @@ def run_steps(model, opt, x, y, steps: int, batch: int, no_sync: bool = False,
             t_forward = time.monotonic_ns()
             loss.backward()
             t_backward = time.monotonic_ns()
-        opt.step()
+        if state is None or state.should_step():
+            opt.step()
+        else:
+            run_steps.skipped += 1  # the daemons found it anomalous, on every rank alike
         losses.append(loss.item())
         if step_times is not None:
             step_times.append({"start_ns": t_start, "forward_ns": t_forward,
@@ -170,7 +207,8 @@ def init_rank(args: argparse.Namespace):
         import gsync.torch
         job = args.job or f"train-ddp-{os.environ.get('MASTER_PORT', '0')}"
         state = gsync.torch.init(job=job, timeout_ms=args.timeout_ms,  # gsync: line 1 of 2
-                                 zero_copy=not args.staged, compression=args.compression)
+                                 zero_copy=not args.staged, compression=args.compression,
+                                 anomaly_guard=args.anomaly_guard)
     return rank, world, state
 
 
@@ -195,7 +233,9 @@ def train_main(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     try:
         losses = run_steps(model, opt, x, y, args.steps, args.batch, on_step=on_step,
-                           step_times=step_times)
+                           step_times=step_times,
+                           state=state if args.backend == "gsync" else None,
+                           faults=args.inject_faults, rank=rank, world=world)
     except RuntimeError as e:
         # A gsync failure inside the hook surfaces here, from loss.backward().
         print(f"rank {rank}: training failed: {e}", file=sys.stderr, flush=True)
@@ -211,6 +251,9 @@ def train_main(args: argparse.Namespace) -> int:
         with torch.no_grad():
             full = torch.nn.functional.cross_entropy(model.module(xa), ya).item()
         print(f"# eval loss {full:.6f}", flush=True)
+    if rank == 0 and (args.inject_faults or args.anomaly_guard):
+        finite = all(bool(torch.isfinite(p).all()) for p in model.parameters())
+        print(f"# steps skipped {run_steps.skipped} params finite {finite}", flush=True)
     if args.trace:
         import json
         if state is not None:

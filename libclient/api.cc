@@ -142,6 +142,9 @@ void config_init(gsync_config_t* cfg, size_t size) {
   std::memcpy(static_cast<void*>(cfg), &c, size);
 }
 constexpr size_t kConfigSize01 = offsetof(gsync_config_t, timeout_ms) + sizeof(uint32_t);
+// The 0.2 struct ends at staleness (its size rounded to the struct's
+// 8-byte alignment, as the compiler laid it out).
+constexpr size_t kConfigSize02 = (offsetof(gsync_config_t, staleness) + sizeof(uint32_t) + 7) / 8 * 8;
 }  // namespace
 
 extern "C" {
@@ -151,13 +154,16 @@ extern "C" {
 #pragma GCC visibility push(default)
 void libgsync_config_init_0_1(gsync_config_t* cfg);
 void libgsync_config_init_0_2(gsync_config_t* cfg);
+void libgsync_config_init_0_3(gsync_config_t* cfg);
 #pragma GCC visibility pop
 void libgsync_config_init_0_1(gsync_config_t* cfg) {
   config_init(cfg, (kConfigSize01 + 7) / 8 * 8);
 }
-void libgsync_config_init_0_2(gsync_config_t* cfg) { config_init(cfg, sizeof(gsync_config_t)); }
+void libgsync_config_init_0_2(gsync_config_t* cfg) { config_init(cfg, kConfigSize02); }
+void libgsync_config_init_0_3(gsync_config_t* cfg) { config_init(cfg, sizeof(gsync_config_t)); }
 __asm__(".symver libgsync_config_init_0_1,gsync_config_init@GSYNC_0.1");
-__asm__(".symver libgsync_config_init_0_2,gsync_config_init@@GSYNC_0.2");
+__asm__(".symver libgsync_config_init_0_2,gsync_config_init@GSYNC_0.2");
+__asm__(".symver libgsync_config_init_0_3,gsync_config_init@@GSYNC_0.3");
 
 void gsync_allreduce_opts_init(gsync_allreduce_opts_t* opts) {
   if (opts == nullptr) return;

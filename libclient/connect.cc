@@ -17,6 +17,7 @@
 #include "libclient/error.h"
 #include "libclient/format.h"
 #include "protocol/compression.h"
+#include "protocol/guard.h"
 #include "protocol/ps.h"
 #include "protocol/wire.h"
 
@@ -85,6 +86,7 @@ int send_hello(const ConnectParams& p, int sock) {
   hello.arena_bytes = p.arena_bytes;
   hello.timeout_ms = p.timeout_ms;
   hello.sync = p.sync;
+  hello.guard = p.guard;
   ssize_t n;
   do {
     n = ::send(sock, &hello, sizeof(hello), MSG_NOSIGNAL);
@@ -193,7 +195,7 @@ int check_status(const ConnectParams& p, const proto::HelloReply& reply) {
                        "%s (%s)",
                        reply.version, proto::kVersion, why.c_str(), where(p).c_str()));
   }
-  if (reply.status > 0 || reply.status < GSYNC_ERR_HOST_LOST) {
+  if (reply.status > 0 || reply.status < GSYNC_ERR_ANOMALY) {
     return fail(GSYNC_ERR_PROTOCOL, format("gsyncd answered the hello with unknown status %d: %s "
                                            "(%s)",
                                            reply.status, why.c_str(), where(p).c_str()));
@@ -379,6 +381,25 @@ int parse_config(const gsync_config_t* cfg, ConnectParams* out) {
       return fail(GSYNC_ERR_INVALID, format("gsync_connect: cfg.staleness %u is over %u",
                                             cfg->staleness, proto::kMaxStaleness));
     p.sync = proto::to_wire(sync);
+  }
+  if (cfg->struct_size >= offsetof(gsync_config_t, anomaly_window) + sizeof(uint32_t) &&
+      cfg->anomaly_guard != 0) {
+    proto::Guard g;
+    g.on = true;
+    if (cfg->anomaly_sigmas != 0) {
+      if (cfg->anomaly_sigmas > proto::kMaxGuardSigmas)
+        return fail(GSYNC_ERR_INVALID, format("gsync_connect: cfg.anomaly_sigmas %u is over %u",
+                                              cfg->anomaly_sigmas, unsigned{proto::kMaxGuardSigmas}));
+      g.sigmas = static_cast<uint8_t>(cfg->anomaly_sigmas);
+    }
+    if (cfg->anomaly_window != 0) {
+      if (cfg->anomaly_window < proto::kMinGuardWindow || cfg->anomaly_window > 65535)
+        return fail(GSYNC_ERR_INVALID,
+                    format("gsync_connect: cfg.anomaly_window %u is outside %u .. 65535",
+                           cfg->anomaly_window, unsigned{proto::kMinGuardWindow}));
+      g.window = static_cast<uint16_t>(cfg->anomaly_window);
+    }
+    p.guard = proto::to_wire(g);
   }
   if (const char* env = std::getenv("GSYNC_COMPRESSION"); env != nullptr && *env != '\0') {
     if (std::string why = proto::parse(env, &p.compression); !why.empty())

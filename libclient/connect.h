@@ -30,6 +30,7 @@ struct ConnectParams {
   // its defaults filled; applied to the allreduces it can apply to.
   proto::Compression compression;
   uint32_t sync = 0;  // the job's sync mode, as the hello carries it (protocol/ps.h)
+  uint32_t guard = 0;  // the job's anomaly guard, as the hello carries it (protocol/guard.h)
 };
 
 // The static part of ShmHeader, read once and checked: the client never

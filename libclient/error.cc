@@ -55,6 +55,8 @@ const char* error_name(int code) {
       return "internal error in gsync";
     case GSYNC_ERR_HOST_LOST:
       return "a host of the job was lost";
+    case GSYNC_ERR_ANOMALY:
+      return "the reduced gradient is an anomaly (non-finite or a norm spike)";
     default:
       return "unknown gsync error code";
   }

@@ -20,7 +20,8 @@ namespace gsync::proto {
 // 3: SubmitEntry's flags and reserved became compress and compress_arg;
 //    HelloRequest's reserved became sync; the parameter-server opcodes.
 // 4: CompleteEntry's reserved became value (a declaration's resume clock);
-//    the declaration header carries the checkpoint options.
+//    the declaration header carries the checkpoint options; HelloRequest
+//    grew guard (the anomaly guard) and reserved.
 constexpr uint32_t kVersion = 4;
 constexpr uint32_t kHelloMagic = 0x4e595347;  // "GSYN"
 constexpr uint32_t kShmMagic = 0x4d485347;    // "GSHM"
@@ -39,8 +40,10 @@ struct HelloRequest {
   uint64_t arena_bytes;  // 0: daemon default
   uint32_t timeout_ms;   // 0: daemon default
   uint32_t sync;         // the job's sync mode (protocol/ps.h to_wire); 0: bsp
+  uint32_t guard;        // the job's anomaly guard (protocol/guard.h to_wire); 0: off
+  uint32_t reserved;     // 0
 };
-static_assert(sizeof(HelloRequest) == 104);
+static_assert(sizeof(HelloRequest) == 112);
 
 // Daemon -> client. On status == 0 the message carries, by SCM_RIGHTS, three
 // fds in this order: the sealed memfd, the submission doorbell eventfd

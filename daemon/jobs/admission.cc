@@ -13,6 +13,7 @@
 #include "daemon/jobs/admission.h"
 #include "daemon/jobs/job_manager.h"
 #include "protocol/compression.h"
+#include "protocol/guard.h"
 #include "protocol/ps.h"
 
 namespace gsync {
@@ -166,6 +167,9 @@ Status check_join_request(const JoinRequest& r, bool multi_host_ok) {
                         r.job_id, r.world_size, r.rank, r.local_size, r.local_rank)};
   proto::Sync sync;
   if (std::string why = proto::from_wire(r.sync, &sync); !why.empty())
+    return {GSYNC_ERR_INVALID, fmt::format("job {}: {}", r.job_id, why)};
+  proto::Guard guard;
+  if (std::string why = proto::from_wire_guard(r.guard, &guard); !why.empty())
     return {GSYNC_ERR_INVALID, fmt::format("job {}: {}", r.job_id, why)};
   if (r.world_size != r.local_size && !multi_host_ok)
     return {GSYNC_ERR_REFUSED,

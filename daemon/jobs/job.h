@@ -17,6 +17,7 @@
 #include "daemon/core/meter.h"
 #include "daemon/core/status.h"
 #include "daemon/jobs/sync_policy.h"
+#include "protocol/guard.h"
 #include "protocol/ps.h"
 #include "daemon/shm/session.h"
 #include "protocol/ops.h"
@@ -85,6 +86,10 @@ struct Job {
   // Local ranks always all arrive (one push per host); the mode decides
   // when the servers apply and answer (daemon/ps/server.h).
   proto::Sync sync;
+  // The anomaly guard of its allreduces (protocol/guard.h), and the ops it
+  // found anomalous (they count as failed too).
+  proto::Guard guard;
+  uint64_t anomalies = 0;
 
   uint64_t ops_completed = 0, ops_failed = 0, bytes_reduced = 0;
   RateMeter meter;

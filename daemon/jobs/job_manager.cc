@@ -39,6 +39,12 @@ Status JobManager::check_join(const JoinRequest& r) {
     return {GSYNC_ERR_REFUSED, fmt::format("job {} is {}, but rank {} says {}", r.job_id,
                                            proto::describe(job.sync), r.rank,
                                            proto::describe(sync))};
+  proto::Guard guard;
+  proto::from_wire_guard(r.guard, &guard);  // check_join_request took it
+  if (!(guard == job.guard))
+    return {GSYNC_ERR_REFUSED, fmt::format("job {} has the anomaly guard {}, but rank {} says {}",
+                                           r.job_id, proto::describe(job.guard), r.rank,
+                                           proto::describe(guard))};
   for (size_t l = 0; l < job.slots.size(); l++) {
     const auto& s = job.slots[l].session;
     if (!s) continue;
@@ -58,6 +64,7 @@ void JobManager::attach(const std::shared_ptr<Session>& s) {
     proto::Sync sync;
     proto::from_wire(s->sync, &sync);  // checked at join
     job = std::make_unique<Job>(s->job_id, s->world_size, s->local_size, sync);
+    proto::from_wire_guard(s->guard, &job->guard);  // checked at join
     spdlog::info("job {}: created by {} (world_size {}, local_size {}, {})", s->job_id,
                  s->describe(), s->world_size, s->local_size, proto::describe(job->sync));
   }
@@ -269,6 +276,7 @@ pipeline::OpRequest JobManager::request(const Job& job, const JobOp& op) const {
     r.epoch = control_->epoch();
   }
   r.sync = job.sync;
+  r.guard = job.guard;
   return r;
 }
 
@@ -326,6 +334,7 @@ void JobManager::finish(Job& job, const OpId& id, const Status& st,
   } else {
     job.ops_failed++;
     stats_.ops_failed++;
+    if (st.code() == GSYNC_ERR_ANOMALY) job.anomalies++;
     job.last_error = st.message();
     remember_failure(job, id, st);
   }

@@ -90,6 +90,8 @@ nlohmann::json JobManager::jobs_report() const {
                     {"ranks", ranks},
                     {"ops_completed", job->ops_completed},
                     {"ops_failed", job->ops_failed},
+                    {"anomalies", job->anomalies},
+                    {"anomaly_guard", proto::describe(job->guard)},
                     {"ops_in_flight", job->ops.size()},
                     {"ops_running", running},
                     {"ready", !job->multi_host() ||

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "protocol/ops.h"
+#include "protocol/guard.h"
 #include "protocol/ps.h"
 
 namespace gsync::pipeline {
@@ -54,6 +55,7 @@ struct OpRequest {
   int root_host = -1;
   uint64_t epoch = 0;  // the membership epoch the hosts were read in
   proto::Sync sync;    // the job's (parameter-server ops)
+  proto::Guard guard;  // the job's anomaly guard (allreduces)
 
   bool multi_host() const { return !hosts.empty(); }
   std::string describe() const;  // "job j allreduce key 3 step 7"

@@ -9,6 +9,7 @@
 #include "daemon/cluster/control_plane.h"
 #include "daemon/collective/engine.h"
 #include "daemon/pipeline/cross_stage.h"
+#include "daemon/pipeline/guard_stage.h"
 #include "daemon/pipeline/plan_cache.h"
 #include "daemon/pipeline/local_stages.h"
 #include "daemon/pipeline/ps_stages.h"
@@ -110,6 +111,8 @@ void Pipeline::build_stages(Op& op) {
     add_ps_stages(op);
   } else if (!r.multi_host()) {
     op.stages.push_back(std::make_unique<LocalReduceStage>(op.link(0), pool_, inline_bytes));
+    if (GuardStage::wanted(r))
+      op.stages.push_back(std::make_unique<GuardStage>(op.link(1), pool_, guards_));
   } else {
     add_cross_stage(op);
   }
@@ -180,6 +183,8 @@ void Pipeline::add_cross_stage(Op& op) {
   op.stages.push_back(
       std::make_unique<CrossStage>(op.link(at++), *engine_, *plans_, std::move(lease)));
   if (declare) op.stages.push_back(std::make_unique<PsDeclareStage>(op.link(at++), *ps_, control_->self()));
+  if (GuardStage::wanted(r))
+    op.stages.push_back(std::make_unique<GuardStage>(op.link(at++), pool_, guards_));
   if (store)
     op.stages.push_back(std::make_unique<StoreStage>(op.link(at++), pool_, options_.inline_bytes));
 }
@@ -339,6 +344,7 @@ void Pipeline::arena_closed(uint64_t arena) {
 void Pipeline::job_closed(const std::string& job) {
   if (plans_) plans_->job_closed(job);
   if (ps_) ps_->job_closed(job);
+  guards_.job_closed(job);
 }
 
 uint64_t Pipeline::error_feedback_bytes(const std::string& job) const {

@@ -31,6 +31,7 @@
 #include "daemon/core/clock.h"
 #include "daemon/core/event_loop.h"
 #include "daemon/core/status.h"
+#include "daemon/pipeline/guard_book.h"
 #include "daemon/pipeline/op.h"
 #include "daemon/pipeline/stage.h"
 #include "daemon/pipeline/work_pool.h"
@@ -148,6 +149,7 @@ class Pipeline {
   cluster::ControlPlane* control_;
   ps::Service* ps_;
   std::unique_ptr<PlanCache> plans_;
+  GuardBook guards_;  // the anomaly guard's norms, per job and key
   uint64_t next_serial_ = 1;
   std::unordered_map<uint64_t, std::unique_ptr<Op>> ops_;
   std::vector<uint64_t> ended_;  // reported on the loop's next turn

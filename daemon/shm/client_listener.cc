@@ -140,6 +140,7 @@ void ClientListener::open_session(int fd, const Peer& peer, const proto::HelloRe
   s->world_size = join.world_size;
   s->local_size = join.local_size;
   s->sync = join.sync;
+  s->guard = join.guard;
   s->timeout_ms = hello.timeout_ms ? hello.timeout_ms : cfg_.op_timeout_ms;
 
   proto::HelloReply reply{};

@@ -65,6 +65,7 @@ JoinRequest join_request(const proto::HelloRequest& hello) {
   join.local_rank = hello.local_rank;
   join.local_size = hello.local_size;
   join.sync = hello.sync;
+  join.guard = hello.guard;
   return join;
 }
 

@@ -43,7 +43,9 @@ enum gsync_error {
   GSYNC_ERR_UNSUPPORTED = -13,/* dtype/op combination not supported */
   GSYNC_ERR_PERMISSION = -14, /* uid/gid not allowed by the daemon */
   GSYNC_ERR_INTERNAL = -15,   /* a bug in gsync; the text says where */
-  GSYNC_ERR_HOST_LOST = -16   /* a host of the job was lost (dead or unreachable) */
+  GSYNC_ERR_HOST_LOST = -16,  /* a host of the job was lost (dead or unreachable) */
+  GSYNC_ERR_ANOMALY = -17     /* the reduced gradient is non-finite or a norm spike (the
+                                 anomaly guard); every rank gets it alike: skip the step */
 };
 
 enum gsync_dtype {
@@ -130,6 +132,16 @@ typedef struct gsync_config {
    * of the job must say the same); staleness is the bound of GSYNC_SYNC_SSP. */
   int32_t sync_mode;
   uint32_t staleness;
+  /* Since 0.3: the anomaly guard of the job's allreduces
+   * (docs/fault-tolerance.md): nonzero anomaly_guard checks every reduced
+   * sum, average or weighted average for NaN/Inf and for a norm more than
+   * anomaly_sigmas (default 6) standard deviations above its mean over the
+   * last anomaly_window (default 128) steps of the same key; such an op
+   * completes on every rank with GSYNC_ERR_ANOMALY. Every rank of the job
+   * must say the same. */
+  int32_t anomaly_guard;
+  uint32_t anomaly_sigmas;
+  uint32_t anomaly_window;
 } gsync_config_t;
 
 /* A parameter's optimizer (gsync_ps_declare); fields may be appended. */

@@ -31,6 +31,7 @@ ERR_UNSUPPORTED = -13
 ERR_PERMISSION = -14
 ERR_INTERNAL = -15
 ERR_HOST_LOST = -16
+ERR_ANOMALY = -17
 
 # enum gsync_dtype
 FLOAT32, FLOAT16, BFLOAT16, FLOAT64, INT32 = 0, 1, 2, 3, 4
@@ -85,7 +86,7 @@ class GsyncPushOpts(ctypes.Structure):
 
 
 class GsyncConfig(ctypes.Structure):
-    """struct gsync_config (0.2); filled by gsync_config_init (sets struct_size)."""
+    """struct gsync_config (0.3); filled by gsync_config_init (sets struct_size)."""
 
     _fields_ = [
         ("struct_size", ctypes.c_uint32),
@@ -100,6 +101,9 @@ class GsyncConfig(ctypes.Structure):
         ("compression", GsyncCompression),
         ("sync_mode", ctypes.c_int32),
         ("staleness", ctypes.c_uint32),
+        ("anomaly_guard", ctypes.c_int32),
+        ("anomaly_sigmas", ctypes.c_uint32),
+        ("anomaly_window", ctypes.c_uint32),
     ]
 
 

@@ -68,12 +68,13 @@ class Comm:
     def __init__(self, job: str, world_size: int, rank: int, local_rank: int,
                  local_size: int, socket: Optional[str] = None, arena_bytes: int = 0,
                  timeout_ms: int = 0, compression: Optional[str] = None,
-                 sync: str = "bsp"):
+                 sync: str = "bsp", guard: Optional[tuple] = None):
         """compression: the job's codec between hosts, as text ("int8",
         "topk:0.01@cross_host", "bf16,noef"; docs/compression.md); None
         leaves it to $GSYNC_COMPRESSION, else none. sync: the job's mode for
         its parameter-server ops, "bsp", "asp" or "ssp:S"
-        (docs/parameter-server.md)."""
+        (docs/parameter-server.md). guard: (sigmas, window) turns the job's
+        anomaly guard on (docs/fault-tolerance.md); None leaves it off."""
         L = _lib.lib()
         cfg = _lib.GsyncConfig()
         L.gsync_config_init(ctypes.byref(cfg))
@@ -89,6 +90,8 @@ class Comm:
         cfg.arena_bytes = arena_bytes
         cfg.timeout_ms = timeout_ms
         cfg.sync_mode, cfg.staleness = parse_sync(sync)
+        if guard is not None:
+            cfg.anomaly_guard, cfg.anomaly_sigmas, cfg.anomaly_window = 1, guard[0], guard[1]
         if compression is not None:
             _lib.check(L.gsync_compression_parse(compression.encode(),
                                                  ctypes.byref(cfg.compression)))

@@ -72,10 +72,16 @@ class _Completer:
     training thread keeps running while this one sleeps.
     """
 
-    def __init__(self, comm: Comm, grace_s: Optional[float]):
+    def __init__(self, comm: Comm, grace_s: Optional[float], skip_anomalies: bool = False):
         self._comm = comm
         self._fd = comm.completion_fd()
         self._grace_s = grace_s
+        # The anomaly guard's "skip" policy: a bucket the daemons found
+        # anomalous completes with zeros and is remembered, so that
+        # GsyncState.should_step() says to skip the step (on every rank alike).
+        self.skip_anomalies = skip_anomalies
+        self.anomalies: List[str] = []
+        self.anomalies_seen = 0
         self._cv = threading.Condition()
         self._pending: List[_Pending] = []
         self._finishing = 0  # taken off _pending, futures not yet completed
@@ -163,6 +169,15 @@ class _Completer:
             if p.trace is not None:
                 p.trace["future_ns"] = time.monotonic_ns()  # DDP's callbacks ran
             return
+        if rc == _lib.ERR_ANOMALY and self.skip_anomalies and err is None:
+            text = str(p.req.error(rc))
+            p.req.free()
+            with self._cv:
+                self.anomalies.append(text)
+                self.anomalies_seen += 1
+            p.result.zero_()
+            p.fut.set_result(p.result)
+            return
         if err is None:
             # Say which of this rank's ops failed: the daemon's text names the
             # cause (and, for a rank on another host, not always the op).
@@ -225,6 +240,14 @@ class GsyncState:
         self._buffers: Dict[int, _ArenaBuffer] = {}
         self._children: List["GsyncState"] = []
         self._closed = False
+
+    def should_step(self) -> bool:
+        """After loss.backward(): False when the daemons found a bucket of this
+        backward anomalous (the anomaly guard, policy "skip"): skip
+        optimizer.step(), as every other rank does. Clears what it saw."""
+        with self.completer._cv:
+            seen, self.completer.anomalies = self.completer.anomalies, []
+        return not seen
 
     @property
     def world_size(self) -> int:
@@ -361,7 +384,9 @@ def init(job: Optional[str] = None, socket: Optional[str] = None, *,
          world_size: Optional[int] = None, rank: Optional[int] = None,
          local_rank: Optional[int] = None, local_world_size: Optional[int] = None,
          timeout_ms: int = 0, arena_bytes: int = 0, key_base: int = 0,
-         zero_copy: bool = True, compression: Optional[str] = None) -> GsyncState:
+         zero_copy: bool = True, compression: Optional[str] = None,
+         anomaly_guard: Optional[str] = None, anomaly_sigmas: int = 6,
+         anomaly_window: int = 128) -> GsyncState:
     """Connects this rank to its host's gsyncd and returns the hook state.
 
     job: the job name shared by all ranks (default $GSYNC_JOB).
@@ -381,7 +406,14 @@ def init(job: Optional[str] = None, socket: Optional[str] = None, *,
         "bf16", "topk:0.01", optionally "@cross_host" and ",noef"
         (docs/compression.md); default $GSYNC_COMPRESSION, else none. The
         daemons keep the error feedback, so the hook needs nothing more.
+    anomaly_guard: "skip" or "fail" (docs/fault-tolerance.md): the daemons
+        check every reduced bucket for NaN/Inf and for a norm anomaly_sigmas
+        deviations above its mean over anomaly_window steps. "skip": such a
+        bucket completes with zeros and state.should_step() returns False on
+        every rank; "fail": loss.backward() raises GsyncError (ERR_ANOMALY).
     """
+    if anomaly_guard not in (None, "skip", "fail"):
+        raise ValueError(f"gsync.torch.init: anomaly_guard '{anomaly_guard}' is not skip or fail")
     job = job or os.environ.get("GSYNC_JOB")
     if not job:
         raise ValueError("gsync.torch.init: job is required (argument or $GSYNC_JOB)")
@@ -391,11 +423,13 @@ def init(job: Optional[str] = None, socket: Optional[str] = None, *,
     local_rank = _pick(local_rank, "LOCAL_RANK", rank)
     local_world_size = _pick(local_world_size, "LOCAL_WORLD_SIZE", world_size)
     comm = Comm(job, world_size, rank, local_rank, local_world_size, socket=socket,
-                arena_bytes=arena_bytes, timeout_ms=timeout_ms, compression=compression)
+                arena_bytes=arena_bytes, timeout_ms=timeout_ms, compression=compression,
+                guard=(anomaly_sigmas, anomaly_window) if anomaly_guard else None)
     # Our own bound on a request, past the daemon's: only when a timeout is
     # known, and generously, since the daemon's own error text says more.
     grace = (2 * timeout_ms / 1000.0 + 10.0) if timeout_ms > 0 else None
-    state = GsyncState(comm, _Completer(comm, grace), key_base=key_base, zero_copy=zero_copy)
+    state = GsyncState(comm, _Completer(comm, grace, skip_anomalies=anomaly_guard == "skip"),
+                       key_base=key_base, zero_copy=zero_copy)
     atexit.register(state.close)
     return state
 

@@ -1,0 +1,165 @@
+// SPDX-License-Identifier: Apache-2.0
+//
+// The anomaly guard (docs/fault-tolerance.md) on real daemons: 100 faults
+// injected into a job on three hosts (a NaN, an Inf, a 100x spike of one
+// rank's gradient) each fail the op on every rank of every host alike with
+// GSYNC_ERR_ANOMALY naming the step, while every clean step passes and the
+// daemons count what they found; 10^4 clean steps whose norms drift and
+// jitter as training's do raise at most one false alarm; ranks that
+// disagree on the guard are refused naming both.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <random>
+#include <set>
+
+#include "tests/integration/bed_util.h"
+#include "tests/integration/client_util.h"
+
+namespace gsync::test {
+namespace {
+
+int connect_guarded(const std::string& socket, const std::string& job, int world, int rank,
+                    int local_rank, int local_size, gsync_comm_t** comm, bool guard = true,
+                    uint32_t sigmas = 0) {
+  gsync_config_t cfg;
+  gsync_config_init(&cfg);
+  cfg.socket_path = socket.c_str();
+  cfg.job_id = job.c_str();
+  cfg.world_size = world;
+  cfg.rank = rank;
+  cfg.local_rank = local_rank;
+  cfg.local_size = local_size;
+  cfg.timeout_ms = 60000;
+  cfg.anomaly_guard = guard ? 1 : 0;
+  cfg.anomaly_sigmas = sigmas;
+  return gsync_connect(&cfg, comm);
+}
+
+// Rank r's gradient at step s: noise whose scale drifts down and jitters,
+// as a training run's does.
+void fill(float* buf, size_t n, int r, uint64_t s) {
+  std::mt19937 rng(uint32_t(r * 1000003 + s));
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  const float scale = (1.0f + 0.05f * normal(rng)) / (1.0f + 0.0005f * float(s));
+  for (size_t i = 0; i < n; i++) buf[i] = scale * normal(rng);
+}
+
+enum class Fault { kNone, kNaN, kInf, kSpike };
+Fault fault_at(uint64_t s) {
+  if (s < 20 || (s - 20) % 4 != 0 || (s - 20) / 4 >= 100) return Fault::kNone;
+  switch ((s - 20) / 4 % 3) {
+    case 0: return Fault::kNaN;
+    case 1: return Fault::kInf;
+    default: return Fault::kSpike;
+  }
+}
+
+TEST(AnomalyGuard, HundredFaultsFailEveryRankAlikeAndCleanStepsPass) {
+  auto bed = make_bed({3}, "ring", 60000);
+  ASSERT_TRUE(bed);
+  auto p = places({2, 1, 1});
+  const size_t n = 8192;
+  const uint64_t steps = 420;
+  auto res = run_ranks(4, [&](int r) {
+    gsync_comm_t* comm;
+    RANK_CHECK(connect_guarded(bed->socket(p[size_t(r)].host), "guard", 4, r,
+                               p[size_t(r)].local_rank, p[size_t(r)].local_size, &comm) == 0,
+               "{}", gsync_last_error());
+    float* buf;
+    RANK_CHECK(gsync_alloc(comm, n * 4, reinterpret_cast<void**>(&buf)) == 0, "alloc");
+    int anomalies = 0;
+    for (uint64_t s = 0; s < steps; s++) {
+      fill(buf, n, r, s);
+      const Fault f = fault_at(s);
+      const int culprit = int(s / 4 % 4);
+      if (r == culprit && f == Fault::kNaN) buf[s % n] = std::numeric_limits<float>::quiet_NaN();
+      if (r == culprit && f == Fault::kInf) buf[s % n] = std::numeric_limits<float>::infinity();
+      if (r == culprit && f == Fault::kSpike)
+        for (size_t i = 0; i < n; i++) buf[i] *= 100.0f;
+      gsync_request_t* req;
+      RANK_CHECK(gsync_allreduce(comm, 7, s, buf, n, GSYNC_FLOAT32, GSYNC_AVG, 0, &req) == 0,
+                 "submit: {}", gsync_last_error());
+      int rc = gsync_wait(req, 60000);
+      std::string err = gsync_request_error(req);
+      gsync_request_free(req);
+      if (f == Fault::kNone) {
+        RANK_CHECK(rc == 0, "clean step {} failed: {}", s, err);
+        for (size_t i = 0; i < n; i += 1024) RANK_CHECK(std::isfinite(buf[i]), "step {}", s);
+        continue;
+      }
+      RANK_CHECK(rc == GSYNC_ERR_ANOMALY, "faulty step {} got {}: {}", s, rc, err);
+      RANK_CHECK(err.find(fmt::format("anomaly at step {}", s)) != std::string::npos, "{}", err);
+      if (f != Fault::kSpike)
+        RANK_CHECK(err.find("NaN or an Inf") != std::string::npos, "{}", err);
+      else
+        RANK_CHECK(err.find("above the threshold") != std::string::npos, "{}", err);
+      anomalies++;
+    }
+    report(fmt::format("anomalies {}\n", anomalies));
+    // This host's count is whole once its last op completed (before its
+    // ranks leave and the job with them).
+    const std::string admin = bed->admin_socket(p[size_t(r)].host);
+    RANK_CHECK(job_count(admin, "guard", "anomalies") == 100, "host {} counted {}: {}",
+               p[size_t(r)].host, job_count(admin, "guard", "anomalies"),
+               admin_query(admin, "jobs"));
+    RANK_CHECK(gsync_barrier(comm, 1, 60000) == 0, "barrier: {}", gsync_last_error());
+    gsync_close(comm);
+    return 0;
+  }, 600);
+  for (size_t r = 0; r < res.size(); r++) {
+    EXPECT_EQ(res[r].code, 0) << "rank " << r << ": " << res[r].output;
+    EXPECT_NE(res[r].output.find("anomalies 100"), std::string::npos) << res[r].output;
+  }
+}
+
+TEST(AnomalyGuard, AtMostOneFalseAlarmInTenThousandCleanSteps) {
+  DaemonProcess d({}, "", "warn");
+  const size_t n = 1024;
+  const uint64_t steps = 10000;
+  auto res = run_ranks(2, [&](int r) {
+    gsync_comm_t* comm;
+    RANK_CHECK(connect_guarded(d.socket(), "clean", 2, r, r, 2, &comm) == 0, "{}",
+               gsync_last_error());
+    float* buf;
+    RANK_CHECK(gsync_alloc(comm, n * 4, reinterpret_cast<void**>(&buf)) == 0, "alloc");
+    int alarms = 0;
+    for (uint64_t s = 0; s < steps; s++) {
+      fill(buf, n, r, s);
+      gsync_request_t* req;
+      RANK_CHECK(gsync_allreduce(comm, 3, s, buf, n, GSYNC_FLOAT32, GSYNC_AVG, 0, &req) == 0,
+                 "submit: {}", gsync_last_error());
+      int rc = gsync_wait(req, 60000);
+      RANK_CHECK(rc == 0 || rc == GSYNC_ERR_ANOMALY, "step {}: {}", s, gsync_request_error(req));
+      if (rc != 0) report(fmt::format("false alarm: {}\n", gsync_request_error(req)));
+      alarms += rc != 0;
+      gsync_request_free(req);
+    }
+    report(fmt::format("alarms {}\n", alarms));
+    RANK_CHECK(alarms <= 1, "{} false alarms in {} clean steps", alarms, steps);
+    gsync_close(comm);
+    return 0;
+  }, 600);
+  for (auto& r : res) EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_EQ(res[0].output, res[1].output);  // the same verdicts on both ranks
+}
+
+TEST(AnomalyGuard, RanksThatDisagreeOnTheGuardAreRefusedNamingBoth) {
+  DaemonProcess d({}, "", "warn");
+  gsync_comm_t* a;
+  ASSERT_EQ(connect_guarded(d.socket(), "mixed", 2, 0, 0, 2, &a, true, 6), 0) << gsync_last_error();
+  gsync_comm_t* b = nullptr;
+  EXPECT_EQ(connect_guarded(d.socket(), "mixed", 2, 1, 1, 2, &b, true, 9), GSYNC_ERR_REFUSED);
+  std::string err = gsync_last_error();
+  EXPECT_NE(err.find("6 sigmas over 128 steps"), std::string::npos) << err;
+  EXPECT_NE(err.find("9 sigmas over 128 steps"), std::string::npos) << err;
+  gsync_comm_t* c = nullptr;
+  EXPECT_EQ(connect_guarded(d.socket(), "mixed", 2, 1, 1, 2, &c, true, 200), GSYNC_ERR_INVALID);
+  EXPECT_NE(std::string(gsync_last_error()).find("anomaly_sigmas 200"), std::string::npos)
+      << gsync_last_error();
+  gsync_close(a);
+}
+
+}  // namespace
+}  // namespace gsync::test
