@@ -177,6 +177,7 @@ void ControlPlane::on_control(int peer, std::string_view msg) {
     case kPsPush:
     case kPsAck:
     case kPsCheckpoint:
+    case kPsNorm:
       if (ps_traffic_) ps_traffic_->on_op_message(peer, msg);
       return;
     default:

@@ -32,7 +32,8 @@ namespace gsync::cluster {
 //    the client's 64-byte declaration header; pushes and replies are
 //    written in kPsChunkBytes pieces.
 // 7: PsRegions carries the clocks of the checkpoints the host can resume
-//    from; PsCheckpoint (type 9) asks every shard for one at a clock.
+//    from; PsCheckpoint (type 9) asks every shard for one at a clock;
+//    PsNorm (type 10) carries a shard's part of a clock's gradient norm.
 constexpr uint32_t kProtocolVersion = 7;
 
 enum MsgType : uint8_t {
@@ -46,6 +47,7 @@ enum MsgType : uint8_t {
   kPsPush = 7,
   kPsAck = 8,
   kPsCheckpoint = 9,
+  kPsNorm = 10,
 };
 // Writes and their cookies with this bit set belong to the parameter
 // server, the others to the op engine.

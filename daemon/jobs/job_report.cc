@@ -59,7 +59,10 @@ nlohmann::json ps_keys(const ps::Service* service, const std::string& job) {
                     {"worker_clocks", clocks}, {"slowest_worker", slowest},
                     {"shard_bytes", shards}, {"pulls_waiting", k.pulls_waiting},
                     {"pull_wait_s", waited}, {"updates_per_s", k.updates_per_s},
-                    {"checkpoint", checkpoint_json(k.checkpoint)}});
+                    {"checkpoint", checkpoint_json(k.checkpoint)},
+                    {"anomalies", k.anomalies},
+                    {"last_anomaly", k.last_anomaly.empty() ? json(nullptr) : json(k.last_anomaly)},
+                    {"last_rollback_s", k.last_rollback_s}});
   }
   return keys;
 }

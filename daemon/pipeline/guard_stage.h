@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "daemon/pipeline/guard_book.h"
+#include "daemon/core/guard_book.h"
 #include "daemon/pipeline/stage.h"
 #include "daemon/pipeline/work_pool.h"
 

@@ -31,7 +31,7 @@
 #include "daemon/core/clock.h"
 #include "daemon/core/event_loop.h"
 #include "daemon/core/status.h"
-#include "daemon/pipeline/guard_book.h"
+#include "daemon/core/guard_book.h"
 #include "daemon/pipeline/op.h"
 #include "daemon/pipeline/stage.h"
 #include "daemon/pipeline/work_pool.h"

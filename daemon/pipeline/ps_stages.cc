@@ -26,6 +26,7 @@ void PsDeclareStage::input_done() {
   d.sync = r.sync;
   d.hosts = hosts_of(r, self_host_);
   d.init = host_buffer(r).ptr;
+  d.guard = r.guard;
   state_->waiting = true;
   service_.declare(d, [this, link = link_, state = state_](const Status& st) mutable {
     state->waiting = false;

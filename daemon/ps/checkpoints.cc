@@ -115,7 +115,7 @@ Status Service::resume(Key& k) {
 
 void Service::maybe_checkpoint(Key& k) {
   Checkpoints& c = k.ckpt;
-  if (!c.on || c.resume_pending || !k.ready) return;
+  if (!c.on || c.resume_pending || !k.ready || k.verdict_pending) return;
   ParamServer& sv = *k.server;
   if (!sv.between_clocks()) return;
   const uint64_t clock = sv.checkpoint_clock();

@@ -18,6 +18,10 @@
 //   PsAck      a server to a worker: its push without a pull was applied
 //              (code 0), or its request was refused (a clock out of order,
 //              a shape that differs) with the reason
+//   PsNorm     a server to every other server of a key with the anomaly
+//              guard: its shard's sum of squares of a clock's gradient;
+//              each server answers the clock's pulls once it has all
+//              (docs/fault-tolerance.md)
 //   PsCheckpoint  to every host of a key (the sender too): take a
 //              checkpoint at the first clock reached at or after `at`
 //              (docs/fault-tolerance.md); sent by the key's first host
@@ -58,6 +62,17 @@ struct PsRegions {
   uint64_t clocks[8] = {};
 };
 constexpr uint32_t kMaxResumeClocks = 8;
+
+// The anomaly guard (bsp): a server's shard of a clock's gradient, squared
+// and summed, to every other server of the key once its update is applied.
+struct PsNorm {
+  uint8_t type = cluster::kPsNorm;
+  uint8_t pad[7] = {};
+  char job[cluster::kJobMax] = {};
+  uint64_t key = 0;
+  uint64_t clock = 0;
+  double sum_squares = 0;
+};
 
 struct PsCheckpoint {
   uint8_t type = cluster::kPsCheckpoint;

@@ -147,10 +147,15 @@ void Service::advance(Key& k) {
   sv.apply_upto(upto);
   if (k.dtype != proto::DType::kF32) sv.read(k.staging_slot(k.self), from, upto);
   if (upto < count) {
-    for (int w = 0; w < static_cast<int>(k.served.size()); w++) {
+    // With the guard, nothing goes before the clock's verdict.
+    for (int w = 0; w < static_cast<int>(k.served.size()) && !k.guard.on; w++) {
       const Served& s = k.served[size_t(w)];
       if (w != k.self && s.waiting_pull && s.pull_step == step) reply(k, w, upto);
     }
+    return;
+  }
+  if (k.guard.on) {
+    on_clock_applied(k);  // the verdict first (guard.cc)
     return;
   }
   maybe_checkpoint(k);  // between clocks: the state of the clock just reached
@@ -160,6 +165,7 @@ void Service::advance(Key& k) {
 // Every worker whose answer the shard's state now allows gets it.
 void Service::answer_ready(Key& k) {
   if (k.ckpt.resume_pending) return;  // the state may yet be a checkpoint's
+  if (k.verdict_pending) return;      // the state may yet be rolled back
   const uint64_t count = k.shards[size_t(k.self)].count();
   for (int w = 0; w < static_cast<int>(k.served.size()); w++) {
     Served& s = k.served[size_t(w)];

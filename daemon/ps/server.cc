@@ -58,6 +58,43 @@ std::shared_ptr<storage::Snapshot> ParamServer::snapshot() {
   return snapshot_;
 }
 
+void ParamServer::set_guard(bool on) {
+  guard_ = on && sync_.mode == proto::SyncMode::kBsp;
+  if (!guard_) return;
+  prev_p_.resize(p_.size());
+  prev_m_.resize(m_.size());
+  prev_v_.resize(v_.size());
+}
+
+void ParamServer::guard_block(size_t at, size_t len, const float* g, float scale) {
+  std::copy(p_.begin() + long(at), p_.begin() + long(at + len), prev_p_.begin() + long(at));
+  if (!m_.empty()) std::copy(m_.begin() + long(at), m_.begin() + long(at + len), prev_m_.begin() + long(at));
+  if (!v_.empty()) std::copy(v_.begin() + long(at), v_.begin() + long(at + len), prev_v_.begin() + long(at));
+  // Eight running sums pipeline; added in their order, the bits are the
+  // same on every run.
+  double s[8] = {};
+  size_t i = 0;
+  for (; i + 8 <= len; i += 8)
+    for (int j = 0; j < 8; j++) {
+      const double v = double(g[i + j] * scale);
+      s[j] += v * v;
+    }
+  for (; i < len; i++) {
+    const double v = double(g[i] * scale);
+    s[0] += v * v;
+  }
+  for (double x : s) sumsq_ += x;
+}
+
+void ParamServer::rollback() {
+  before_write(0, p_.size());
+  std::copy(prev_p_.begin(), prev_p_.end(), p_.begin());
+  std::copy(prev_m_.begin(), prev_m_.end(), m_.begin());
+  std::copy(prev_v_.begin(), prev_v_.end(), v_.begin());
+  t_ = prev_t_;
+  updates_ = prev_updates_;
+}
+
 void ParamServer::restore(uint64_t clock, uint64_t steps, uint64_t updates, const float* payload) {
   before_write(0, p_.size());
   const size_t n = p_.size();
@@ -126,7 +163,12 @@ void ParamServer::apply_upto(uint64_t end) {
     total += p.weight;
     if (lr == 0) lr = p.lr;
   }
-  if (!bsp_begun_) t_++;  // the clock's one optimizer step begins
+  if (!bsp_begun_) {  // the clock's one optimizer step begins
+    prev_t_ = t_;
+    prev_updates_ = updates_;
+    sumsq_ = 0;
+    t_++;
+  }
   bsp_begun_ = true;
   apply(inputs.data(), inputs.size(), static_cast<float>(1.0 / total), lr, bsp_applied_, end);
   bsp_applied_ = end;
@@ -163,6 +205,7 @@ void ParamServer::apply(const void* const* inputs, size_t n_inputs, float scale,
     for (size_t i = 1; i < n_inputs; i++)
       reduce::add_f32(static_cast<const uint8_t*>(inputs[i]) + at * elem, dtype_, len, g);
     float* m = m_.empty() ? nullptr : m_.data() + at;
+    if (guard_) guard_block(at, len, g, scale);
     if (opts_.optimizer == proto::Optimizer::kSgd)
       reduce::sgd_step(p_.data() + at, m, g, scale, len, sgd);
     else

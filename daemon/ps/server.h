@@ -96,6 +96,16 @@ class ParamServer {
   // the arrays as snapshot() lays them out.
   void restore(uint64_t clock, uint64_t steps, uint64_t updates, const float* payload);
 
+  // The anomaly guard (bsp; ps/guard.cc): with it on, each clock's update
+  // first copies the state it changes (block by block, as it applies), and
+  // sums the squares of the gradient it applies (the weighted mean, in
+  // double, block by block in order). rollback() puts the state back as it
+  // was before the last clock's update, which then never happened (the
+  // clock stays counted: its pushes were taken).
+  void set_guard(bool on);
+  double clock_sum_squares() const { return sumsq_; }
+  void rollback();
+
  private:
   // One optimizer step with the sum of `inputs` (in dtype, summed in their
   // order) times scale as the gradient, on the elements [begin, end), a
@@ -127,8 +137,15 @@ class ParamServer {
   };
   std::vector<Pending> pending_;
   std::shared_ptr<storage::Snapshot> snapshot_;  // being copied, until complete
+  bool guard_ = false;
+  std::vector<float> prev_p_, prev_m_, prev_v_;  // the state before the clock's update
+  uint64_t prev_t_ = 0, prev_updates_ = 0;
+  double sumsq_ = 0;  // the clock's gradient, squared and summed
   // Before the elements [begin, end) change: a snapshot's copy of them.
   void before_write(uint64_t begin, uint64_t end);
+  // The guard's part of applying a block: the old state kept, the
+  // gradient's squares summed.
+  void guard_block(size_t at, size_t len, const float* g, float scale);
 };
 
 }  // namespace gsync::ps

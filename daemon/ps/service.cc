@@ -69,6 +69,8 @@ Status Service::make_key(const Declaration& d, std::unique_ptr<Key>* out) {
   k->known.assign(n, false);
   k->known[size_t(k->self)] = true;
   setup_checkpoints(*k);
+  k->guard = d.guard;
+  k->server->set_guard(d.guard.on);
   by_id_[k->id] = k.get();
   *out = std::move(k);
   return Status::ok();
@@ -249,6 +251,7 @@ void Service::job_closed(const std::string& job) {
   for (Key* k : doomed) drop(*k, Status(GSYNC_ERR_CLOSED, fmt::format("job {} closed", job)));
   for (auto it = early_.lower_bound({job, 0}); it != early_.end() && it->first.first == job;)
     it = early_.erase(it);
+  guards_.job_closed(job);
 }
 
 std::vector<KeyReport> Service::report(const std::string& job) const {
@@ -266,6 +269,9 @@ std::vector<KeyReport> Service::report(const std::string& job) const {
     r.updates = k.server->updates();
     r.updates_per_s = k.updates_per_s(std::chrono::steady_clock::now());
     r.checkpoint = checkpoint_report(k);
+    r.anomalies = k.anomalies;
+    r.last_anomaly = k.last_anomaly;
+    r.last_rollback_s = k.last_rollback_s;
     for (size_t p = 0; p < k.hosts.size(); p++) {
       r.worker_clocks.emplace_back(host_id(k.hosts[p]), k.server->next_clock(int(p)));
       r.shard_bytes.emplace_back(host_id(k.hosts[p]), k.shard_bytes(int(p)));
@@ -295,6 +301,11 @@ void Service::on_op_message(int peer, std::string_view msg) {
     case cluster::kPsAck: {
       PsAck m;
       if (decode_exact(msg, &m)) return on_ack(peer, m);
+      break;
+    }
+    case cluster::kPsNorm: {
+      PsNorm m;
+      if (decode_exact(msg, &m)) return on_norm(peer, m);
       break;
     }
     case cluster::kPsCheckpoint: {

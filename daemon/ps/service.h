@@ -34,12 +34,14 @@
 #include <vector>
 
 #include "daemon/cluster/control_plane.h"
+#include "daemon/core/guard_book.h"
 #include "daemon/core/status.h"
 #include "daemon/ps/mapping.h"
 #include "daemon/ps/messages.h"
 #include "daemon/ps/server.h"
 #include "daemon/ps/shards.h"
 #include "daemon/storage/checkpoint_writer.h"
+#include "protocol/guard.h"
 #include "protocol/ops.h"
 #include "protocol/ps.h"
 
@@ -53,6 +55,7 @@ struct Declaration {
   proto::Sync sync;
   std::vector<int> hosts;         // the job's hosts, cluster indices in cluster order
   const uint8_t* init = nullptr;  // the whole tensor's initial values, dtype
+  proto::Guard guard;             // the job's anomaly guard (bsp keys use it)
 };
 
 struct Request {
@@ -104,6 +107,11 @@ struct KeyReport {
   std::vector<std::pair<std::string, double>> pull_wait_s;  // host -> its pulls' wait here
   double updates_per_s = 0;  // over the last 10 s or so
   CheckpointReport checkpoint;
+  // The anomaly guard: clocks whose update was rolled back, the last
+  // verdict's text, and how long its rollback took.
+  uint64_t anomalies = 0;
+  std::string last_anomaly;
+  double last_rollback_s = 0;
 };
 
 class Service final : public cluster::OpTraffic {
@@ -184,6 +192,11 @@ class Service final : public cluster::OpTraffic {
   Status resume(Key& k);
   CheckpointReport checkpoint_report(const Key& k) const;
 
+  // The anomaly guard (guard.cc).
+  void on_clock_applied(Key& k);
+  void on_norm(int peer, const PsNorm& m);
+  void try_verdict(Key& k);
+
   // A server's side (serve.cc).
   void on_push(int peer, const PsPush& m);
   void on_push_data(Key& k, int w, uint64_t offset, uint64_t len, uint64_t imm);
@@ -197,6 +210,7 @@ class Service final : public cluster::OpTraffic {
   CheckpointConfig ckpt_cfg_;
   storage::CheckpointWriter* writer_;
   std::map<std::pair<std::string, uint64_t>, std::unique_ptr<Key>> keys_;
+  GuardBook guards_;  // the anomaly guard's norms, per job and key
   std::unordered_map<uint32_t, Key*> by_region_;
   std::unordered_map<uint32_t, Key*> by_id_;  // live and retiring keys, for write cookies
   std::map<Key*, std::unique_ptr<Key>> retiring_;  // dropped, memory still in use

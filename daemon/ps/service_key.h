@@ -8,6 +8,7 @@
 #include <chrono>
 
 #include <deque>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -116,6 +117,16 @@ struct Service::Key {
   bool ready = false;
   Status broken;           // set: every later request fails with it
   Checkpoints ckpt;
+  // The anomaly guard (guard.cc): on for bsp keys of a guarded job. While
+  // a clock's verdict is pending, no answer goes; norms: per clock, each
+  // participant's sum of squares once it came.
+  proto::Guard guard;
+  bool verdict_pending = false;
+  uint64_t verdict_clock = 0;
+  std::map<uint64_t, std::vector<std::pair<bool, double>>> norms;
+  uint64_t anomalies = 0;
+  std::string last_anomaly;
+  double last_rollback_s = 0;
 
   // As a server of shards[self].
   std::unique_ptr<ParamServer> server;

@@ -85,7 +85,9 @@ void check_messages(std::string_view msg) {
   ps::PsPush p;
   ps::PsAck a;
   ps::PsCheckpoint c;
+  ps::PsNorm nm;
   FUZZ_CHECK(ps::decode_exact(msg, &c) == (msg.size() == sizeof c));
+  FUZZ_CHECK(ps::decode_exact(msg, &nm) == (msg.size() == sizeof nm));
   FUZZ_CHECK(ps::decode_exact(msg, &r) == (msg.size() == sizeof r));
   FUZZ_CHECK(ps::decode_exact(msg, &p) == (msg.size() == sizeof p));
   FUZZ_CHECK(ps::decode_exact(msg, &a) == (msg.size() == sizeof a));

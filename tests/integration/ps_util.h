@@ -34,8 +34,10 @@ struct PsRun {
 // folds its ranks' gradients weighed (fp32: acc = g0 * w0, then acc + g * w
 // in local-rank order), the server sums the hosts' folds in host order and
 // scales by float(1 / sum of weights), then one optimizer step.
+// Only the clocks `applied` says (all when it is empty): the anomaly
+// guard's rollback makes a clock as if it never was.
 inline std::vector<float> reference(const PsRun& s, const std::vector<int>& per_host, size_t n,
-                             uint64_t clocks) {
+                                    uint64_t clocks, const std::vector<bool>& applied = {}) {
   std::vector<float> p(n), m(n, 0.0f), v(n, 0.0f), g(n);
   for (size_t i = 0; i < n; i++) p[i] = init(i);
   double total = 0;
@@ -44,7 +46,9 @@ inline std::vector<float> reference(const PsRun& s, const std::vector<int>& per_
   for (int r = 0; r < world; r++) total += weight_of(r);
   const float scale = static_cast<float>(1.0 / total);
   const gsync_ps_opts_t& o = s.opts;
+  uint64_t t = 0;
   for (uint64_t c = 0; c < clocks; c++) {
+    if (!applied.empty() && !applied[c]) continue;
     for (size_t i = 0; i < n; i++) {
       int r = 0;
       float sum = 0;
@@ -57,7 +61,7 @@ inline std::vector<float> reference(const PsRun& s, const std::vector<int>& per_
       }
       g[i] = sum;
     }
-    const uint64_t t = c + 1;
+    t++;
     if (o.optimizer == GSYNC_OPT_SGD) {
       for (size_t i = 0; i < n; i++) {
         float d = g[i] * scale + o.weight_decay * p[i];

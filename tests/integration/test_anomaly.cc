@@ -16,6 +16,7 @@
 
 #include "tests/integration/bed_util.h"
 #include "tests/integration/client_util.h"
+#include "tests/integration/ps_util.h"
 
 namespace gsync::test {
 namespace {
@@ -159,6 +160,75 @@ TEST(AnomalyGuard, RanksThatDisagreeOnTheGuardAreRefusedNamingBoth) {
   EXPECT_NE(std::string(gsync_last_error()).find("anomaly_sigmas 200"), std::string::npos)
       << gsync_last_error();
   gsync_close(a);
+}
+
+// The parameter server's guard: a bsp job on three hosts, 100 faults in
+// 300 clocks (a worker's NaN, Inf or 100x gradient in turn). Every faulty
+// clock is rolled back on every shard from memory, so the parameters the
+// workers pull are always finite and at the end they are bit for bit those
+// of the optimizer run over the clean clocks alone; each host counts 100.
+TEST(AnomalyGuard, ParameterServerRollsBackEveryFaultyClockExactly) {
+  auto bed = make_bed({3}, "ring", 60000);
+  ASSERT_TRUE(bed);
+  const std::vector<int> per_host{1, 1, 1};
+  auto p = places(per_host);
+  const size_t n = 20000;
+  const uint64_t clocks = 300;
+  auto faulty = [](uint64_t c) { return c >= 20 && (c - 20) % 2 == 0 && (c - 20) / 2 < 100; };
+  PsRun s;
+  gsync_ps_opts_init(&s.opts);
+  s.opts.lr = 0.05f;
+  s.opts.momentum = 0.9f;
+  std::vector<bool> applied(clocks);
+  for (uint64_t c = 0; c < clocks; c++) applied[c] = !faulty(c);
+  auto res = run_ranks(3, [&](int r) {
+    gsync_comm_t* comm;
+    RANK_CHECK(connect_guarded(bed->socket(p[size_t(r)].host), "ps-guard", 3, r, 0, 1, &comm) == 0,
+               "{}", gsync_last_error());
+    float* buf;
+    RANK_CHECK(gsync_alloc(comm, n * 4, reinterpret_cast<void**>(&buf)) == 0, "alloc");
+    for (size_t i = 0; i < n; i++) buf[i] = r == 0 ? init(i) : -1.0f;
+    gsync_request_t* req;
+    RANK_CHECK(gsync_ps_declare(comm, 9, buf, n, GSYNC_FLOAT32, &s.opts, &req) == 0, "{}",
+               gsync_last_error());
+    RANK_CHECK(gsync_wait(req, 60000) == 0, "declare: {}", gsync_request_error(req));
+    gsync_request_free(req);
+    gsync_push_opts_t po;
+    gsync_push_opts_init(&po);
+    po.weight = weight_of(r);
+    for (uint64_t c = 0; c < clocks; c++) {
+      for (size_t i = 0; i < n; i++) buf[i] = grad(r, c, i);
+      if (faulty(c) && r == int(c / 2 % 3)) {
+        switch ((c - 20) / 2 % 3) {
+          case 0: buf[c % n] = std::numeric_limits<float>::quiet_NaN(); break;
+          case 1: buf[c % n] = -std::numeric_limits<float>::infinity(); break;
+          default: for (size_t i = 0; i < n; i++) buf[i] *= 100.0f;
+        }
+      }
+      RANK_CHECK(gsync_ps_push_pull(comm, 9, c, buf, n, GSYNC_FLOAT32, &po, &req) == 0, "{}",
+                 gsync_last_error());
+      RANK_CHECK(gsync_wait(req, 60000) == 0, "clock {}: {}", c, gsync_request_error(req));
+      gsync_request_free(req);
+      for (size_t i = 0; i < n; i++)
+        RANK_CHECK(std::isfinite(buf[i]), "clock {}: element {} is {}", c, i, buf[i]);
+    }
+    std::vector<float> want = reference(s, per_host, n, clocks, applied);
+    for (size_t i = 0; i < n; i++)
+      RANK_CHECK(std::memcmp(&buf[i], &want[i], 4) == 0, "element {}: got {:.9g}, want {:.9g}",
+                 i, buf[i], want[i]);
+    nlohmann::json j = admin_json(bed->admin_socket(p[size_t(r)].host), "jobs");
+    uint64_t found = 0;
+    for (const auto& row : j["jobs"])
+      if (row.value("job", "") == "ps-guard")
+        for (const auto& k : row["parameters"]) found = k.value("anomalies", 0ull);
+    RANK_CHECK(found == 100, "host {} rolled back {} clocks: {}", p[size_t(r)].host, found,
+               j.dump());
+    RANK_CHECK(gsync_barrier(comm, 1, 60000) == 0, "barrier: {}", gsync_last_error());
+    gsync_close(comm);
+    return 0;
+  }, 600);
+  for (size_t r = 0; r < res.size(); r++)
+    EXPECT_EQ(res[r].code, 0) << "rank " << r << ": " << res[r].output;
 }
 
 }  // namespace

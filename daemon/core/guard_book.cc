@@ -1,12 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "daemon/pipeline/guard_book.h"
+#include "daemon/core/guard_book.h"
 
 #include <algorithm>
 #include <cmath>
 
 #include <fmt/format.h>
 
-namespace gsync::pipeline {
+namespace gsync {
 
 Status GuardBook::check(const std::string& job, uint64_t key, uint64_t step,
                         const proto::Guard& g, double norm) {
@@ -54,4 +54,4 @@ std::pair<uint64_t, uint64_t> GuardBook::counts(const std::string& job) const {
   return c;
 }
 
-}  // namespace gsync::pipeline
+}  // namespace gsync

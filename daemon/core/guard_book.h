@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 //
 // The anomaly guard's memory (docs/fault-tolerance.md, "The anomaly
-// guard"): per (job, key), the norms of the last `window` reduced
+// guard"), for the allreduce's guard stage (pipeline/guard_stage.h) and the
+// parameter server's (ps/guard.cc): per (job, key), the norms of the last `window` reduced
 // gradients that passed. A reduced gradient is an anomaly when its norm is
 // not finite (a NaN or an Inf in it), or, once at least kMinSamples norms
 // are known, when it is above mean + sigmas x deviation of those norms.
@@ -12,7 +13,7 @@
 // Every host reduces to the same bits and sees a key's ops in the same
 // order, so every host's book decides the same: the ranks of every host
 // get the same verdict without a message between the hosts. The sums run
-// in double in a fixed order (guard_stage.h). Event thread only.
+// in double in a fixed order (guard_stage.h, ps/guard.cc). Event thread only.
 #pragma once
 
 #include <cstdint>
@@ -24,7 +25,7 @@
 #include "daemon/core/status.h"
 #include "protocol/guard.h"
 
-namespace gsync::pipeline {
+namespace gsync {
 
 class GuardBook {
  public:
@@ -47,4 +48,4 @@ class GuardBook {
   std::map<std::pair<std::string, uint64_t>, Key> keys_;
 };
 
-}  // namespace gsync::pipeline
+}  // namespace gsync
