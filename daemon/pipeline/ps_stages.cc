@@ -7,6 +7,20 @@
 namespace gsync::pipeline {
 
 namespace {
+// A request of the op's tensor, as this host's ranks hand it (the opcode,
+// clock, weight and learning rate are the caller's).
+ps::Request request_of(const OpRequest& r, uint64_t serial) {
+  ps::Request q;
+  q.job = r.job;
+  q.key = r.id.key;
+  q.count = r.shape.count;
+  q.dtype = r.shape.dtype;
+  q.data = host_buffer(r).ptr;
+  q.owner = host_buffer(r).owner;
+  q.token = op_token(serial);
+  return q;
+}
+
 // The job's hosts; a job on this host alone has just this one.
 std::vector<int> hosts_of(const OpRequest& r, int self_host) {
   return r.multi_host() ? r.hosts : std::vector<int>{self_host};
@@ -48,16 +62,9 @@ void PsDeclareStage::input_done() {
 void PsDeclareStage::pull(uint64_t clock) {
   const OpRequest& r = link_.request();
   link_.set_value(clock);
-  ps::Request q;
-  q.job = r.job;
-  q.key = r.id.key;
+  ps::Request q = request_of(r, link_.serial());
   q.clock = clock;
-  q.count = r.shape.count;
   q.opcode = proto::Opcode::kPull;
-  q.dtype = r.shape.dtype;
-  q.data = host_buffer(r).ptr;
-  q.owner = host_buffer(r).owner;
-  q.token = op_token(link_.serial());
   pulling_ = true;
   service_.begin(q, [this](const Status& st) { on_pulled(st); });
 }
@@ -98,18 +105,11 @@ std::string PsDeclareStage::waiting_for() const {
 
 void PsRequestStage::input_done() {
   const OpRequest& r = link_.request();
-  ps::Request q;
-  q.job = r.job;
-  q.key = r.id.key;
+  ps::Request q = request_of(r, link_.serial());
   q.clock = r.id.step;
-  q.count = r.shape.count;
   q.opcode = r.shape.opcode;
-  q.dtype = r.shape.dtype;
   for (const auto& c : r.locals) q.weight += c.weight;
   q.lr = r.shape.lr;
-  q.data = host_buffer(r).ptr;
-  q.owner = host_buffer(r).owner;
-  q.token = op_token(link_.serial());
   begun_ = true;
   service_.begin(q, [this](const Status& st) { on_done(st); });
 }

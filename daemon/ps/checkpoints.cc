@@ -208,7 +208,7 @@ void Service::on_checkpoints_written(std::vector<storage::WriteResult> results) 
     Checkpoints& c = k.ckpt;
     c.writing = false;
     if (c.snapshot) {
-      c.stall_s = c.snapshot->longest_inline_s();
+      c.stall_s = c.snapshot->inline_s();
       c.longest_stall_s = std::max(c.longest_stall_s, c.stall_s);
       c.snapshot.reset();
     }

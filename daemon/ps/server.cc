@@ -197,7 +197,6 @@ void ParamServer::apply(const void* const* inputs, size_t n_inputs, float scale,
   adam.decoupled = opts_.optimizer == proto::Optimizer::kAdamW;
   adam.t = t_;
   const size_t elem = proto::dtype_size(dtype_);
-  before_write(begin, end);
   float* g = grad_.data();
   for (size_t at = begin; at < end; at += kBlock) {
     const size_t len = std::min<size_t>(kBlock, end - at);
@@ -205,6 +204,9 @@ void ParamServer::apply(const void* const* inputs, size_t n_inputs, float scale,
     for (size_t i = 1; i < n_inputs; i++)
       reduce::add_f32(static_cast<const uint8_t*>(inputs[i]) + at * elem, dtype_, len, g);
     float* m = m_.empty() ? nullptr : m_.data() + at;
+    // A block at a time, as it is about to change: the event thread's share
+    // of a snapshot's copy is spread over the update instead of in front.
+    before_write(at, at + len);
     if (guard_) guard_block(at, len, g, scale);
     if (opts_.optimizer == proto::Optimizer::kSgd)
       reduce::sgd_step(p_.data() + at, m, g, scale, len, sgd);

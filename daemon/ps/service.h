@@ -90,7 +90,7 @@ struct CheckpointReport {
   bool have_last = false;
   uint64_t last_clock = 0, last_bytes = 0;
   double last_age_s = 0, last_duration_s = 0, last_copy_s = 0;
-  double longest_stall_s = 0;  // the event thread's longest copy-before-write
+  double longest_stall_s = 0;  // the most one snapshot took from the event thread (its copies)
   std::string last_error;
   uint64_t resumed_from = 0;
 };

@@ -98,12 +98,22 @@ Status load(const std::string& folder, const ShardId& id, uint64_t clock, Loaded
                                                   l.header.clock, clock));
   }
   if (st) {
+    // The zeros between the header and the payload: a byte changed there
+    // is damage too.
+    uint8_t gap[kPayloadOffset - sizeof(CheckpointHeader)];
+    st = read_all(fd, gap, sizeof gap, sizeof l.header, path);
+    if (st && std::any_of(gap, gap + sizeof gap, [](uint8_t b) { return b != 0; }))
+      st = Status(GSYNC_ERR_INTERNAL,
+                  fmt::format("{}: the bytes between the header and the payload are not zero",
+                              path));
+  }
+  if (st) {
     l.payload.resize(l.header.payload_bytes / sizeof(float));
-    st = read_all(fd, l.payload.data(), l.header.payload_bytes, sizeof l.header, path);
+    st = read_all(fd, l.payload.data(), l.header.payload_bytes, kPayloadOffset, path);
   }
   if (st) {
     char extra;
-    if (pread(fd, &extra, 1, static_cast<off_t>(sizeof l.header + l.header.payload_bytes)) != 0)
+    if (pread(fd, &extra, 1, static_cast<off_t>(kPayloadOffset + l.header.payload_bytes)) != 0)
       st = Status(GSYNC_ERR_INTERNAL, fmt::format("{}: longer than its header says", path));
   }
   close(fd);

@@ -1,9 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
 //
 // The bytes of one checkpoint file (docs/fault-tolerance.md, "The
-// checkpoint format"): a fixed 512-byte little-endian header, then the
-// shard's fp32 arrays one after the other (values, then the optimizer's
-// first and second moments where it keeps them). The header names what the
+// checkpoint format"): a fixed 512-byte little-endian header, zeros up to
+// byte kPayloadOffset, then the shard's fp32 arrays one after the other
+// (values, then the optimizer's first and second moments where it keeps
+// them). The payload starts 4 KiB in so that the file is written with
+// O_DIRECT from one aligned buffer (no page cache between the state and
+// the disk). The header names what the
 // file is of (job, key, the tensor's shape, the shard, the options), the
 // clock it was taken at, and two XXH3-64 hashes: of the payload, and of
 // the header itself up to its last field. A file is taken only when both
@@ -50,6 +53,8 @@ struct CheckpointHeader {
   uint64_t header_hash;   // XXH3-64 of the bytes before this field
 };
 static_assert(sizeof(CheckpointHeader) == 512);
+constexpr uint64_t kPayloadOffset = 4096;
+constexpr uint64_t kFileAlign = 4096;
 
 // What a checkpoint is of: a reader wants a file with exactly these.
 struct ShardId {

@@ -17,6 +17,8 @@
 #include <memory>
 #include <vector>
 
+#include "daemon/storage/checkpoint_format.h"
+
 namespace gsync::storage {
 
 class Snapshot {
@@ -40,13 +42,18 @@ class Snapshot {
   void copy_rest();
   bool complete() const { return copied_.load(std::memory_order_acquire) == blocks_; }
 
-  // The staging buffer: the arrays one after the other (valid once complete).
-  const uint8_t* payload() const { return buf_; }
+  // The staging buffer is the file's image (checkpoint_format.h): room for
+  // the header in its first kPayloadOffset bytes, then the arrays one after
+  // the other (valid once complete), then zeros to a multiple of 4 KiB; its
+  // address is page-aligned, so all of it can be written with O_DIRECT.
+  const uint8_t* payload() const { return buf_ + kPayloadOffset; }
   uint64_t payload_bytes() const { return bytes_; }
-  // Blocks the event thread copied itself, and the longest it spent in
-  // one before_write (waits included).
+  uint8_t* image() const { return buf_; }
+  uint64_t image_bytes() const { return mapped_; }
+  // Blocks the event thread copied itself, and the time it spent in
+  // before_write all told (copies and waits): what the snapshot cost it.
   uint64_t blocks_copied_inline() const { return inline_blocks_; }
-  double longest_inline_s() const { return longest_inline_s_; }
+  double inline_s() const { return inline_s_; }
 
  private:
   void copy_block(size_t b);
@@ -56,12 +63,12 @@ class Snapshot {
   std::vector<const float*> src_;
   size_t n_, blocks_;
   uint8_t* buf_ = nullptr;
-  uint64_t bytes_ = 0;
+  uint64_t bytes_ = 0, mapped_ = 0;
   // Per block: 0 free, 1 claimed, 2 copied.
   std::unique_ptr<std::atomic<uint8_t>[]> state_;
   std::atomic<size_t> copied_{0};
   uint64_t inline_blocks_ = 0;
-  double longest_inline_s_ = 0;
+  double inline_s_ = 0;
 };
 
 }  // namespace gsync::storage

@@ -86,7 +86,7 @@ GSYNC_FUZZ_TARGET(checkpoint) {
   gs::WriteResult w = gs::CheckpointWriter::write_now(job);
   FUZZ_CHECK(w.ok);
   std::vector<uint8_t> bytes = file_bytes(w.path), original = bytes;
-  FUZZ_CHECK(bytes.size() == sizeof(gs::CheckpointHeader) + n * 4 * arrays);
+  FUZZ_CHECK(bytes.size() == gs::kPayloadOffset + n * 4 * arrays);
 
   const int edits = in.byte() % 4;
   for (int e = 0; e < edits; e++) {

@@ -249,7 +249,7 @@ TEST(Checkpoint, GsyncctlShowsAndForcesCheckpoints) {
   nlohmann::json c = checkpoint_of(d.admin_socket(), "ctl-ckpt");
   EXPECT_EQ(c["last"]["clock"], 4) << c.dump();
   EXPECT_EQ(c["taken"], 1) << c.dump();
-  EXPECT_EQ(c["last"]["bytes"], 512 + 2 * n * 4) << c.dump();  // values and momentum
+  EXPECT_EQ(c["last"]["bytes"], storage::kPayloadOffset + 2 * n * 4) << c.dump();  // values, momentum
   out = run_command(fmt::format("{} -s {} jobs 2>&1", ctl, d.admin_socket()));
   EXPECT_NE(out.find("checkpoints: last clock 4"), std::string::npos) << out;
   storage::ShardId id;

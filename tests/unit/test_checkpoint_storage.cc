@@ -91,13 +91,13 @@ TEST(CheckpointFiles, KeepsTheNewestAndSkipsADamagedOne) {
     for (size_t i = 0; i < v.size(); i++) v[i] = float(clock * 1000 + i);
     WriteResult r = write_clock(folder, clock, v);
     ASSERT_TRUE(r.ok) << r.error;
-    EXPECT_EQ(r.bytes, 512u + 500 * 4);
+    EXPECT_EQ(r.bytes, kPayloadOffset + 500 * 4);
   }
   EXPECT_EQ(listed_clocks(folder, shard()), (std::vector<uint64_t>{5, 4, 3}));
   // One byte of the newest payload changed: that one is skipped.
   FILE* f = std::fopen((folder + "/" + file_name(shard(), 5)).c_str(), "r+b");
   ASSERT_TRUE(f);
-  std::fseek(f, 512 + 40, SEEK_SET);
+  std::fseek(f, long(kPayloadOffset) + 40, SEEK_SET);
   std::fputc(0x5a, f);
   std::fclose(f);
   Loaded l;

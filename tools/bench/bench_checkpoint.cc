@@ -2,14 +2,17 @@
 //
 // What checkpoints cost a training job (docs/fault-tolerance.md,
 // "Measured"): a job whose parameter server holds MB of state (sgd, one
-// array) push_pulls step after step on a real gsyncd, with a checkpoint
+// array) computes for --compute-ms (a busy loop standing in for forward
+// and backward) and push_pulls, step after step, on a real gsyncd, with a checkpoint
 // every --every-ms and without, in alternating rounds; printed beside each
 // other: the median and worst step, their ratio, the longest stall the
 // event thread had copying blocks itself, the checkpoints' write bandwidth
 // beside dd oflag=direct into the same folder in the same run, and the
 // time from a kill -9 of the daemon to the first update applied again by
 // a restarted one (daemon start, declaration with its checkpoint's load,
-// the first push_pull).
+// the first push_pull); and, with the anomaly guard on, how long a server
+// takes to roll the state back from memory after a NaN gradient, beside
+// the step time of the same job.
 #include <signal.h>
 #include <sys/wait.h>
 
@@ -17,6 +20,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <limits>
 #include <thread>
 #include <string>
 #include <vector>
@@ -47,12 +51,14 @@ struct Client {
   uint64_t clock = 0;
 };
 
-bool open_client(const DaemonProcess& d, size_t n, uint32_t every_ms, bool resume, Client* c) {
+bool open_client(const DaemonProcess& d, size_t n, uint32_t every_ms, bool resume, Client* c,
+                 bool guard = false) {
   gsync_config_t cfg;
   gsync_config_init(&cfg);
+  cfg.anomaly_guard = guard ? 1 : 0;
   cfg.socket_path = d.socket().c_str();
   cfg.job_id = "bench-ckpt";
-  cfg.arena_bytes = n * 4 + (64 << 20);
+  cfg.arena_bytes = 2 * n * 4 + (64 << 20);  // the tensor, and a declaration is staged
   cfg.timeout_ms = 120000;
   if (gsync_connect(&cfg, &c->comm) != 0) return false;
   if (gsync_alloc(c->comm, n * 4, reinterpret_cast<void**>(&c->buf)) != 0) return false;
@@ -71,8 +77,9 @@ bool open_client(const DaemonProcess& d, size_t n, uint32_t every_ms, bool resum
   return rc == 0;
 }
 
-bool step(Client* c) {
+bool step(Client* c, bool nan = false) {
   for (size_t i = 0; i < c->n; i += 1024) c->buf[i] = 1e-3f;  // the gradient (touched, as a step does)
+  if (nan) c->buf[7] = std::numeric_limits<float>::quiet_NaN();
   gsync_request_t* req;
   if (gsync_ps_push_pull(c->comm, 1, c->clock, c->buf, c->n, GSYNC_FLOAT32, nullptr, &req) != 0)
     return false;
@@ -80,6 +87,17 @@ bool step(Client* c) {
   gsync_request_free(req);
   c->clock++;
   return rc == 0;
+}
+
+nlohmann::json key_report(const DaemonProcess& d) {
+  auto j = nlohmann::json::parse(gsync::tools::admin_query(d.admin_socket(), "jobs"), nullptr,
+                                 false);
+  if (!j.is_object() || !j["jobs"].is_array()) return nullptr;
+  for (auto& row : j["jobs"])
+    if (row.value("job", "") == "bench-ckpt" && row["parameters"].is_array() &&
+        !row["parameters"].empty())
+      return row["parameters"][0];
+  return nullptr;
 }
 
 nlohmann::json checkpoint_report(const DaemonProcess& d) {
@@ -116,6 +134,16 @@ struct Round {
   nlohmann::json ckpt;
 };
 
+// A step's compute: the core busy for ms, as forward and backward keep it.
+void compute(double ms) {
+  const auto until = Clock::now() + std::chrono::duration<double, std::milli>(ms);
+  volatile double x = 1;
+  while (Clock::now() < until)
+    for (int i = 0; i < 1000; i++) x = x * 1.0000001;
+}
+
+double g_compute_ms = 30;
+
 Round run_round(const std::string& dir, size_t n, int steps, uint32_t every_ms) {
   Round r;
   gsync::tools::run_command("rm -rf " + dir + "/bench-ckpt");
@@ -127,6 +155,7 @@ Round run_round(const std::string& dir, size_t n, int steps, uint32_t every_ms) 
   }
   for (int s = 0; s < steps; s++) {
     auto t0 = Clock::now();
+    compute(g_compute_ms);
     if (!step(&c)) {
       std::fprintf(stderr, "bench_checkpoint: step failed: %s\n", gsync_last_error());
       break;
@@ -149,12 +178,13 @@ int main(int argc, char** argv) {
   app.add_option("--steps", steps, "steps per round");
   app.add_option("--rounds", rounds, "rounds of each kind, alternating");
   app.add_option("--every-ms", every_ms, "checkpoint cadence");
+  app.add_option("--compute-ms", g_compute_ms, "a step's compute before its push_pull");
   app.add_option("--dir", dir, "the checkpoint folder (its disk is what is measured)");
   CLI11_PARSE(app, argc, argv);
   gsync::tools::run_command("mkdir -p " + dir);
   const size_t n = size_t(mb) << 18;
 
-  std::vector<double> off, on, worst_off, worst_on, stall, write_mbps;
+  std::vector<double> off, on, worst_off, worst_on, stall, write_mbps, copy_ms;
   uint64_t taken = 0;
   for (int r = 0; r < rounds; r++) {
     Round a = run_round(dir, n, steps, 0);
@@ -168,8 +198,10 @@ int main(int argc, char** argv) {
       stall.push_back(b.ckpt.value("longest_stall_s", 0.0));
       taken += b.ckpt.value("taken", 0ull);
       auto& last = b.ckpt["last"];
-      if (last.is_object() && last.value("duration_s", 0.0) > 0)
+      if (last.is_object() && last.value("duration_s", 0.0) > 0) {
         write_mbps.push_back(last.value("bytes", 0.0) / last.value("duration_s", 1.0) / 1e6);
+        copy_ms.push_back(1e3 * last.value("copy_s", 0.0));
+      }
     }
   }
   const double dd = dd_mbps(dir, mb);
@@ -209,22 +241,52 @@ int main(int argc, char** argv) {
   }
   gsync::tools::run_command("rm -rf " + dir + "/bench-ckpt");
 
+  // Rollback: the guard on, clean steps, then one with a NaN.
+  double rollback_s = 0, guarded_step_s = 0;
+  uint64_t rolled = 0;
+  {
+    DaemonProcess d({}, "", "warn");
+    Client c;
+    if (!open_client(d, n, 0, false, &c, true)) return 1;
+    std::vector<double> times;
+    for (int s = 0; s < 12; s++) {
+      auto t0 = Clock::now();
+      if (!step(&c)) return 1;
+      times.push_back(secs(Clock::now() - t0));
+    }
+    guarded_step_s = median(times);
+    if (!step(&c, true)) return 1;
+    auto k = key_report(d);
+    if (k.is_object()) {
+      rollback_s = k.value("last_rollback_s", 0.0);
+      rolled = k.value("anomalies", 0ull);
+    }
+    gsync_close(c.comm);
+  }
+
   std::printf("# bench_checkpoint: %d MiB of state (sgd), %d steps x %d rounds each, a "
-              "checkpoint every %u ms; medians of the rounds\n",
-              mb, steps, rounds, every_ms);
+              "checkpoint every %u ms, %.0f ms of compute a step; medians of the rounds\n",
+              mb, steps, rounds, every_ms, g_compute_ms);
   std::printf("step_ms_without     %8.2f   (worst %.2f)\n", 1e3 * median(off), 1e3 * median(worst_off));
   std::printf("step_ms_with        %8.2f   (worst %.2f)\n", 1e3 * median(on), 1e3 * median(worst_on));
   std::printf("step_overhead       %8.3f   (with / without - 1; target <= 0.02)\n",
               median(on) / median(off) - 1);
-  std::printf("longest_stall_ms    %8.2f   (the event thread's copy-before-write; target <= 30)\n",
+  std::printf("longest_stall_ms    %8.2f   (the most one checkpoint took from the event thread, its copy-before-write all told; target <= 30)\n",
               1e3 * (stall.empty() ? 0 : *std::max_element(stall.begin(), stall.end())));
   std::printf("checkpoints_taken   %8llu\n", static_cast<unsigned long long>(taken));
   std::printf("write_MBps          %8.0f   (copy, hash, write, fsync, rename)\n", median(write_mbps));
+  std::printf("  snapshot_copy_ms  %8.2f   (of which the snapshot's copy, by the writer's thread)\n",
+              median(copy_ms));
   std::printf("dd_direct_MBps      %8.0f   (dd oflag=direct conv=fsync, same folder)\n", dd);
   std::printf("write_vs_dd         %8.2f\n", dd > 0 ? median(write_mbps) / dd : 0);
   std::printf("recovery_s          %8.3f   (kill -9 to the first update applied; target <= 2)\n",
               first_s);
   std::printf("  daemon_start_s    %8.3f\n  declare_load_s    %8.3f   (resumed from clock %llu)\n",
               restart_s, declare_s, static_cast<unsigned long long>(resumed));
+  std::printf("rollback_ms         %8.2f   (a NaN clock rolled back from memory; target <= 50; "
+              "%llu rolled back)\n",
+              1e3 * rollback_s, static_cast<unsigned long long>(rolled));
+  std::printf("guarded_step_ms     %8.2f   (the guard on: copy and norm while applying)\n",
+              1e3 * guarded_step_s);
   return 0;
 }
