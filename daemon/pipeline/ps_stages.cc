@@ -21,6 +21,20 @@ ps::Request request_of(const OpRequest& r, uint64_t serial) {
   return q;
 }
 
+// A service request's end as its stage takes it: quiet when the op is
+// being aborted, failed when the request failed; true when that was all.
+bool ended_early(StageLink& link, bool aborting, const Status& st) {
+  if (aborting) {
+    link.quiet();
+    return true;
+  }
+  if (!st) {
+    link.failed(st);  // which aborts the stage; the service is done with the op
+    return true;
+  }
+  return false;
+}
+
 // The job's hosts; a job on this host alone has just this one.
 std::vector<int> hosts_of(const OpRequest& r, int self_host) {
   return r.multi_host() ? r.hosts : std::vector<int>{self_host};
@@ -71,14 +85,7 @@ void PsDeclareStage::pull(uint64_t clock) {
 
 void PsDeclareStage::on_pulled(const Status& st) {
   pulling_ = false;
-  if (aborting_) {
-    link_.quiet();
-    return;
-  }
-  if (!st) {
-    link_.failed(st);
-    return;
-  }
+  if (ended_early(link_, aborting_, st)) return;
   link_.emit(0, link_.request().shape.count);
   link_.finished();
 }
@@ -116,15 +123,7 @@ void PsRequestStage::input_done() {
 
 void PsRequestStage::on_done(const Status& st) {
   ended_ = true;
-  if (aborting_) {
-    link_.quiet();
-    return;
-  }
-  if (!st) {
-    link_.failed(st);
-    // failed() aborts this stage; the service is done with the op.
-    return;
-  }
+  if (ended_early(link_, aborting_, st)) return;
   if (link_.request().shape.opcode != proto::Opcode::kPush)
     link_.emit(0, link_.request().shape.count);
   link_.finished();

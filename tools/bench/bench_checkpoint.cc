@@ -101,14 +101,8 @@ nlohmann::json key_report(const DaemonProcess& d) {
 }
 
 nlohmann::json checkpoint_report(const DaemonProcess& d) {
-  auto j = nlohmann::json::parse(gsync::tools::admin_query(d.admin_socket(), "jobs"), nullptr,
-                                 false);
-  if (!j.is_object() || !j["jobs"].is_array()) return nullptr;
-  for (auto& row : j["jobs"])
-    if (row.value("job", "") == "bench-ckpt" && row["parameters"].is_array() &&
-        !row["parameters"].empty())
-      return row["parameters"][0]["checkpoint"];
-  return nullptr;
+  nlohmann::json k = key_report(d);
+  return k.is_object() ? k["checkpoint"] : nlohmann::json();
 }
 
 // dd's MB/s writing `mb` MiB with O_DIRECT into dir (its own figure).
