@@ -20,7 +20,10 @@ seconds=${1:-30}
 shift || true
 build=${FUZZ_BUILD_DIR:-$root/build-fuzz}
 case $build in /*) ;; *) build=$root/$build ;; esac
-all_targets=(admin bootstrap client_hello codec cluster_file config control_messages ps submission tcp_frame)
+# Every target tests/fuzz/fuzz_targets.h lists (one list: a target added
+# there is fuzzed here without anyone remembering to).
+mapfile -t all_targets < <(sed -n 's/^ *X(\([a-z_]*\)).*/\1/p' "$root/tests/fuzz/fuzz_targets.h")
+[ ${#all_targets[@]} -gt 0 ] || { echo "fuzz: no targets in tests/fuzz/fuzz_targets.h" >&2; exit 1; }
 targets=("$@")
 [ ${#targets[@]} -gt 0 ] || targets=("${all_targets[@]}")
 jobs=${FUZZ_JOBS:-$(nproc)}
