@@ -62,8 +62,8 @@ void Service::setup_checkpoints(Key& k) {
   c.peers.assign(k.hosts.size(), {});
   c.last_request = Clock::now();
   if (!k.opts.resume) return;
-  c.valid = storage::valid_clocks(c.folder, c.id, std::min<size_t>(kMaxResumeClocks,
-                                                                    size_t(ckpt_cfg_.keep)));
+  c.valid = storage::valid_clocks(
+      c.folder, c.id, std::min<size_t>(kMaxResumeClocks, size_t(ckpt_cfg_.keep)), &c.newest);
   c.peers[size_t(k.self)] = c.valid;
   c.resume_pending = true;
 }
@@ -72,6 +72,7 @@ Status Service::resume(Key& k) {
   Checkpoints& c = k.ckpt;
   if (!c.resume_pending) return Status::ok();
   c.resume_pending = false;
+  storage::Loaded newest = std::move(c.newest);  // freed at the end, whatever is decided
   // The newest clock every host holds (the lists are newest first).
   uint64_t agreed = 0;
   for (uint64_t clock : c.valid) {
@@ -96,8 +97,11 @@ Status Service::resume(Key& k) {
     }
     return Status::ok();
   }
-  storage::Loaded l;
-  if (Status st = storage::load(c.folder, c.id, agreed, &l); !st)
+  // Usually the newest, read and checked at declaration; an older one is
+  // read (and checked) again now.
+  const bool newest_agreed = agreed == c.valid.front();
+  storage::Loaded l = newest_agreed ? std::move(newest) : storage::Loaded{};
+  if (Status st = newest_agreed ? Status::ok() : storage::load(c.folder, c.id, agreed, &l); !st)
     return Status(GSYNC_ERR_INTERNAL,
                   fmt::format("{}: every host holds the checkpoint of clock {}, but this "
                               "host's no longer loads: {}",

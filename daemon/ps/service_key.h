@@ -15,6 +15,7 @@
 
 #include "daemon/ps/pieces.h"
 #include "daemon/ps/service.h"
+#include "daemon/storage/checkpoint_files.h"
 #include "daemon/storage/checkpoint_format.h"
 #include "daemon/storage/snapshot.h"
 
@@ -80,6 +81,7 @@ struct Checkpoints {
   // Recovery: the clocks this host and each participant can resume from;
   // answers wait (resume_pending) until they are agreed and loaded.
   std::vector<uint64_t> valid;
+  storage::Loaded newest;  // valid[0]'s contents, until the resume is decided
   std::vector<std::vector<uint64_t>> peers;
   bool resume_pending = false;
   uint64_t resumed_from = 0;

@@ -123,7 +123,8 @@ Status load(const std::string& folder, const ShardId& id, uint64_t clock, Loaded
   return st;
 }
 
-std::vector<uint64_t> valid_clocks(const std::string& folder, const ShardId& id, size_t most) {
+std::vector<uint64_t> valid_clocks(const std::string& folder, const ShardId& id, size_t most,
+                                   Loaded* newest) {
   std::vector<uint64_t> out;
   for (uint64_t clock : listed_clocks(folder, id)) {
     if (out.size() >= most) break;
@@ -132,6 +133,7 @@ std::vector<uint64_t> valid_clocks(const std::string& folder, const ShardId& id,
       spdlog::warn("checkpoint skipped: {}", st.message());
       continue;
     }
+    if (out.empty() && newest) *newest = std::move(l);
     out.push_back(clock);
   }
   return out;

@@ -39,8 +39,11 @@ struct Loaded {
 // the file and what is wrong with it.
 Status load(const std::string& folder, const ShardId& id, uint64_t clock, Loaded* out);
 // The clocks of id's files that load, newest first, at most `most`; the
-// ones that do not are logged (warn) with the reason.
-std::vector<uint64_t> valid_clocks(const std::string& folder, const ShardId& id, size_t most);
+// ones that do not are logged (warn) with the reason. newest (optional):
+// the newest one's contents, so that the usual resume (from the newest)
+// does not read it twice.
+std::vector<uint64_t> valid_clocks(const std::string& folder, const ShardId& id, size_t most,
+                                   Loaded* newest = nullptr);
 
 // Removes id's files beyond the newest `keep`, and id's ".tmp-" files
 // (writes that never finished); returns how many went.
