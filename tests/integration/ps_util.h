@@ -30,48 +30,59 @@ struct PsRun {
   uint32_t staleness = 0;
 };
 
-// The servers' arithmetic, as docs/parameter-server.md gives it: each host
-// folds its ranks' gradients weighed (fp32: acc = g0 * w0, then acc + g * w
-// in local-rank order), the server sums the hosts' folds in host order and
-// scales by float(1 / sum of weights), then one optimizer step.
-// Only the clocks `applied` says (all when it is empty): the anomaly
-// guard's rollback makes a clock as if it never was.
-inline std::vector<float> reference(const PsRun& s, const std::vector<int>& per_host, size_t n,
-                                    uint64_t clocks, const std::vector<bool>& applied = {}) {
-  std::vector<float> p(n), m(n, 0.0f), v(n, 0.0f), g(n);
-  for (size_t i = 0; i < n; i++) p[i] = init(i);
-  double total = 0;
-  int world = 0;
-  for (int k : per_host) world += k;
-  for (int r = 0; r < world; r++) total += weight_of(r);
-  const float scale = static_cast<float>(1.0 / total);
-  const gsync_ps_opts_t& o = s.opts;
-  uint64_t t = 0;
-  for (uint64_t c = 0; c < clocks; c++) {
-    if (!applied.empty() && !applied[c]) continue;
+// The servers' arithmetic, as docs/parameter-server.md gives it, a clock
+// at a time: each host folds its ranks' gradients weighed (fp32: acc = g0 *
+// w0, then acc + g * w in local-rank order), the server sums the hosts'
+// folds in host order and scales by float(1 / sum of weights), then one
+// optimizer step.
+class Reference {
+ public:
+  Reference(const PsRun& s, const std::vector<int>& per_host, size_t n)
+      : o_(s.opts), per_host_(per_host), p_(n), m_(n, 0.0f), v_(n, 0.0f), g_(n) {
+    for (size_t i = 0; i < n; i++) p_[i] = init(i);
+    double total = 0;
+    int world = 0;
+    for (int k : per_host) world += k;
+    for (int r = 0; r < world; r++) total += weight_of(r);
+    scale_ = static_cast<float>(1.0 / total);
+  }
+  const std::vector<float>& values() const { return p_; }
+  const std::vector<float>& momentum() const { return m_; }
+  uint64_t clock() const { return clock_; }
+  // Steps through clock - 1; `applied` (when not empty) says which clocks
+  // update (the anomaly guard's rollback makes a clock as if it never was).
+  void run_to(uint64_t clock, const std::vector<bool>& applied = {}) {
+    for (; clock_ < clock; clock_++)
+      if (applied.empty() || applied[clock_]) step(clock_);
+  }
+
+ private:
+  void step(uint64_t c) {
+    const size_t n = p_.size();
     for (size_t i = 0; i < n; i++) {
       int r = 0;
       float sum = 0;
-      for (size_t h = 0; h < per_host.size(); h++) {
+      for (size_t h = 0; h < per_host_.size(); h++) {
         float acc = grad(r, c, i) * static_cast<float>(weight_of(r));
         r++;
-        for (int k = 1; k < per_host[h]; k++, r++)
+        for (int k = 1; k < per_host_[h]; k++, r++)
           acc = acc + grad(r, c, i) * static_cast<float>(weight_of(r));
         sum = h == 0 ? acc : sum + acc;
       }
-      g[i] = sum;
+      g_[i] = sum;
     }
-    t++;
+    const gsync_ps_opts_t& o = o_;
+    const uint64_t t = ++t_;
     if (o.optimizer == GSYNC_OPT_SGD) {
       for (size_t i = 0; i < n; i++) {
-        float d = g[i] * scale + o.weight_decay * p[i];
+        float d = g_[i] * scale_ + o.weight_decay * p_[i];
         if (o.momentum != 0) {
-          m[i] = t == 1 ? d : o.momentum * m[i] + d;
-          d = m[i];
+          m_[i] = t == 1 ? d : o.momentum * m_[i] + d;
+          d = m_[i];
         }
-        p[i] = p[i] - o.lr * d;
+        p_[i] = p_[i] - o.lr * d;
       }
-      continue;
+      return;
     }
     const bool decoupled = o.optimizer == GSYNC_OPT_ADAMW;
     const float step = static_cast<float>(o.lr / (1.0 - std::pow(double(o.beta1), double(t))));
@@ -79,17 +90,30 @@ inline std::vector<float> reference(const PsRun& s, const std::vector<int>& per_
     const float keep = decoupled ? 1.0f - o.lr * o.weight_decay : 1.0f;
     const float gwd = decoupled ? 0.0f : o.weight_decay;
     for (size_t i = 0; i < n; i++) {
-      float pi = p[i] * keep;
-      float gi = g[i] * scale + gwd * pi;
-      float mi = o.beta1 * m[i] + (1.0f - o.beta1) * gi;
-      float vi = o.beta2 * v[i] + (1.0f - o.beta2) * (gi * gi);
-      m[i] = mi;
-      v[i] = vi;
+      float pi = p_[i] * keep;
+      float gi = g_[i] * scale_ + gwd * pi;
+      float mi = o.beta1 * m_[i] + (1.0f - o.beta1) * gi;
+      float vi = o.beta2 * v_[i] + (1.0f - o.beta2) * (gi * gi);
+      m_[i] = mi;
+      v_[i] = vi;
       float denom = std::sqrt(vi) / root2 + o.eps;
-      p[i] = pi - step * (mi / denom);
+      p_[i] = pi - step * (mi / denom);
     }
   }
-  return p;
+
+  gsync_ps_opts_t o_;
+  std::vector<int> per_host_;
+  std::vector<float> p_, m_, v_, g_;
+  float scale_ = 1;
+  uint64_t clock_ = 0, t_ = 0;  // clocks gone through; optimizer steps taken
+};
+
+// The parameters after `clocks` clocks (those `applied` says).
+inline std::vector<float> reference(const PsRun& s, const std::vector<int>& per_host, size_t n,
+                                    uint64_t clocks, const std::vector<bool>& applied = {}) {
+  Reference ref(s, per_host, n);
+  ref.run_to(clocks, applied);
+  return ref.values();
 }
 
 inline int connect_ps(const testbed::Testbed& bed, const std::string& job, const std::vector<Place>& p,
@@ -108,36 +132,5 @@ inline uint64_t bits_of(const std::vector<float>& v) {
 }
 
 
-// The reference of one worker of weight_of(0) with sgd, a clock at a time
-// (reference() from the start would cost the whole run at every look).
-class SgdStepper {
- public:
-  SgdStepper(const PsRun& s, size_t n) : o_(s.opts), p_(n), m_(n, 0.0f) {
-    for (size_t i = 0; i < n; i++) p_[i] = init(i);
-  }
-  uint64_t clock() const { return clock_; }
-  const std::vector<float>& values() const { return p_; }
-  const std::vector<float>& momentum() const { return m_; }
-  void run_to(uint64_t clock) {
-    const float scale = static_cast<float>(1.0 / weight_of(0));
-    for (; clock_ < clock; clock_++) {
-      const uint64_t t = clock_ + 1;
-      for (size_t i = 0; i < p_.size(); i++) {
-        float g = grad(0, clock_, i) * static_cast<float>(weight_of(0));
-        float d = g * scale + o_.weight_decay * p_[i];
-        if (o_.momentum != 0) {
-          m_[i] = t == 1 ? d : o_.momentum * m_[i] + d;
-          d = m_[i];
-        }
-        p_[i] = p_[i] - o_.lr * d;
-      }
-    }
-  }
-
- private:
-  gsync_ps_opts_t o_;
-  std::vector<float> p_, m_;
-  uint64_t clock_ = 0;
-};
 
 }  // namespace gsync::test

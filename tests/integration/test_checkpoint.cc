@@ -355,7 +355,7 @@ TEST(Checkpoint, SigkillAtRandomMomentsNeverLeavesAHalfWrittenCheckpoint) {
   const std::string folder = storage::job_folder(dir, job);
   std::mt19937 rng(20261202);
   uint64_t last_resumed = 0, resumed_at_all = 0, mid_write = 0;
-  SgdStepper ref(s, n);
+  Reference ref(s, {1}, n);
   for (int kill = 0; kill < 200; kill++) {
     DaemonProcess d({"--checkpoint-dir", dir}, "", "warn");
     int ready[2];
