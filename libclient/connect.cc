@@ -195,7 +195,7 @@ int check_status(const ConnectParams& p, const proto::HelloReply& reply) {
                        "%s (%s)",
                        reply.version, proto::kVersion, why.c_str(), where(p).c_str()));
   }
-  if (reply.status > 0 || reply.status < GSYNC_ERR_ANOMALY) {
+  if (reply.status != 0 && !proto::is_error_code(reply.status)) {
     return fail(GSYNC_ERR_PROTOCOL, format("gsyncd answered the hello with unknown status %d: %s "
                                            "(%s)",
                                            reply.status, why.c_str(), where(p).c_str()));

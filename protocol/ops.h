@@ -31,6 +31,11 @@ enum class Opcode : uint8_t {
   kPushPull = 7,
 };
 constexpr bool is_ps(Opcode o) { return o >= Opcode::kPsDeclare && o <= Opcode::kPushPull; }
+
+// A GSYNC_ERR_* code, as a peer's message or the daemon's hello reply may
+// carry one: the one place that knows the lowest (a new code moves it).
+constexpr int kLowestError = GSYNC_ERR_ANOMALY;
+constexpr bool is_error_code(int c) { return c <= GSYNC_ERR_INVALID && c >= kLowestError; }
 enum class DType : uint8_t { kF32 = 0, kF16 = 1, kBF16 = 2, kF64 = 3, kI32 = 4 };
 enum class RedOp : uint8_t { kSum = 0, kAvg = 1, kWeightedAvg = 2, kMin = 3, kMax = 4 };
 // How fp32 gradients cross between hosts (docs/compression.md).

@@ -83,8 +83,7 @@ Status check_op_data(const Plan& p, const Schedule& sched, int j, const cluster:
 }
 
 Status abort_status(const cluster::OpAbort& m, const std::string& from) {
-  int code = m.code <= GSYNC_ERR_INVALID && m.code >= GSYNC_ERR_ANOMALY ? m.code
-                                                                          : GSYNC_ERR_PROTOCOL;
+  const int code = proto::is_error_code(m.code) ? m.code : GSYNC_ERR_PROTOCOL;
   return Status(code, fmt::format("{} (reported by host {})",
                                   cluster::field(m.message, sizeof m.message), from));
 }

@@ -198,8 +198,7 @@ void Service::on_ack(int peer, const PsAck& m) {
   op.answered[size_t(p)] = true;
   op.answers--;
   if (m.code != 0 && op.failed.is_ok()) {
-    int code = m.code <= GSYNC_ERR_INVALID && m.code >= GSYNC_ERR_ANOMALY ? m.code
-                                                                            : GSYNC_ERR_PROTOCOL;
+    const int code = proto::is_error_code(m.code) ? m.code : GSYNC_ERR_PROTOCOL;
     op.failed = Status(code, fmt::format("{} (reported by host {})",
                                          cluster::field(m.message, sizeof m.message),
                                          host_id(peer)));

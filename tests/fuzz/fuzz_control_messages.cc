@@ -81,7 +81,7 @@ void check_abort(std::string_view msg) {
   OpAbort m;
   if (!decode(msg, &m)) return;
   Status st = collective::abort_status(m, "h2");
-  FUZZ_CHECK(st.code() <= GSYNC_ERR_INVALID && st.code() >= GSYNC_ERR_ANOMALY);
+  FUZZ_CHECK(gsync::proto::is_error_code(st.code()));
   FUZZ_CHECK(st.message().find("(reported by host h2)") != std::string::npos);
 }
 
