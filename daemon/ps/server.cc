@@ -114,9 +114,9 @@ Status ParamServer::push(int w, uint64_t clock, double weight, float lr, const v
                          const std::string& who) {
   if (w < 0 || w >= workers())
     return Status(GSYNC_ERR_PROTOCOL, fmt::format("{}: worker {} of {}", who, w, workers()));
-  if (!(std::isfinite(weight) && weight > 0))
+  if (!(std::isfinite(weight) && weight >= 0))
     return Status(GSYNC_ERR_INVALID,
-                  fmt::format("{}: weight {} must be finite and > 0", who, weight));
+                  fmt::format("{}: weight {} must be finite and >= 0", who, weight));
   if (clock != next_[size_t(w)])
     return Status(GSYNC_ERR_INVALID,
                   fmt::format("{}: clock {} {}; this worker's next clock is {} (clocks go up by "
@@ -131,11 +131,15 @@ Status ParamServer::push(int w, uint64_t clock, double weight, float lr, const v
                   fmt::format("{}: clock {} before clock {} is complete (bsp)", who, clock,
                               bsp_clock_));
   next_[size_t(w)]++;
-  last_weight_[size_t(w)] = weight;
   if (sync_.mode == proto::SyncMode::kBsp) {
     pending_[size_t(w)] = Pending{data, weight, lr, true};
     return Status::ok();
   }
+  // A push of weight 0 is a step without data (a worker that leased no
+  // batch): its clock counts, nothing changes, and the expected weight of
+  // a step keeps the worker's last real one.
+  if (weight == 0) return Status::ok();
+  last_weight_[size_t(w)] = weight;
   // asp, ssp: applied now, as one worker's share of a step.
   double step_weight = 0;
   for (double lw : last_weight_) step_weight += lw > 0 ? lw : weight;
@@ -163,6 +167,12 @@ void ParamServer::apply_upto(uint64_t end) {
     total += p.weight;
     if (lr == 0) lr = p.lr;
   }
+  if (total == 0) {
+    // Every worker pushed a step without data: the clock passes with no
+    // update (an optimizer step on nothing would still move momentum).
+    empty_clock();
+    return;
+  }
   if (!bsp_begun_) {  // the clock's one optimizer step begins
     prev_t_ = t_;
     prev_updates_ = updates_;
@@ -174,6 +184,18 @@ void ParamServer::apply_upto(uint64_t end) {
   bsp_applied_ = end;
   if (end < p_.size()) return;
   updates_ += pending_.size();
+  for (auto& p : pending_) p = Pending{};
+  bsp_applied_ = 0;
+  bsp_begun_ = false;
+  bsp_clock_++;
+  last_empty_ = false;
+}
+
+void ParamServer::empty_clock() {
+  last_empty_ = true;
+  prev_t_ = t_;
+  prev_updates_ = updates_;
+  sumsq_ = 0;
   for (auto& p : pending_) p = Pending{};
   bsp_applied_ = 0;
   bsp_begun_ = false;

@@ -104,6 +104,9 @@ class ParamServer {
   // clock stays counted: its pushes were taken).
   void set_guard(bool on);
   double clock_sum_squares() const { return sumsq_; }
+  // bsp: the last clock was one without data (every push weighed 0): it
+  // changed nothing, and the guard has nothing to judge.
+  bool last_clock_empty() const { return last_empty_; }
   void rollback();
 
  private:
@@ -114,6 +117,8 @@ class ParamServer {
   // its own). The step's number t_ is the caller's.
   void apply(const void* const* inputs, size_t n_inputs, float scale, float lr, uint64_t begin,
              uint64_t end);
+  // bsp: a clock every worker pushed with weight 0 ends with no update.
+  void empty_clock();
 
   proto::PsOptions opts_;
   proto::Sync sync_;
@@ -141,6 +146,7 @@ class ParamServer {
   std::vector<float> prev_p_, prev_m_, prev_v_;  // the state before the clock's update
   uint64_t prev_t_ = 0, prev_updates_ = 0;
   double sumsq_ = 0;  // the clock's gradient, squared and summed
+  bool last_empty_ = false;
   // Before the elements [begin, end) change: a snapshot's copy of them.
   void before_write(uint64_t begin, uint64_t end);
   // The guard's part of applying a block: the old state kept, the
