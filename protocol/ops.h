@@ -29,8 +29,12 @@ enum class Opcode : uint8_t {
   kPush = 5,
   kPull = 6,
   kPushPull = 7,
+  // A batch lease (protocol/lease.h): no tensor, answered by the job's
+  // lease keeper, never matched across ranks.
+  kLease = 8,
 };
 constexpr bool is_ps(Opcode o) { return o >= Opcode::kPsDeclare && o <= Opcode::kPushPull; }
+constexpr bool is_push(Opcode o) { return o == Opcode::kPush || o == Opcode::kPushPull; }
 
 // A GSYNC_ERR_* code, as a peer's message or the daemon's hello reply may
 // carry one: the one place that knows the lowest (a new code moves it).
@@ -67,7 +71,7 @@ constexpr uint8_t wire(Codec v) { return static_cast<uint8_t>(v); }
 // A byte from the wire (or an int from the C API); false for a value that
 // names nothing, and *out is left alone.
 constexpr bool opcode_from_wire(int v, Opcode* out) {
-  if (v < 1 || v > 7) return false;
+  if (v < 1 || v > 8) return false;
   *out = static_cast<Opcode>(v);
   return true;
 }
@@ -97,6 +101,7 @@ constexpr const char* name(Opcode v) {
     case Opcode::kPush: return "push";
     case Opcode::kPull: return "pull";
     case Opcode::kPushPull: return "push_pull";
+    case Opcode::kLease: return "lease";
   }
   return "unknown-op";
 }

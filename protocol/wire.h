@@ -22,7 +22,9 @@ namespace gsync::proto {
 // 4: CompleteEntry's reserved became value (a declaration's resume clock);
 //    the declaration header carries the checkpoint options; HelloRequest
 //    grew guard (the anomaly guard) and reserved.
-constexpr uint32_t kVersion = 4;
+// 5: the lease opcode (protocol/lease.h); a push may weigh 0 (a step
+//    without data).
+constexpr uint32_t kVersion = 5;
 constexpr uint32_t kHelloMagic = 0x4e595347;  // "GSYN"
 constexpr uint32_t kShmMagic = 0x4d485347;    // "GSHM"
 constexpr size_t kJobIdMax = 64;              // including the NUL
@@ -88,7 +90,7 @@ static_assert(sizeof(SubmitEntry) == 64);
 struct CompleteEntry {
   uint64_t tag;
   int32_t status;  // 0 or a negative GSYNC_ERR_* code
-  uint32_t value;  // a result beside the data: a declaration's resume clock
+  uint32_t value;  // a result beside the data: a declaration's resume clock, a lease's batch
   char message[kMessageMax];
 };
 static_assert(sizeof(CompleteEntry) == 256);

@@ -180,6 +180,12 @@ void ControlPlane::on_control(int peer, std::string_view msg) {
     case kPsNorm:
       if (ps_traffic_) ps_traffic_->on_op_message(peer, msg);
       return;
+    case kLeaseAsk:
+    case kLeaseGrant:
+    case kLeaseSettle:
+    case kLeaseDrop:
+      if (on_lease_message) on_lease_message(peer, msg);
+      return;
     default:
       break;
   }
@@ -241,6 +247,7 @@ void ControlPlane::on_peer_down(int peer, const Status& why) {
   spdlog::warn("{}", what);
   if (traffic_) traffic_->on_peer_lost(peer, Status(GSYNC_ERR_HOST_LOST, what));
   if (ps_traffic_) ps_traffic_->on_peer_lost(peer, Status(GSYNC_ERR_HOST_LOST, what));
+  if (on_lease_peer_lost) on_lease_peer_lost(peer, Status(GSYNC_ERR_HOST_LOST, what));
   for (const auto& job : members_.remove_host(peer))
     if (on_job_broken)
       on_job_broken(job, Status(GSYNC_ERR_HOST_LOST, fmt::format("job {}: {}", job, what)));

@@ -81,6 +81,9 @@ class ControlPlane {
   // The parameter server's (daemon/ps/): its messages (types 6-8), and the
   // writes whose immediate or cookie has kPsWriteBit.
   void set_ps_traffic(OpTraffic* t) { ps_traffic_ = t; }
+  // Batch leases' messages (types 11-14, daemon/leases/).
+  std::function<void(int peer, std::string_view msg)> on_lease_message;
+  std::function<void(int peer, const Status& why)> on_lease_peer_lost;
   // Called after every epoch change (plans built for the old one go).
   std::function<void(uint64_t epoch)> on_epoch;
 

@@ -34,7 +34,8 @@ namespace gsync::cluster {
 // 7: PsRegions carries the clocks of the checkpoints the host can resume
 //    from; PsCheckpoint (type 9) asks every shard for one at a clock;
 //    PsNorm (type 10) carries a shard's part of a clock's gradient norm.
-constexpr uint32_t kProtocolVersion = 7;
+// 8: batch leases (types 11-14, daemon/leases/messages.h).
+constexpr uint32_t kProtocolVersion = 8;
 
 enum MsgType : uint8_t {
   kJobAnnounce = 1,
@@ -48,6 +49,11 @@ enum MsgType : uint8_t {
   kPsAck = 8,
   kPsCheckpoint = 9,
   kPsNorm = 10,
+  // Batch leases (daemon/leases/messages.h).
+  kLeaseAsk = 11,
+  kLeaseGrant = 12,
+  kLeaseSettle = 13,
+  kLeaseDrop = 14,
 };
 // Writes and their cookies with this bit set belong to the parameter
 // server, the others to the op engine.

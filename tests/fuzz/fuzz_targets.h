@@ -17,6 +17,7 @@
   X(cluster_file)             \
   X(config)                   \
   X(control_messages)         \
+  X(leases)                   \
   X(ps)                       \
   X(submission)               \
   X(tcp_frame)

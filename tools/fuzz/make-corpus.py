@@ -70,6 +70,24 @@ def op_abort(job, key, step, code, message):
         cstr(message, 240)
 
 
+# Batch leases' messages (daemon/leases/messages.h), each with the length
+# byte the leases target reads first.
+def lease_ask(job, rank, id, epoch, batches, clock):
+    m = struct.pack("<B3xi", 11, rank) + cstr(job, 64) + struct.pack("<QQQQ", id, epoch, batches,
+                                                                      clock)
+    return bytes([len(m)]) + m
+
+
+def lease_settle(job, rank, clock, mtype=13):
+    m = struct.pack("<B3xi", mtype, rank) + cstr(job, 64) + struct.pack("<Q", clock)
+    return bytes([len(m)]) + m
+
+
+def lease_grant(id, code, value, message):
+    m = struct.pack("<B3xiQII", 12, code, id, value, 0) + cstr(message, 200)
+    return bytes([len(m)]) + m
+
+
 def scenario(hosts, self, two_racks, algo, peer, world):
     return bytes([hosts - 2, self, two_racks, algo, peer, world - 1])
 
@@ -193,6 +211,14 @@ SEEDS = {
         "data-tree": scenario(4, 0, 1, 4, 2, 4) + op_ready(5, 4, 1, 0, 0, 256, 1024) + bytes(1024),
         "data-doubling": scenario(4, 1, 0, 5, 0, 4) + op_ready(5, 5, 1, 1, 1, 100, 200) +
         bytes(200),
+    },
+    "leases": {
+        "an-epoch": b"".join(lease_ask("j", r % 2, r, 0, 3, r // 2) for r in range(4)) +
+        lease_settle("j", 0, 0) + lease_settle("j", 1, 0) + lease_settle("j", 0, 1) +
+        lease_ask("j", 1, 9, 0, 3, 2),
+        "a-drop": lease_ask("j", 0, 1, 1, 4, 0) + lease_ask("j", 1, 2, 1, 4, 0) +
+        lease_settle("j", 1, 0, mtype=14) + lease_ask("j", 0, 3, 1, 4, 1),
+        "grant": lease_grant(5, -8, 0, "job j: rank 1 leases from epoch 0 of 4 batches"),
     },
 }
 
