@@ -459,6 +459,33 @@ int gsync_ps_resume_clock(gsync_request_t* req, uint64_t* clock) {
   });
 }
 
+int gsync_lease(gsync_comm_t* comm, uint64_t epoch, uint64_t batches, uint64_t clock,
+                gsync_request_t** req) {
+  return guarded("gsync_lease", [&] {
+    const gc::OpArgs args{.api = "gsync_lease",
+                          .opcode = gsync::proto::Opcode::kLease,
+                          .key = epoch,
+                          .step = clock,
+                          .count = static_cast<size_t>(batches)};
+    if (batches > SIZE_MAX)
+      return gc::fail(GSYNC_ERR_INVALID, "gsync_lease: batches does not fit a size_t");
+    return submit(comm, args, req);
+  });
+}
+
+int gsync_lease_batch(gsync_request_t* req, uint64_t* batch) {
+  return guarded("gsync_lease_batch", [&] {
+    if (req == nullptr || batch == nullptr)
+      return gc::fail(GSYNC_ERR_INVALID, "gsync_lease_batch: req and batch must not be NULL");
+    uint64_t v = 0;
+    if (!req->session->leased_batch(*req->state, &v))
+      return gc::fail(GSYNC_ERR_INVALID,
+                      "gsync_lease_batch: the request is not a lease that completed");
+    *batch = v;
+    return int{GSYNC_OK};
+  });
+}
+
 const char* gsync_request_error(gsync_request_t* req) {
   if (req == nullptr) return "";
   try {

@@ -18,6 +18,7 @@
 #include "libclient/error.h"
 #include "libclient/format.h"
 #include "protocol/compression.h"
+#include "protocol/lease.h"
 #include "protocol/ps.h"
 
 namespace gsync::client {
@@ -212,6 +213,14 @@ int Session::validate(const OpArgs& a, bool* zero_copy, uint64_t* bytes) const {
   *zero_copy = false;
   *bytes = 0;
   if (a.opcode == proto::Opcode::kBarrier) return GSYNC_OK;
+  if (a.opcode == proto::Opcode::kLease) {
+    // key: the epoch, step: the clock, count: the epoch's batches.
+    if (a.count == 0 || a.count > proto::kMaxLeaseBatches)
+      return bad(format("batches %zu is outside 1 .. %llu", a.count,
+                        static_cast<unsigned long long>(proto::kMaxLeaseBatches)));
+    if (a.step >= proto::kDeclareStep) return bad("clock is out of range");
+    return GSYNC_OK;
+  }
   if (a.key == kBarrierKey) return bad("key 0xffffffffffffffff is reserved for barriers");
   proto::DType dtype{};
   if (!proto::dtype_from_wire(a.dtype, &dtype)) {
@@ -232,8 +241,9 @@ int Session::validate(const OpArgs& a, bool* zero_copy, uint64_t* bytes) const {
                         proto::name(dtype)));
     if (a.count == 0) return bad("count is 0");
     if ((a.opcode == proto::Opcode::kPush || a.opcode == proto::Opcode::kPushPull) &&
-        !(std::isfinite(a.weight) && a.weight > 0))
-      return bad(format("opts.weight %g must be finite and > 0", a.weight));
+        !(std::isfinite(a.weight) && a.weight >= 0))
+      return bad(format("opts.weight %g must be finite and >= 0 (0: a step without data)",
+                        a.weight));
     if (!(std::isfinite(a.lr) && a.lr >= 0))
       return bad(format("opts.lr %g must be finite and >= 0 (0: the declared one)", a.lr));
     if (a.ps != nullptr)
@@ -655,6 +665,13 @@ void Session::block_for_completion(int slice_ms) {
     }
   }
   header_->cq_waiters.fetch_sub(1, std::memory_order_seq_cst);
+}
+
+bool Session::leased_batch(RequestState& st, uint64_t* batch) {
+  std::lock_guard lk(mu_);
+  if (!st.done || st.status != GSYNC_OK || st.opcode != proto::Opcode::kLease) return false;
+  *batch = st.value;
+  return true;
 }
 
 bool Session::declared_clock(RequestState& st, uint64_t* clock) {

@@ -74,6 +74,9 @@ class Session {
   const char* request_error(RequestState& st);
   // A completed declaration's resume clock; false for any other request.
   bool declared_clock(RequestState& st, uint64_t* clock);
+  // A completed lease's batch (or GSYNC_LEASE_WAIT / GSYNC_LEASE_END);
+  // false for any other request.
+  bool leased_batch(RequestState& st, uint64_t* batch);
   void release(RequestState& st);
 
   // "job J rank R", for error text.

@@ -14,6 +14,7 @@
 #include "daemon/jobs/job_manager.h"
 #include "protocol/compression.h"
 #include "protocol/guard.h"
+#include "protocol/lease.h"
 #include "protocol/ps.h"
 
 namespace gsync {
@@ -39,6 +40,7 @@ std::string shape_of(const proto::OpShape& s) {
       return fmt::format("{} of {} {}{}", proto::name(s.opcode), s.count, proto::name(s.dtype),
                          s.lr > 0 ? fmt::format(" (lr {})", s.lr) : "");
     case proto::Opcode::kBarrier:
+    case proto::Opcode::kLease:
       break;
   }
   return proto::name(s.opcode);
@@ -79,9 +81,10 @@ Status check_ps_submission(const proto::SubmitEntry& e, uint64_t arena_bytes, co
   if (e.compress != 0 || e.redop != 0 || e.root != 0)
     return bad(GSYNC_ERR_PROTOCOL, fmt::format("a {} has no codec, reduce op or root", proto::name(op)));
   if (op == proto::Opcode::kPush || op == proto::Opcode::kPushPull) {
-    if (!(std::isfinite(e.weight) && e.weight > 0))
+    // 0: a step without data (a rank that leases no batch this clock).
+    if (!(std::isfinite(e.weight) && e.weight >= 0))
       return bad(GSYNC_ERR_INVALID,
-                 fmt::format("weight {} must be finite and > 0 (the samples it stands for)",
+                 fmt::format("weight {} must be finite and >= 0 (the samples it stands for)",
                              e.weight));
     if (std::string why = proto::check_push_lr(e.compress_arg, &shape->lr); !why.empty())
       return bad(GSYNC_ERR_INVALID, why);
@@ -110,6 +113,18 @@ Status check_submission(const proto::SubmitEntry& e, int world_size, uint64_t ar
     return bad(GSYNC_ERR_INVALID, fmt::format("timeout {} ms is over 24 h", e.timeout_ms));
   *bytes = 0;
   shape->count = e.count;
+  if (shape->opcode == proto::Opcode::kLease) {
+    // key: the epoch, step: the clock, count: the epoch's batches.
+    if (e.count == 0 || e.count > proto::kMaxLeaseBatches)
+      return bad(GSYNC_ERR_INVALID, fmt::format("a lease of an epoch of {} batches (1 to {})",
+                                                e.count, proto::kMaxLeaseBatches));
+    if (e.step >= proto::kDeclareStep)
+      return bad(GSYNC_ERR_INVALID, fmt::format("a lease for clock {}", e.step));
+    if (e.offset != 0 || e.dtype != 0 || e.redop != 0 || e.compress != 0 || e.root != 0 ||
+        e.compress_arg != 0 || e.weight != 0)
+      return bad(GSYNC_ERR_PROTOCOL, "a lease carries no tensor, codec, weight or root");
+    return Status::ok();
+  }
   if (proto::is_ps(shape->opcode)) {
     if (e.key == proto::kBarrierKey)
       return bad(GSYNC_ERR_PROTOCOL, "key 0xffffffffffffffff is reserved for barriers");
@@ -186,7 +201,8 @@ Status JobManager::validate(const Session& s, const Job& job, const proto::Submi
   if (Status st = check_submission(e, job.world_size, s.arena_bytes(), s.describe(), shape, &bytes);
       !st)
     return st;
-  if (shape->opcode == proto::Opcode::kBarrier) return Status::ok();
+  if (shape->opcode == proto::Opcode::kBarrier || shape->opcode == proto::Opcode::kLease)
+    return Status::ok();
   // Checked above against the same arena size; this only finds the address.
   if (!s.arena_range(e.offset, bytes, data))
     return Status(GSYNC_ERR_INTERNAL, fmt::format("{}: arena range check disagrees", s.describe()));

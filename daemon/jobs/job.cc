@@ -10,7 +10,23 @@ std::string JobOp::describe(const std::string& job) const {
 }
 
 bool BspPolicy::ready(const Job& job, const JobOp& op) const {
-  return op.arrived == job.local_size;
+  if (op.arrived != job.expected_ranks()) return false;
+  return !job.leasing || !proto::is_push(op.shape.opcode) || job.clock_pushed(op.id.step);
+}
+
+int Job::expected_ranks() const {
+  int n = local_size;
+  for (const auto& s : slots)
+    if (s.departed) n--;
+  return n;
+}
+
+bool Job::clock_pushed(uint64_t clock) const {
+  auto it = clock_pushes.find(clock);
+  if (it == clock_pushes.end() || ps_keys.empty()) return false;
+  for (size_t l = 0; l < slots.size(); l++)
+    if (!slots[l].departed && it->second[l] < ps_keys.size()) return false;
+  return true;
 }
 
 int Job::live_ranks() const {

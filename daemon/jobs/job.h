@@ -8,6 +8,8 @@
 
 #include <cstdint>
 #include <deque>
+#include <map>
+#include <set>
 #include <memory>
 #include <string>
 #include <unordered_map>
@@ -61,6 +63,12 @@ struct RankSlot {
   int dead_rank = -1;
   pid_t dead_pid = 0;
   std::string dead_reason;
+  // A job that leases batches goes on without a rank that leaves: its slot
+  // is departed for good (ops stop waiting for it; it cannot rejoin).
+  bool departed = false;
+  // Batch leases: the first clock whose pushes this rank has not all begun
+  // (its leases for earlier clocks settle when those pushes are applied).
+  uint64_t pushes_begun_below = 0;
 };
 
 struct Job {
@@ -90,6 +98,20 @@ struct Job {
   // found anomalous (they count as failed too).
   proto::Guard guard;
   uint64_t anomalies = 0;
+  // Batch leases (protocol/lease.h, jobs/leasing.cc): the parameter keys
+  // declared; whether a rank has leased (from then on the job goes on
+  // without a rank that leaves, and a clock's pushes begin together, once
+  // every rank has submitted its push of every key: a rank that dies has
+  // pushed all of a clock or nothing); per clock, each local rank's pushes
+  // submitted; per (rank, clock), its pushes applied.
+  std::set<uint64_t> ps_keys;
+  bool leasing = false;
+  // The host that keeps the ledger, fixed at the first lease (the job's
+  // hosts are all known then: its keys are declared); -1: this one.
+  int lease_keeper = -1;
+  std::map<uint64_t, std::vector<uint32_t>> clock_pushes;
+  std::map<std::pair<int, uint64_t>, uint32_t> pushes_applied;
+  uint64_t departures = 0;
 
   uint64_t ops_completed = 0, ops_failed = 0, bytes_reduced = 0;
   RateMeter meter;
@@ -103,6 +125,11 @@ struct Job {
   uint64_t remote_departures = 0;
 
   bool multi_host() const { return world_size > local_size; }
+  // The local ranks an op waits for: all but the departed.
+  int expected_ranks() const;
+  // Batch leases: every expected rank has submitted its push of every key
+  // at `clock`.
+  bool clock_pushed(uint64_t clock) const;
   int live_ranks() const;
   std::vector<int> live_rank_ids() const;  // global ranks of the connected slots
   const RankSlot* first_dead() const;

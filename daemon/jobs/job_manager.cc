@@ -14,7 +14,7 @@ constexpr size_t kMaxTombstones = 4096;
 
 JobManager::JobManager(const DaemonConfig& cfg, pipeline::Pipeline& pipeline,
                        cluster::ControlPlane* control)
-    : cfg_(cfg), pipeline_(pipeline), control_(control) {
+    : cfg_(cfg), pipeline_(pipeline), control_(control), leases_(control) {
   if (!control_) return;
   control_->on_job_ready = [this](const std::string& job) { job_ready(job); };
   control_->on_job_broken = [this](const std::string& job, const Status& why) {
@@ -45,6 +45,12 @@ Status JobManager::check_join(const JoinRequest& r) {
     return {GSYNC_ERR_REFUSED, fmt::format("job {} has the anomaly guard {}, but rank {} says {}",
                                            r.job_id, proto::describe(job.guard), r.rank,
                                            proto::describe(guard))};
+  if (job.slots[static_cast<size_t>(r.local_rank)].departed)
+    return {GSYNC_ERR_REFUSED,
+            fmt::format("job {}: local rank {} left a job that leases batches, which went on "
+                        "without it; a rank cannot rejoin it (start the job again, and it "
+                        "resumes from its checkpoints)",
+                        r.job_id, r.local_rank)};
   for (size_t l = 0; l < job.slots.size(); l++) {
     const auto& s = job.slots[l].session;
     if (!s) continue;
@@ -64,6 +70,7 @@ void JobManager::attach(const std::shared_ptr<Session>& s) {
     proto::Sync sync;
     proto::from_wire(s->sync, &sync);  // checked at join
     job = std::make_unique<Job>(s->job_id, s->world_size, s->local_size, sync);
+    leases_.job_opened(s->job_id);
     proto::from_wire_guard(s->guard, &job->guard);  // checked at join
     spdlog::info("job {}: created by {} (world_size {}, local_size {}, {})", s->job_id,
                  s->describe(), s->world_size, s->local_size, proto::describe(job->sync));
@@ -117,8 +124,13 @@ void JobManager::detach(const std::shared_ptr<Session>& s, const std::string& re
   RankSlot& slot = job.slots[static_cast<size_t>(s->local_rank)];
   if (slot.session != s) return;
   slot.session.reset();
-  if (control_ && job.multi_host()) control_->local_rank_left(job.id, s->rank, s->peer.pid, reason);
-  if (job.live_ranks() > 0) rank_died(job, *s, reason);
+  if (job.leasing && job.live_ranks() > 0) {
+    depart(job, *s, reason);  // the job goes on without it
+  } else {
+    if (control_ && job.multi_host())
+      control_->local_rank_left(job.id, s->rank, s->peer.pid, reason);
+    if (job.live_ranks() > 0) rank_died(job, *s, reason);
+  }
   maybe_erase(s->job_id);
 }
 
@@ -161,6 +173,7 @@ void JobManager::maybe_erase(const std::string& job_id) {
                it->second->ops_completed, it->second->ops_failed);
   jobs_.erase(it);
   pipeline_.job_closed(job_id);
+  leases_.job_closed(job_id);
 }
 
 // ---------------------------------------------------------------- ops
@@ -186,6 +199,7 @@ void JobManager::submit(const std::shared_ptr<Session>& s, const proto::SubmitEn
                              dead->dead_reason)));
     return;
   }
+  if (shape.opcode == proto::Opcode::kLease) return lease(s, job, e);
   if (const auto* t = job.find_tombstone(id)) {
     reply(s, e.tag, t->status);
     return;
@@ -214,6 +228,7 @@ void JobManager::submit(const std::shared_ptr<Session>& s, const proto::SubmitEn
     op.deadline = op.started + std::chrono::milliseconds(op.timeout_ms);
   }
   op.arrived++;
+  if (proto::is_push(op.shape.opcode) && count_push(job, s->local_rank, op.id.step)) return;
   if (job.policy->ready(job, op)) start(job, op);
 }
 
@@ -237,6 +252,12 @@ JobOp& JobManager::op_for(Job& job, const Session& s, const proto::SubmitEntry& 
 }
 
 void JobManager::start(Job& job, JobOp& op) {
+  // Its ranks' pushes of this clock are taken: they will be applied.
+  if (proto::is_push(op.shape.opcode))
+    for (size_t l = 0; l < op.arrivals.size(); l++)
+      if (op.arrivals[l].session)
+        job.slots[l].pushes_begun_below =
+            std::max(job.slots[l].pushes_begun_below, op.id.step + 1);
   if (!job.multi_host()) return run(job, op);
   // Waits until every host of the job has announced its ranks; fails at
   // once while a remote rank that left has not rejoined.
@@ -259,6 +280,7 @@ pipeline::OpRequest JobManager::request(const Job& job, const JobOp& op) const {
   r.shape = op.shape;
   r.world_size = job.world_size;
   for (const auto& a : op.arrivals) {
+    if (!a.session) continue;  // a departed rank (a job that leases batches)
     pipeline::Contribution c;
     c.buf.ptr = static_cast<uint8_t*>(a.data);
     c.buf.bytes = op.bytes();
@@ -321,6 +343,8 @@ void JobManager::finish(Job& job, const OpId& id, const Status& st,
   h.finished = now;
   if (times) h.pipeline = *times;
   history_.add(std::move(h));
+  if (st && op->shape.opcode == proto::Opcode::kPsDeclare) job.ps_keys.insert(id.key);
+  if (st && job.leasing && proto::is_push(op->shape.opcode)) settle_pushes(job, *op);
   if (st) {
     job.ops_completed++;
     stats_.ops_completed++;

@@ -19,6 +19,7 @@
 #include "daemon/config/config.h"
 #include "daemon/jobs/job.h"
 #include "daemon/jobs/op_history.h"
+#include "daemon/leases/lease_service.h"
 #include "daemon/pipeline/pipeline.h"
 #include "daemon/shm/client_listener.h"
 #include "protocol/wire.h"
@@ -79,6 +80,15 @@ class JobManager final : public ClientSink {
   void remember_failure(Job& job, const OpId& id, const Status& st);
   void maybe_erase(const std::string& job_id);
   std::string missing_ranks(const Job& job, const JobOp& op) const;
+  // Batch leases (leasing.cc).
+  void lease(const std::shared_ptr<Session>& s, Job& job, const proto::SubmitEntry& e);
+  int keeper(const Job& job) const;
+  // A push was submitted: counted; true when the job leases and so the
+  // clock's pushes start together (done here, or once the last is in).
+  bool count_push(Job& job, int local_rank, uint64_t clock);
+  void start_ready(Job& job, bool pushes_of_clock_only = false, uint64_t clock = 0);
+  void depart(Job& job, const Session& s, const std::string& reason);
+  void settle_pushes(Job& job, const JobOp& op);
   void expire(Job& job, Clock::time_point now);
 
   const DaemonConfig& cfg_;
@@ -87,6 +97,7 @@ class JobManager final : public ClientSink {
   std::map<std::string, std::unique_ptr<Job>> jobs_;
   GlobalStats stats_;
   OpHistory history_;
+  leases::LeaseService leases_;
 };
 
 }  // namespace gsync

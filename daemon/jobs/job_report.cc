@@ -83,6 +83,9 @@ nlohmann::json JobManager::jobs_report() const {
       else if (slot.dead)
         ranks.push_back({{"rank", slot.dead_rank}, {"local_rank", l}, {"pid", slot.dead_pid},
                          {"uid", nullptr}, {"state", "dead"}});
+      else if (slot.departed)
+        ranks.push_back({{"rank", nullptr}, {"local_rank", l}, {"pid", nullptr},
+                         {"uid", nullptr}, {"state", "departed"}});
     }
     size_t running = 0;
     for (const auto& [id, op] : job->ops) running += op->running();
@@ -107,6 +110,10 @@ nlohmann::json JobManager::jobs_report() const {
                     {"error_feedback_bytes", pipeline_.error_feedback_bytes(name)},
                     {"sync_mode", proto::describe(job->sync)},
                     {"parameters", ps_keys(pipeline_.ps(), name)},
+                    // Batch leases (docs/fault-tolerance.md): this host's
+                    // counts and, on the keeper, the ledger.
+                    {"leases", leases_.report(name)},
+                    {"departures", job->departures},
                     {"last_error", job->last_error}});
   }
   return json{{"jobs", list}};

@@ -13,7 +13,7 @@ namespace gsync {
 std::string JobManager::missing_ranks(const Job& job, const JobOp& op) const {
   std::string out;
   for (size_t l = 0; l < op.arrivals.size(); l++) {
-    if (op.arrivals[l].session) continue;
+    if (op.arrivals[l].session || job.slots[l].departed) continue;
     if (!out.empty()) out += ", ";
     const auto& s = job.slots[l].session;
     if (s)
@@ -52,14 +52,21 @@ void JobManager::expire(Job& job, Clock::time_point now) {
                                          pipeline_.waiting_for(op->serial))));
       continue;
     }
-    std::string missing =
-        op->arrived < job.local_size
-            ? fmt::format("{} of {} local ranks arrived; not arrived: {}", op->arrived,
-                          job.local_size, missing_ranks(job, *op))
-            : fmt::format("all {} local ranks arrived, but the job is not complete across hosts: {}",
-                          job.local_size, control_ ? control_->job_missing(job.id, job.world_size,
-                                                                           job.live_rank_ids())
-                                                   : "");
+    const int expected = job.expected_ranks();
+    std::string missing;
+    if (op->arrived < expected)
+      missing = fmt::format("{} of {} local ranks arrived; not arrived: {}", op->arrived, expected,
+                            missing_ranks(job, *op));
+    else if (job.leasing && proto::is_push(op->shape.opcode) && !job.clock_pushed(id.step))
+      missing = fmt::format("the job leases batches, so a clock's pushes begin together, and not "
+                            "every rank here has pushed all {} keys at clock {}",
+                            job.ps_keys.size(), id.step);
+    else
+      missing = fmt::format("all {} local ranks arrived, but the job is not complete across "
+                            "hosts: {}",
+                            expected, control_ ? control_->job_missing(job.id, job.world_size,
+                                                                       job.live_rank_ids())
+                                               : "");
     expired.emplace_back(id, Status(GSYNC_ERR_TIMEOUT,
                                     fmt::format("{} timed out after {} ms: {}",
                                                 op->describe(job.id), op->timeout_ms, missing)));

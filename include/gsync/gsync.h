@@ -247,6 +247,27 @@ int gsync_ps_push_pull(gsync_comm_t *comm, uint64_t key, uint64_t clock, void *b
  * checkpoint, and the worker's next push is at clock c. GSYNC_ERR_INVALID
  * for a request that is not a completed declaration. */
 int gsync_ps_resume_clock(gsync_request_t *req, uint64_t *clock);
+/* Batch leases (docs/fault-tolerance.md, "Batch leases"): a
+ * parameter-server job may have the daemons hand out its data. Epoch
+ * `epoch` is the batch ids 0 .. batches-1 (every rank says the same
+ * batches; at most 2^28). gsync_lease asks for the next batch for the
+ * rank's step `clock`; once the request completes, gsync_lease_batch gives
+ * the batch id, or:
+ *   GSYNC_LEASE_WAIT  no batch is free now, but some are leased and not
+ *                     settled: take the step without data (push zeros with
+ *                     weight 0) and ask again at the next clock;
+ *   GSYNC_LEASE_END   every batch of the epoch is settled.
+ * A lease is settled when the rank's pushes of `clock` (every declared
+ * key) are applied. A rank that dies or closes has its unsettled leases
+ * handed to the next ranks that ask, and the job goes on without it: every
+ * batch is trained on exactly once per epoch. Declare the parameters first;
+ * from the first lease on, a clock's pushes on a host begin together, once
+ * every rank there has pushed every key at that clock. */
+#define GSYNC_LEASE_WAIT UINT64_C(0xfffffffe)
+#define GSYNC_LEASE_END UINT64_C(0xffffffff)
+int gsync_lease(gsync_comm_t *comm, uint64_t epoch, uint64_t batches, uint64_t clock,
+                gsync_request_t **req);
+int gsync_lease_batch(gsync_request_t *req, uint64_t *batch);
 int gsync_broadcast(gsync_comm_t *comm, uint64_t key, uint64_t step, void *buf,
                     size_t count, int dtype, int root, gsync_request_t **req);
 int gsync_ibarrier(gsync_comm_t *comm, uint64_t step, gsync_request_t **req);

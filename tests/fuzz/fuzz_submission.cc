@@ -12,6 +12,7 @@
 
 #include "daemon/jobs/admission.h"
 #include "protocol/compression.h"
+#include "protocol/lease.h"
 #include "protocol/ps.h"
 #include "tests/fuzz/fuzz_target.h"
 
@@ -30,13 +31,19 @@ GSYNC_FUZZ_TARGET(submission) {
     FUZZ_CHECK(st.message().find(std::to_string(e.tag)) != std::string::npos);
     return 0;
   }
+  if (shape.opcode == proto::Opcode::kLease) {
+    // A lease: an epoch of 1 to kMaxLeaseBatches batches, nothing else.
+    FUZZ_CHECK(e.count > 0 && e.count <= proto::kMaxLeaseBatches && bytes == 0);
+    FUZZ_CHECK(e.offset == 0 && e.weight == 0 && e.compress == 0 && e.root == 0);
+    return 0;
+  }
   if (proto::is_ps(shape.opcode)) {
-    // A parameter-server op: float data, no codec; a push weighs > 0.
+    // A parameter-server op: float data, no codec; a push weighs >= 0.
     FUZZ_CHECK(e.compress == 0 && !shape.compress.on() && e.count > 0);
     FUZZ_CHECK(shape.dtype == proto::DType::kF32 || shape.dtype == proto::DType::kF16 ||
                shape.dtype == proto::DType::kBF16);
     if (shape.opcode == proto::Opcode::kPush || shape.opcode == proto::Opcode::kPushPull)
-      FUZZ_CHECK(std::isfinite(e.weight) && e.weight > 0 && std::isfinite(shape.lr) &&
+      FUZZ_CHECK(std::isfinite(e.weight) && e.weight >= 0 && std::isfinite(shape.lr) &&
                  shape.lr >= 0);
     if (shape.opcode == proto::Opcode::kPsDeclare)
       FUZZ_CHECK(e.offset >= sizeof(proto::PsDeclareHeader));

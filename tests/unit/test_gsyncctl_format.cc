@@ -166,6 +166,21 @@ TEST(RenderJobs, ParameterServerKeysGetALineEach) {
                         "46 updates (23.0/s), 1 pulls waiting\n"));
 }
 
+TEST(RenderJobs, LeasesGetALineWithTheKeepersEpochs) {
+  auto reply = nlohmann::json::parse(R"json({"jobs":[
+    {"job":"lj","world_size":4,"local_size":2,"ranks":[],"ops_completed":4,"ops_failed":0,
+     "ops_in_flight":0,"bytes_reduced":0,"throughput_gbps":0,"last_error":"","departures":1,
+     "leases":{"keeper":"h1","leased":24,"waits":1,"ends":2,"settled_clocks":24,"outstanding":0,
+               "epochs":[{"epoch":3,"batches":48,"leased":49,"outstanding":0,"settled":48,
+                          "reassigned":1,"free":0}]}},
+    {"job":"plain","world_size":1,"local_size":1,"ranks":[],"ops_completed":0,"ops_failed":0,
+     "ops_in_flight":0,"bytes_reduced":0,"throughput_gbps":0,"last_error":"","leases":{}}]})json");
+  const std::string out = render_jobs(reply);
+  EXPECT_THAT(out, HasSubstr("job lj leases (keeper h1): 24 leased here, 1 departed; epoch 3: 48 "
+                             "batches, 48 settled, 0 outstanding, 1 reassigned, 0 free\n"));
+  EXPECT_THAT(out, Not(HasSubstr("job plain leases")));
+}
+
 TEST(RenderJobs, Empty) {
   EXPECT_EQ(render_jobs(nlohmann::json::parse(R"json({"jobs":[]})json")), "no jobs\n");
 }

@@ -204,6 +204,26 @@ std::string render_parameters(const json& job) {
   }
   return out;
 }
+
+// A job's batch leases: "job train leases (keeper h1): 3 departed; epoch 0:
+// 64 batches, 40 settled, 2 outstanding, 1 reassigned, 22 free"; the
+// epochs only on the keeper.
+std::string render_leases(const json& job) {
+  const json& l = field(job, "leases");
+  if (!l.is_object() || l.empty()) return "";
+  std::string out = fmt::format("job {} leases (keeper {}): {} leased here, {} departed",
+                                text(field(job, "job")), text(field(l, "keeper")),
+                                text(field(l, "leased")), text(field(job, "departures")));
+  const json& epochs = field(l, "epochs");
+  if (epochs.is_array())
+    for (const json& e : epochs)
+      out += fmt::format("; epoch {}: {} batches, {} settled, {} outstanding, {} reassigned, {} "
+                         "free",
+                         text(field(e, "epoch")), text(field(e, "batches")),
+                         text(field(e, "settled")), text(field(e, "outstanding")),
+                         text(field(e, "reassigned")), text(field(e, "free")));
+  return out + "\n";
+}
 }  // namespace
 
 std::string render_jobs(const json& reply) {
@@ -253,7 +273,7 @@ std::string render_jobs(const json& reply) {
           {"LAST ERROR"},
       },
       rows);
-  for (const json& job : jobs) out += render_parameters(job);
+  for (const json& job : jobs) out += render_parameters(job) + render_leases(job);
   return out;
 }
 
