@@ -12,6 +12,14 @@ shards computed with the declared optimizer, as the job's sync mode allows.
   examples/train_ps.py --nproc 4 --sockets S1,S2                 # 2 hosts x 2 ranks, bsp
   examples/train_ps.py --nproc 4 --sockets S1,S2,S3,S4 --sync ssp:3 --optimizer adamw --lr 1e-3
   examples/train_ps.py --nproc 2 --sockets ... --stall 0.1:60    # 10% of steps stall 60 ms
+  examples/train_ps.py --nproc 4 --sockets S1,S2 --epochs 3      # batches leased (below)
+
+With --epochs E the ranks share the whole data set and the daemons lease its
+batches (docs/fault-tolerance.md, "Batch leases"; LeasedBatchSampler): a rank
+that dies has its batches trained on by the others, each batch exactly once
+per epoch. --lease-log DIR writes DIR/rank<R>.log: "leased E B" when a rank
+gets batch B of epoch E, "done E B" once its step is applied, flushed line by
+line so a killed rank's log is whole.
 
 Prints per step (rank 0, unless --quiet) and at the end: steps, time,
 updates per second, the final loss over the training set (--eval), and with
@@ -62,6 +70,11 @@ def parse_args(argv=None):
     p.add_argument("--json-dir", default="", help="with --json: write DIR/rank<R>.json instead")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--bucket-cap-mb", type=float, default=25.0, help="PSOptimizer's buckets")
+    p.add_argument("--epochs", type=int, default=0,
+                   help="train E epochs of leased batches instead of --steps steps")
+    p.add_argument("--lease-log", default="", help="with --epochs: DIR/rank<R>.log")
+    p.add_argument("--anneal", action="store_true",
+                   help="with --epochs: the last epoch at a tenth of --lr")
     return p.parse_args(argv)
 
 
@@ -81,6 +94,8 @@ def rank_main(args) -> int:
                                   weight=float(args.batch), bucket_cap_mb=args.bucket_cap_mb,
                                   timeout_ms=120000)
     lossf = nn.CrossEntropyLoss()
+    if args.epochs:
+        return leased_main(args, rank, model, opt, lossf)
     rng = random.Random(args.seed * 1000 + rank)
     stall_p, stall_ms = (float(v) for v in args.stall.split(":")) if args.stall else (0.0, 0.0)
     nb = x.shape[0] // args.batch
@@ -124,6 +139,53 @@ def rank_main(args) -> int:
     # Every rank is through before any leaves: a rank that leaves a job
     # fails the others' ops (in asp and ssp the fast ones finish first).
     opt.comm.barrier(1, 600000)
+    opt.close()
+    return 0
+
+
+def leased_main(args, rank, model, opt, lossf) -> int:
+    """--epochs: every rank trains on the batches the daemons lease it."""
+    import torch
+    import gsync.torch
+    from train_ddp import make_shard
+    x, y = make_shard(args, 0, 1)  # the whole set: the leases split it
+    sampler = gsync.torch.LeasedBatchSampler(opt, x.shape[0], args.batch, seed=args.seed,
+                                             drop_last=True)
+    log = open(Path(args.lease_log, f"rank{rank}.log"), "w", buffering=1) if args.lease_log else None
+    t0, steps = time.perf_counter(), 0
+    for epoch in range(args.epochs):
+        sampler.set_epoch(epoch)
+        if args.anneal and epoch == args.epochs - 1:
+            opt.lr = args.lr / 10  # pushes carry it
+        for b in opt.leased_batches(epoch, len(sampler)):
+            if log:
+                log.write(f"leased {epoch} {b}\n")
+            idx = sampler.batch(b)
+            opt.zero_grad()
+            loss = lossf(model(x[idx]), y[idx])
+            loss.backward()
+            if args.compute_ms:
+                time.sleep(args.compute_ms / 1000)
+            opt.step()
+            steps += 1
+            if log:
+                log.write(f"done {epoch} {b}\n")
+        if rank == 0 and not args.quiet:
+            print(f"epoch {epoch} done at clock {opt.clock} ({steps} steps here)", flush=True)
+    secs = time.perf_counter() - t0
+    final = None
+    if args.eval and rank == 0:
+        with torch.no_grad():
+            final = lossf(model(x), y).item()
+    if args.json:
+        line = json.dumps({"rank": rank, "steps": steps, "clock": opt.clock, "seconds": secs,
+                           "final_loss": final})
+        if args.json_dir:
+            Path(args.json_dir, f"rank{rank}.json").write_text(line + "\n")
+        else:
+            print(line, flush=True)
+    # No barrier: the job leases, so a rank that leaves is let go, and every
+    # rank was told the end of the last epoch at the same clock.
     opt.close()
     return 0
 

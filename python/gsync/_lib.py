@@ -54,6 +54,9 @@ class GsyncCompression(ctypes.Structure):
 # enum gsync_sync_mode, enum gsync_optimizer
 SYNC_BSP, SYNC_ASP, SYNC_SSP = 0, 1, 2
 OPT_SGD, OPT_ADAM, OPT_ADAMW = 0, 1, 2
+# A lease's answers (gsync.h): no batch now (take a step without data), and
+# the epoch is over.
+LEASE_WAIT, LEASE_END = 0xfffffffe, 0xffffffff
 
 
 class GsyncPsOpts(ctypes.Structure):
@@ -164,6 +167,9 @@ def _declare(lib: ctypes.CDLL) -> None:
         "gsync_ps_push_pull": (c_int, [c_void_p, ctypes.c_uint64, ctypes.c_uint64, c_void_p,
                                        ctypes.c_size_t, c_int, ctypes.POINTER(GsyncPushOpts),
                                        comm_pp]),
+        "gsync_lease": (c_int, [c_void_p, ctypes.c_uint64, ctypes.c_uint64, ctypes.c_uint64,
+                                comm_pp]),
+        "gsync_lease_batch": (c_int, [c_void_p, ctypes.POINTER(ctypes.c_uint64)]),
         "gsync_barrier": (c_int, [c_void_p, ctypes.c_uint64, c_int]),
         "gsync_test": (c_int, [c_void_p]),
         "gsync_wait": (c_int, [c_void_p, c_int]),

@@ -51,6 +51,12 @@ class Request:
         _lib.check(_lib.lib().gsync_ps_resume_clock(self._ptr, ctypes.byref(c)))
         return c.value
 
+    def lease_batch(self) -> int:
+        """A completed lease's batch id, or _lib.LEASE_WAIT / _lib.LEASE_END."""
+        c = ctypes.c_uint64()
+        _lib.check(_lib.lib().gsync_lease_batch(self._ptr, ctypes.byref(c)))
+        return c.value
+
     def free(self) -> None:
         if self._ptr:
             _lib.lib().gsync_request_free(self._ptr)
@@ -182,6 +188,13 @@ class Comm:
         _lib.check(_lib.lib().gsync_ps_pull(self.handle, key, clock, addr, count, dtype,
                                             ctypes.byref(req)))
         return Request(req.value, key, clock)
+
+    def lease(self, epoch: int, batches: int, clock: int) -> Request:
+        """The next batch of epoch `epoch` (of `batches`) for step `clock`
+        (docs/fault-tolerance.md, "Batch leases"): Request.lease_batch."""
+        req = ctypes.c_void_p()
+        _lib.check(_lib.lib().gsync_lease(self.handle, epoch, batches, clock, ctypes.byref(req)))
+        return Request(req.value, epoch, clock)
 
     def barrier(self, step: int, timeout_ms: int = -1) -> None:
         _lib.check(_lib.lib().gsync_barrier(self.handle, step, timeout_ms))

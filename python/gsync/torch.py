@@ -37,7 +37,8 @@ from gsync import _lib
 from gsync._lib import GsyncError
 from gsync.comm import Comm, Request
 
-__all__ = ["GsyncError", "GsyncState", "PSOptimizer", "allreduce_hook", "init"]
+__all__ = ["GsyncError", "GsyncState", "LeasedBatchSampler", "PSOptimizer", "allreduce_hook",
+           "init"]
 
 _DTYPES = {
     torch.float32: _lib.FLOAT32,
@@ -441,4 +442,4 @@ def bucket_layout(state: GsyncState) -> List[Tuple[int, int]]:
 
 # The parameter server's optimizer (docs/parameter-server.md); below the
 # helpers it uses from this module.
-from gsync.torch_ps import PSOptimizer  # noqa: E402
+from gsync.torch_ps import LeasedBatchSampler, PSOptimizer  # noqa: E402

@@ -9,6 +9,16 @@ servers (docs/parameter-server.md), for training without DDP.
         loss_fn(model(x), y).backward()   # each bucket pushed as soon as its grads are in
         opt.step()                        # waits for the parameters of the next step
 
+Batch leases (docs/fault-tolerance.md): the daemons can hand out the data,
+so that a rank that dies mid-epoch has its batches trained on by the
+others, exactly once:
+
+    sampler = gsync.torch.LeasedBatchSampler(opt, len(dataset), batch_size=32)
+    loader = DataLoader(dataset, batch_sampler=sampler)   # num_workers=0
+    for epoch in range(epochs):
+        sampler.set_epoch(epoch)
+        for x, y in loader: ...; opt.step()
+
 The parameters are cut into buckets (about 25 MiB, in the reverse order of
 registration, as DDP does), each one key of the parameter server with an
 arena buffer of its own. At construction every rank declares them: rank 0's
@@ -23,7 +33,7 @@ from __future__ import annotations
 
 import atexit
 import os
-from typing import Iterable, List, Optional
+from typing import Iterable, Iterator, List, Optional
 
 import torch
 
@@ -175,6 +185,42 @@ class PSOptimizer:
             b.flat.zero_()  # the next step's gradients start from zero
         self.clock += 1
 
+    def empty_step(self) -> None:
+        """A step without data: pushes zeros weighing nothing at this clock
+        (the job's other ranks go on; the servers' update is theirs alone)
+        and loads the parameters of the next step."""
+        saved = self.weight
+        self.weight = 0.0
+        try:
+            self.step()
+        finally:
+            self.weight = saved
+
+    def leased_batches(self, epoch: int, batches: int) -> Iterator[int]:
+        """The batch ids of epoch `epoch` (0 .. batches-1, the same number on
+        every rank) that the daemons lease to this rank, each for the step
+        at `clock`: train on it and call step() before asking for the next.
+        A lease is settled once that step's pushes are applied; a rank that
+        dies has its unsettled leases handed to the others, so every batch
+        is trained on exactly once per epoch. While no batch is free but
+        others still hold some, the iterator takes steps without data
+        itself (empty_step); it ends once every batch is settled."""
+        while True:
+            req = self.comm.lease(epoch, batches, self.clock)
+            try:
+                rc = req.wait(-1)
+                if rc != 0:
+                    raise req.error(rc)
+                batch = req.lease_batch()
+            finally:
+                req.free()
+            if batch == _lib.LEASE_END:
+                return
+            if batch == _lib.LEASE_WAIT:
+                self.empty_step()
+                continue
+            yield batch
+
     def _wait_all(self, reqs: List[Request], resume_clock: bool = False) -> List[int]:
         error, clocks = None, []
         for r in reqs:
@@ -201,3 +247,43 @@ class PSOptimizer:
         if getattr(self, "comm", None) is not None:
             self.comm.close()
             self.comm = None
+
+
+class LeasedBatchSampler:
+    """A DataLoader batch_sampler whose batches the daemons lease
+    (PSOptimizer.leased_batches): batch b of epoch e is the b-th slice of
+    the dataset's indices, shuffled by a generator seeded with seed + e (the
+    same on every rank). Leases are taken as the loop asks for batches, each
+    for the optimizer's next step: use num_workers=0, or a loader that does
+    not fetch ahead of the step it trains."""
+
+    def __init__(self, opt: PSOptimizer, dataset_size: int, batch_size: int, *,
+                 shuffle: bool = True, seed: int = 0, drop_last: bool = False):
+        if dataset_size <= 0 or batch_size <= 0:
+            raise ValueError("LeasedBatchSampler: dataset_size and batch_size must be > 0")
+        self.opt, self.size, self.batch_size = opt, dataset_size, batch_size
+        self.shuffle, self.seed, self.epoch = shuffle, seed, 0
+        self.batches = (dataset_size // batch_size if drop_last
+                        else -(-dataset_size // batch_size))
+        if self.batches == 0:
+            raise ValueError("LeasedBatchSampler: no whole batch (drop_last)")
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def __len__(self) -> int:
+        return self.batches  # the epoch's; this rank trains on its share
+
+    def _order(self) -> torch.Tensor:
+        if not self.shuffle:
+            return torch.arange(self.size)
+        return torch.randperm(self.size, generator=torch.Generator().manual_seed(self.seed + self.epoch))
+
+    def batch(self, b: int) -> List[int]:
+        """The dataset indices of batch b of the current epoch."""
+        return self._order()[b * self.batch_size:(b + 1) * self.batch_size].tolist()
+
+    def __iter__(self):
+        order = self._order()
+        for b in self.opt.leased_batches(self.epoch, self.batches):
+            yield order[b * self.batch_size:(b + 1) * self.batch_size].tolist()
