@@ -7,6 +7,7 @@
 #include <spdlog/spdlog.h>
 
 #include "daemon/pipeline/local_stages.h"
+#include "daemon/pipeline/nonfinite.h"
 #include "daemon/pipeline/op.h"
 #include "daemon/reduce/optimizer.h"
 
@@ -76,7 +77,17 @@ void GuardStage::decide() {
   const double norm = std::sqrt(total);
   Status st = book_.check(r.job, r.id.key, r.id.step, r.guard, norm);
   if (!st) {
-    Status named(st.code(), fmt::format("{}: {}", r.describe(), st.message()));
+    std::string from;
+    // Whose gradient it was: the mark the folds put in (nonfinite.h), the
+    // same bits on every host. A multi-host op only: one host's reduce
+    // writes the sum over its ranks' own tensors.
+    if (!std::isfinite(norm) && r.multi_host()) {
+      const int64_t rank = marked_rank(host_buffer(r).ptr, r.shape.dtype, r.shape.count);
+      from = rank >= 0 ? fmt::format("; the first non-finite value is rank {}'s", rank)
+                       : std::string("; no rank's gradient was non-finite itself (the sum "
+                                     "overflowed)");
+    }
+    Status named(st.code(), fmt::format("{}: {}{}", r.describe(), st.message(), from));
     spdlog::warn("{}", named.message());
     link_.failed(named);
     return;

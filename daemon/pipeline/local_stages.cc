@@ -6,6 +6,9 @@
 
 #include <fmt/format.h>
 
+#include "daemon/pipeline/guard_stage.h"
+#include "daemon/pipeline/nonfinite.h"
+
 namespace gsync::pipeline {
 
 namespace {
@@ -24,7 +27,8 @@ const Buffer& host_buffer(const OpRequest& req) {
 }
 
 uint64_t LocalWork::run(const reduce::ReduceArgs& a, const void* copy_src, uint64_t begin,
-                        uint64_t end, uint64_t progress_step, uint64_t tag) {
+                        uint64_t end, uint64_t progress_step, uint64_t tag,
+                        std::vector<int> mark_ranks) {
   size_t elem = proto::dtype_size(a.dtype);
   WorkPool::RangeFn fn;
   if (copy_src) {
@@ -35,6 +39,15 @@ uint64_t LocalWork::run(const reduce::ReduceArgs& a, const void* copy_src, uint6
         std::memcpy(static_cast<uint8_t*>(a.outputs[o]) + (begin + b) * elem,
                     from + (begin + b) * elem, (e - b) * elem);
       }
+    };
+  } else if (!mark_ranks.empty()) {
+    // The inputs are scanned before the fold overwrites the first (the
+    // output is rank 0's tensor); the scan leaves them in cache for it.
+    fn = [a, begin, ranks = std::move(mark_ranks)](size_t b, size_t e) {
+      std::vector<std::pair<size_t, size_t>> hits;
+      find_nonfinite(a, begin + b, begin + e, &hits);
+      reduce::reduce_range(a, begin + b, begin + e);
+      if (!hits.empty()) mark_nonfinite(a, ranks, hits);
     };
   } else {
     fn = [a, begin](size_t b, size_t e) { reduce::reduce_range(a, begin + b, begin + e); };
@@ -119,6 +132,9 @@ bool FoldStage::needed(const OpRequest& req) {
   // by the weights' sum.
   const proto::Opcode op = req.shape.opcode;
   if (op == proto::Opcode::kPush || op == proto::Opcode::kPushPull) return true;
+  // A guarded allreduce marks its non-finite values with their rank here,
+  // even from one rank (nonfinite.h).
+  if (GuardStage::wanted(req)) return true;
   return op == proto::Opcode::kAllreduce &&
          (req.locals.size() > 1 || req.shape.redop == RedOp::kWeightedAvg);
 }
@@ -156,7 +172,11 @@ void FoldStage::input_done() {
   input_done_ = true;
   if (aborting_) return;
   uint64_t count = link_.request().shape.count;
-  if (work_.run(args_, nullptr, 0, count, unit_, link_.pool_tag()) == 0) on_task_done();
+  std::vector<int> ranks;
+  if (GuardStage::wanted(link_.request()))
+    for (const auto& c : link_.request().locals) ranks.push_back(c.rank);
+  if (work_.run(args_, nullptr, 0, count, unit_, link_.pool_tag(), std::move(ranks)) == 0)
+    on_task_done();
 }
 
 void FoldStage::task_progress(uint64_t, uint64_t done) {

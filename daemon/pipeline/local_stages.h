@@ -34,9 +34,11 @@ class LocalWork {
  public:
   LocalWork(WorkPool& pool, uint64_t inline_bytes) : pool_(pool), inline_bytes_(inline_bytes) {}
   // Elements [begin, end) of a; copy_src set: plain copies into a.outputs
-  // instead. Returns the pool task, or 0 when it ran inline.
+  // instead. mark_ranks (the inputs' ranks) set: a NaN or an Inf of an
+  // input is marked in the output with its rank (nonfinite.h). Returns
+  // the pool task, or 0 when it ran inline.
   uint64_t run(const reduce::ReduceArgs& a, const void* copy_src, uint64_t begin, uint64_t end,
-               uint64_t progress_step, uint64_t tag);
+               uint64_t progress_step, uint64_t tag, std::vector<int> mark_ranks = {});
   int in_flight() const { return in_flight_; }
   void task_done() { in_flight_--; }
 

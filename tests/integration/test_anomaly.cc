@@ -92,10 +92,16 @@ TEST(AnomalyGuard, HundredFaultsFailEveryRankAlikeAndCleanStepsPass) {
       }
       RANK_CHECK(rc == GSYNC_ERR_ANOMALY, "faulty step {} got {}: {}", s, rc, err);
       RANK_CHECK(err.find(fmt::format("anomaly at step {}", s)) != std::string::npos, "{}", err);
-      if (f != Fault::kSpike)
+      if (f != Fault::kSpike) {
         RANK_CHECK(err.find("NaN or an Inf") != std::string::npos, "{}", err);
-      else
+        // Whose it was, the same on every rank of every host.
+        RANK_CHECK(err.find(fmt::format("the first non-finite value is rank {}'s", culprit)) !=
+                       std::string::npos,
+                   "{}", err);
+      } else {
         RANK_CHECK(err.find("above the threshold") != std::string::npos, "{}", err);
+        RANK_CHECK(err.find("non-finite value is rank") == std::string::npos, "{}", err);
+      }
       anomalies++;
     }
     report(fmt::format("anomalies {}\n", anomalies));
@@ -113,6 +119,64 @@ TEST(AnomalyGuard, HundredFaultsFailEveryRankAlikeAndCleanStepsPass) {
     EXPECT_EQ(res[r].code, 0) << "rank " << r << ": " << res[r].output;
     EXPECT_NE(res[r].output.find("anomalies 100"), std::string::npos) << res[r].output;
   }
+}
+
+// Whose gradient held the NaN or the Inf, in float32, float16 and
+// bfloat16: named alike on both hosts; a sum that overflows from finite
+// gradients names nobody.
+TEST(AnomalyGuard, TheNonFiniteGradientsRankIsNamedAndAnOverflowNamesNone) {
+  auto bed = make_bed({2}, "ring", 60000);
+  ASSERT_TRUE(bed);
+  auto p = places({1, 2});
+  const size_t n = 3000;
+  auto res = run_ranks(3, [&](int r) {
+    gsync_comm_t* comm;
+    RANK_CHECK(connect_guarded(bed->socket(p[size_t(r)].host), "whose", 3, r,
+                               p[size_t(r)].local_rank, p[size_t(r)].local_size, &comm) == 0,
+               "{}", gsync_last_error());
+    void* mem;
+    RANK_CHECK(gsync_alloc(comm, n * 4, &mem) == 0, "alloc");
+    uint64_t step = 0;
+    auto run = [&](int dtype, int culprit, bool overflow, std::string* err) {
+      auto* f = static_cast<float*>(mem);
+      auto* h = static_cast<uint16_t*>(mem);
+      const bool half = dtype != GSYNC_FLOAT32;
+      for (size_t i = 0; i < n; i++) {
+        if (half) h[i] = dtype == GSYNC_FLOAT16 ? 0x3c00 : 0x3f80;  // 1.0
+        else f[i] = 1.0f;
+      }
+      const size_t at = 1000 + size_t(r);
+      if (overflow && !half) f[at - size_t(r)] = 3e38f;  // finite, the sum is not
+      if (r == culprit) {
+        if (half) h[at] = dtype == GSYNC_FLOAT16 ? 0x7c00 : 0x7f80;  // +Inf
+        else f[at] = std::numeric_limits<float>::quiet_NaN();
+      }
+      gsync_request_t* req;
+      if (gsync_allreduce(comm, uint64_t(dtype), step++, mem, n, dtype, GSYNC_SUM, 0, &req) != 0)
+        return -100;
+      int rc = gsync_wait(req, 60000);
+      *err = gsync_request_error(req);
+      gsync_request_free(req);
+      return rc;
+    };
+    std::string err;
+    for (int dtype : {GSYNC_FLOAT32, GSYNC_FLOAT16, GSYNC_BFLOAT16}) {
+      for (int culprit = 0; culprit < 3; culprit++) {
+        RANK_CHECK(run(dtype, culprit, false, &err) == GSYNC_ERR_ANOMALY, "{}", err);
+        RANK_CHECK(err.find(fmt::format("the first non-finite value is rank {}'s", culprit)) !=
+                       std::string::npos,
+                   "dtype {}: {}", dtype, err);
+      }
+    }
+    RANK_CHECK(run(GSYNC_FLOAT32, -1, true, &err) == GSYNC_ERR_ANOMALY, "{}", err);
+    RANK_CHECK(err.find("no rank's gradient was non-finite itself") != std::string::npos, "{}",
+               err);
+    RANK_CHECK(gsync_barrier(comm, 1, 60000) == 0, "barrier: {}", gsync_last_error());
+    gsync_close(comm);
+    return 0;
+  });
+  for (size_t r = 0; r < res.size(); r++)
+    EXPECT_EQ(res[r].code, 0) << "rank " << r << ": " << res[r].output;
 }
 
 TEST(AnomalyGuard, AtMostOneFalseAlarmInTenThousandCleanSteps) {

@@ -1,0 +1,36 @@
+// SPDX-License-Identifier: Apache-2.0
+//
+// Which rank's gradient made a guarded allreduce non-finite
+// (docs/fault-tolerance.md, "The anomaly guard"), told to every host
+// without a message: each host's fold marks a NaN or an Inf of a local
+// rank's gradient in its contribution as a quiet NaN whose payload is that
+// rank + 1. A NaN added to anything stays that NaN on x86 (the first NaN
+// operand's payload is kept, quieted), through the sums and averages of
+// every host, so the reduced result every host holds carries the same
+// marks, and the guard reads the first of them. An Inf of an overflowing
+// sum, or a NaN of Inf - Inf, carries none: no rank's gradient was
+// non-finite on its own. The payload has room for ranks below 2^22 in
+// float32, 2^9 in float16 and 2^6 in bfloat16 (beyond: unmarked).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <utility>
+#include <vector>
+
+#include "daemon/reduce/reduce.h"
+
+namespace gsync::pipeline {
+
+// The non-finite elements of [b, e) of a's inputs, as (element, input),
+// the first input for an element; in element order. Scanned a block at a
+// time, element by element only in a block that has one.
+void find_nonfinite(const reduce::ReduceArgs& a, size_t b, size_t e,
+                    std::vector<std::pair<size_t, size_t>>* hits);
+// Marks each hit's element of a's first output with its input's rank.
+void mark_nonfinite(const reduce::ReduceArgs& a, const std::vector<int>& ranks,
+                    const std::vector<std::pair<size_t, size_t>>& hits);
+// The rank marked in the first marked NaN of data's n values, or -1.
+int64_t marked_rank(const void* data, proto::DType dtype, uint64_t n);
+
+}  // namespace gsync::pipeline
