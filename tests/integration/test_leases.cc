@@ -41,6 +41,15 @@ struct Rank {
   float* b = nullptr;
 };
 
+// Waits for both requests and frees them: the first failure's code, or 0.
+int wait_both(gsync_request_t* ra, gsync_request_t* rb) {
+  int rc = gsync_wait(ra, 60000);
+  if (int rb_rc = gsync_wait(rb, 60000); rc == 0) rc = rb_rc;
+  gsync_request_free(ra);
+  gsync_request_free(rb);
+  return rc;
+}
+
 int open_rank(const testbed::Testbed& bed, const std::string& job, const std::vector<Place>& p,
               int r, Rank* out) {
   if (int rc = connect_place(bed, job, p, r, &out->comm, 0, 60000); rc != 0) return rc;
@@ -57,11 +66,7 @@ int open_rank(const testbed::Testbed& bed, const std::string& job, const std::ve
     return rc;
   if (int rc = gsync_ps_declare(out->comm, kKeyB, out->b, kBatches, GSYNC_FLOAT32, &o, &rb); rc)
     return rc;
-  int rc = gsync_wait(ra, 60000);
-  if (int rb_rc = gsync_wait(rb, 60000); rc == 0) rc = rb_rc;
-  gsync_request_free(ra);
-  gsync_request_free(rb);
-  return rc;
+  return wait_both(ra, rb);
 }
 
 int lease(gsync_comm_t* comm, uint64_t clock, uint64_t* batch, uint64_t batches = kBatches) {
@@ -107,11 +112,7 @@ int step(Rank& k, uint64_t clock, uint64_t batch, const std::function<void()>& b
   if (between) between();
   if (int rc = gsync_ps_push_pull(k.comm, kKeyB, clock, k.b, kBatches, GSYNC_FLOAT32, &po, &rb))
     return rc;
-  int rc = gsync_wait(ra, 60000);
-  if (int rb_rc = gsync_wait(rb, 60000); rc == 0) rc = rb_rc;
-  gsync_request_free(ra);
-  gsync_request_free(rb);
-  return rc;
+  return wait_both(ra, rb);
 }
 
 // Leases until the epoch ends; rank 0 diffs the parameters every clock.
