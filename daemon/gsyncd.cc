@@ -103,6 +103,10 @@ Status Gsyncd::start() {
   if (Status st = admin_.listen({cfg_.admin_socket_path, cfg_.admin_socket_mode, cfg_.admin_group});
       !st)
     return st;
+  if (!cfg_.metrics_listen.empty()) {
+    metrics_ = std::make_unique<metrics::MetricsServer>(loop_, [this] { return metrics_text(); });
+    if (Status st = metrics_->start(cfg_.metrics_listen); !st) return st;
+  }
   loop_.set_poll(std::chrono::microseconds(cfg_.poll_us), cfg_.poll_mode == "auto");
   loop_.every(kTick, [this] { tick(); });
   watchdog_period_ = watchdog_period();

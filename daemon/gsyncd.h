@@ -24,6 +24,7 @@
 #include "daemon/config/config.h"
 #include "daemon/core/event_loop.h"
 #include "daemon/jobs/job_manager.h"
+#include "daemon/metrics/metrics_server.h"
 #include "daemon/pipeline/pipeline.h"
 #include "daemon/pipeline/work_pool.h"
 #include "daemon/ps/service.h"
@@ -51,6 +52,8 @@ class Gsyncd {
   Status start_cluster();
   void register_reports();
   std::string status_report() const;
+  // /metrics (gsyncd_metrics.cc).
+  std::string metrics_text() const;
   nlohmann::json polling_report() const;
   void tick();
   static sigset_t stop_signals();
@@ -68,6 +71,7 @@ class Gsyncd {
   std::unique_ptr<JobManager> jobs_;
   std::unique_ptr<ClientListener> clients_;
   AdminServer admin_;
+  std::unique_ptr<metrics::MetricsServer> metrics_;  // [metrics] listen set
   WorkPool pool_;  // declared last: destroyed (its workers joined) first
   int signal_fd_ = -1;
   std::chrono::steady_clock::time_point started_at_;

@@ -20,7 +20,7 @@ int main(int argc, char** argv) {
   uint32_t tcp_streams = 0;
   int tcp_streams_cross_rack = -1;
   int64_t tcp_buffer_kib = -1, poll_us = -1;
-  std::string poll_mode, checkpoint_dir;
+  std::string poll_mode, checkpoint_dir, metrics_listen;
   bool print_config = false;
   auto* config_opt = app.add_option("-c,--config", config_path, "TOML config file");
   app.add_option("--socket", socket, "client socket (overrides [daemon] socket)");
@@ -43,6 +43,8 @@ int main(int argc, char** argv) {
   app.add_option("--transport", transport, "daemon-to-daemon transport: auto tcp verbs");
   app.add_option("--chunk-bytes", chunk_bytes, "cross-host pipelining unit (K/M suffixes)");
   app.add_option("--checkpoint-dir", checkpoint_dir, "checkpoints folder ([checkpoint] dir)");
+  app.add_option("--metrics-listen", metrics_listen,
+                 "serve Prometheus metrics at HOST:PORT/metrics ([metrics] listen)");
   app.add_flag("--print-config", print_config, "print the config in force as TOML and exit");
   app.set_version_flag("--version", GSYNC_VERSION_STRING);
   CLI11_PARSE(app, argc, argv);
@@ -72,6 +74,7 @@ int main(int argc, char** argv) {
   if (tcp_buffer_kib >= 0) cfg.tcp_buffer_kib = static_cast<uint32_t>(tcp_buffer_kib);
   if (!transport.empty()) cfg.transport = transport;
   if (!checkpoint_dir.empty()) cfg.checkpoint_dir = checkpoint_dir;
+  if (!metrics_listen.empty()) cfg.metrics_listen = metrics_listen;
   if (!chunk_bytes.empty() && !gsync::parse_byte_size(chunk_bytes, &cfg.chunk_bytes)) {
     spdlog::critical("--chunk-bytes '{}' is not a byte size", chunk_bytes);
     return 2;

@@ -13,6 +13,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <iterator>
 #include <string_view>
 
 #include "gsync/gsync.h"
@@ -40,6 +41,16 @@ constexpr bool is_push(Opcode o) { return o == Opcode::kPush || o == Opcode::kPu
 // carry one: the one place that knows the lowest (a new code moves it).
 constexpr int kLowestError = GSYNC_ERR_ANOMALY;
 constexpr bool is_error_code(int c) { return c <= GSYNC_ERR_INVALID && c >= kLowestError; }
+// A code's short name, for labels (gsync_op_failures_total{code="timeout"}).
+constexpr const char* error_code_name(int c) {
+  constexpr const char* kNames[] = {"invalid",  "connect",     "refused",    "version",
+                                    "nomem",    "timeout",     "rank_dead",  "mismatch",
+                                    "protocol", "closed",      "again",      "busy",
+                                    "unsupported", "permission", "internal", "host_lost",
+                                    "anomaly"};
+  static_assert(std::size(kNames) == size_t(-kLowestError));
+  return is_error_code(c) ? kNames[-c - 1] : "unknown";
+}
 enum class DType : uint8_t { kF32 = 0, kF16 = 1, kBF16 = 2, kF64 = 3, kI32 = 4 };
 enum class RedOp : uint8_t { kSum = 0, kAvg = 1, kWeightedAvg = 2, kMin = 3, kMax = 4 };
 // How fp32 gradients cross between hosts (docs/compression.md).

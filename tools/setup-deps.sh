@@ -6,7 +6,7 @@ set -euo pipefail
 packages=(
   meson ninja-build g++ pkg-config
   libspdlog-dev libfmt-dev libtomlplusplus-dev libcli11-dev nlohmann-json3-dev
-  liburing-dev libxxhash-dev libsystemd-dev libibverbs-dev libsodium-dev
+  liburing-dev libxxhash-dev libsystemd-dev libibverbs-dev libsodium-dev libmicrohttpd-dev
   libgtest-dev libgmock-dev
   systemd python3 procps
   openmpi-bin libopenmpi-dev libgloo-dev

@@ -60,6 +60,10 @@ struct DaemonConfig {
   std::string checkpoint_dir;  // "": none on this daemon
   uint32_t checkpoint_keep = 3;
 
+  // [metrics] Prometheus metrics over HTTP (docs/operations.md, "Metrics"):
+  // "HOST:PORT"; "": off.
+  std::string metrics_listen;
+
   std::string source = "defaults";  // where the values came from, for gsyncctl
 
   // Every field, source included (tests compare whole configs with it, so a

@@ -67,6 +67,7 @@ const ConfigField kFields[] = {
     {"cluster", "chunk_bytes", ConfigKind::kSize, &DaemonConfig::chunk_bytes},
     {"checkpoint", "dir", ConfigKind::kString, &DaemonConfig::checkpoint_dir},
     {"checkpoint", "keep", ConfigKind::kCount, &DaemonConfig::checkpoint_keep},
+    {"metrics", "listen", ConfigKind::kString, &DaemonConfig::metrics_listen},
 };
 
 struct SizeSuffix {
@@ -178,6 +179,12 @@ std::optional<ConfigProblem> find_config_problem(const DaemonConfig& cfg) {
         fmt::format("must differ from daemon.socket (both are \"{}\")", cfg.socket_path)};
   }
   if (auto p = access_problem(cfg)) return p;
+  if (!cfg.metrics_listen.empty()) {
+    std::string host;
+    uint16_t port = 0;
+    if (std::string why = parse_host_port(cfg.metrics_listen, &host, &port); !why.empty())
+      return problem("metrics.listen", why);
+  }
   if (std::find(kLogLevels.begin(), kLogLevels.end(), cfg.log_level) == kLogLevels.end()) {
     return problem("daemon.log_level",
                    fmt::format("\"{}\" is not one of {}", cfg.log_level,

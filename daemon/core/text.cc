@@ -1,8 +1,13 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "daemon/core/text.h"
 
+#include <arpa/inet.h>
+
 #include <algorithm>
+#include <charconv>
 #include <cstdint>
+
+#include <fmt/format.h>
 
 namespace gsync {
 
@@ -124,6 +129,27 @@ std::string printable(std::string_view s, size_t max_bytes) {
   out.resize(cut);
   out.append(kEllipsis);
   return out;
+}
+
+std::string parse_host_port(const std::string& text, std::string* host, uint16_t* port) {
+  const size_t colon = text.rfind(':');
+  if (colon == std::string::npos)
+    return fmt::format("\"{}\" is not HOST:PORT (e.g. 127.0.0.1:9464)", printable(text, 96));
+  std::string h = text.substr(0, colon);
+  const std::string p = text.substr(colon + 1);
+  if (h == "localhost") h = "127.0.0.1";
+  in_addr a{};
+  if (inet_pton(AF_INET, h.c_str(), &a) != 1)
+    return fmt::format("\"{}\": \"{}\" is not an IPv4 address", printable(text, 96),
+                       printable(h, 64));
+  unsigned v = 0;
+  auto [end, ec] = std::from_chars(p.data(), p.data() + p.size(), v);
+  if (p.empty() || ec != std::errc() || end != p.data() + p.size() || v > 65535)
+    return fmt::format("\"{}\": \"{}\" is not a port (0-65535)", printable(text, 96),
+                       printable(p, 32));
+  *host = h;
+  *port = static_cast<uint16_t>(v);
+  return "";
 }
 
 }  // namespace gsync

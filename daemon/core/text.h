@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <string_view>
 
@@ -28,5 +29,9 @@ std::string printable(std::string_view s, size_t max_bytes = 1024);
 
 // Whether printable(s) would be s itself (the common case: no copy needed).
 bool is_printable(std::string_view s);
+
+// "HOST:PORT" as a listen address is given ([metrics] listen): an IPv4
+// address (or "localhost") and a port 0-65535. "" or what is wrong.
+std::string parse_host_port(const std::string& text, std::string* host, uint16_t* port);
 
 }  // namespace gsync

@@ -342,6 +342,8 @@ void JobManager::finish(Job& job, const OpId& id, const Status& st,
     if (a.session) h.arrivals.emplace_back(a.session->rank, a.at);
   h.finished = now;
   if (times) h.pipeline = *times;
+  stats_.latency[op->shape.opcode].add(std::chrono::duration<double>(now - op->started).count());
+  if (!st) stats_.failures_by_code[st.code()]++;
   history_.add(std::move(h));
   if (st && op->shape.opcode == proto::Opcode::kPsDeclare) job.ps_keys.insert(id.key);
   if (st && job.leasing && proto::is_push(op->shape.opcode)) settle_pushes(job, *op);
@@ -362,6 +364,13 @@ void JobManager::finish(Job& job, const OpId& id, const Status& st,
     job.last_error = st.message();
     remember_failure(job, id, st);
   }
+}
+
+void OpLatency::add(double s) {
+  size_t b = 0;
+  while (b < std::size(kBounds) && s > kBounds[b]) b++;
+  counts[b]++;
+  sum_s += s;
 }
 
 void JobManager::remember_failure(Job& job, const OpId& id, const Status& st) {

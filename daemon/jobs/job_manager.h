@@ -9,6 +9,7 @@
 #pragma once
 
 #include <functional>
+#include <iterator>
 #include <map>
 #include <memory>
 #include <string>
@@ -26,9 +27,22 @@
 
 namespace gsync {
 
+// How long ops took from their first rank's submission to their end, by
+// opcode (the metrics' gsync_op_duration_seconds).
+struct OpLatency {
+  static constexpr double kBounds[] = {1e-4, 3e-4, 1e-3, 3e-3, 0.01, 0.03,
+                                       0.1,  0.3,  1,    3,    10,   30};
+  static constexpr size_t kBuckets = std::size(kBounds) + 1;  // the last: above them all
+  uint64_t counts[kBuckets] = {};
+  double sum_s = 0;
+  void add(double s);
+};
+
 struct GlobalStats {
   uint64_t ops_completed = 0, ops_failed = 0, bytes_reduced = 0;
   RateMeter meter;
+  std::map<proto::Opcode, OpLatency> latency;
+  std::map<int, uint64_t> failures_by_code;  // GSYNC_ERR_* -> ops that ended with it
 };
 
 class JobManager final : public ClientSink {

@@ -398,6 +398,12 @@ TEST(ValidateConfig, Failures) {
       {[](DaemonConfig* c) { c->socket_mode = 010000; }, "daemon.socket_mode:"},
       {[](DaemonConfig* c) { c->reduce_threads = 1025; }, "daemon.reduce_threads:"},
       {[](DaemonConfig* c) { c->allowed_uids = {4294967295u}; }, "auth.allowed_uids:"},
+      {[](DaemonConfig* c) { c->metrics_listen = "9464"; },
+       "metrics.listen: \"9464\" is not HOST:PORT"},
+      {[](DaemonConfig* c) { c->metrics_listen = "example.com:9464"; },
+       "metrics.listen: \"example.com:9464\": \"example.com\" is not an IPv4 address"},
+      {[](DaemonConfig* c) { c->metrics_listen = "127.0.0.1:65536"; },
+       "metrics.listen: \"127.0.0.1:65536\": \"65536\" is not a port"},
   };
   for (const Case& c : cases) {
     DaemonConfig cfg;
@@ -437,7 +443,8 @@ TEST(ConfigJson, MirrorsTomlLayout) {
   EXPECT_EQ(j["cluster"]["tcp_streams_cross_rack"], 1);
   EXPECT_EQ(j["checkpoint"]["dir"], "");
   EXPECT_EQ(j["checkpoint"]["keep"], 3);
-  EXPECT_EQ(j.size(), 5u);
+  EXPECT_EQ(j["metrics"]["listen"], "");
+  EXPECT_EQ(j.size(), 6u);
   EXPECT_EQ(j["cluster"]["key_file"], "");
   EXPECT_EQ(j["daemon"].size() + j["auth"].size() + j["limits"].size() + j["cluster"].size() +
                 j["checkpoint"].size(),

@@ -1,0 +1,158 @@
+// SPDX-License-Identifier: Apache-2.0
+//
+// What /metrics says (docs/operations.md, "Metrics"), rendered on the event
+// thread from the layers' own counters when a scrape asks. Labels are
+// bounded: a job's families cover at most kMaxJobs jobs (the rest are
+// summed under job="_other" and counted in gsync_metrics_jobs_folded), a
+// peer's one per host of the cluster file, an op's one per opcode.
+#include <algorithm>
+#include <map>
+
+#include "daemon/gsyncd.h"
+#include "daemon/metrics/exposition.h"
+#include "gsync_build_config.h"
+#include "protocol/wire.h"
+
+namespace gsync {
+
+namespace {
+constexpr size_t kMaxJobs = 64;
+
+double num(const nlohmann::json& j, const char* key) {
+  auto it = j.find(key);
+  return it != j.end() && it->is_number() ? it->get<double>() : 0.0;
+}
+}  // namespace
+
+std::string Gsyncd::metrics_text() const {
+  using metrics::Labels;
+  metrics::Exposition m;
+  const auto now = std::chrono::steady_clock::now();
+  const GlobalStats& g = jobs_->stats();
+
+  m.family("gsync_build_info", "gauge", "gsyncd's version and protocols (always 1)");
+  m.sample(
+      {{"version", GSYNC_VERSION_STRING}, {"client_protocol", std::to_string(proto::kVersion)}}, 1);
+  m.family("gsync_uptime_seconds", "gauge", "Seconds since gsyncd started");
+  m.sample({}, std::chrono::duration<double>(now - started_at_).count());
+  m.family("gsync_ops_total", "counter", "Operations ended, by result");
+  m.sample({{"result", "completed"}}, double(g.ops_completed));
+  m.sample({{"result", "failed"}}, double(g.ops_failed));
+  m.family("gsync_ops_in_flight", "gauge", "Operations submitted and not ended");
+  m.sample({}, double(jobs_->in_flight()));
+  m.family("gsync_reduced_bytes_total", "counter", "Bytes of the ranks' tensors reduced");
+  m.sample({}, double(g.bytes_reduced));
+  m.family("gsync_op_failures_total", "counter", "Operations that failed, by GSYNC_ERR_* code");
+  for (const auto& [code, n] : g.failures_by_code)
+    m.sample({{"code", proto::error_code_name(code)}}, double(n));
+  m.family("gsync_op_duration_seconds", "histogram",
+           "From an operation's first submission to its end, by opcode");
+  for (const auto& [op, h] : g.latency) {
+    std::vector<double> bounds(std::begin(OpLatency::kBounds), std::end(OpLatency::kBounds));
+    std::vector<uint64_t> counts(std::begin(h.counts), std::end(h.counts));
+    m.histogram({{"op", proto::name(op)}}, bounds, counts, h.sum_s);
+  }
+
+  // Clients and their arenas.
+  uint64_t arena = 0;
+  for (const auto& [id, s] : clients_->sessions()) arena += s->arena_bytes();
+  m.family("gsync_clients", "gauge", "Client sessions connected");
+  m.sample({}, double(clients_->sessions().size()));
+  m.family("gsync_arena_bytes", "gauge", "Shared arena bytes mapped for the connected clients");
+  m.sample({}, double(arena));
+
+  // Jobs, at most kMaxJobs by name; the rest folded into one.
+  const nlohmann::json jobs = jobs_->jobs_report()["jobs"];
+  struct JobNums {
+    double completed = 0, failed = 0, bytes = 0, anomalies = 0, departures = 0, ranks = 0;
+    double outstanding = 0, reassigned = 0, settled = 0, ckpt_age = -1;
+  };
+  std::map<std::string, JobNums> per_job;
+  size_t folded = 0;
+  for (const auto& j : jobs) {
+    std::string name = j.value("job", "");
+    if (per_job.size() >= kMaxJobs && !per_job.count(name)) {
+      name = "_other";
+      folded++;
+    }
+    JobNums& n = per_job[name];
+    n.completed += num(j, "ops_completed");
+    n.failed += num(j, "ops_failed");
+    n.bytes += num(j, "bytes_reduced");
+    n.anomalies += num(j, "anomalies");
+    n.departures += num(j, "departures");
+    for (const auto& r : j.value("ranks", nlohmann::json::array()))
+      n.ranks += r.value("state", "") == "connected";
+    const nlohmann::json& l = j.contains("leases") ? j["leases"] : nlohmann::json();
+    if (l.is_object())
+      for (const auto& e : l.value("epochs", nlohmann::json::array())) {
+        n.outstanding += num(e, "outstanding");
+        n.reassigned += num(e, "reassigned");
+        n.settled += num(e, "settled");
+      }
+    for (const auto& k : j.value("parameters", nlohmann::json::array())) {
+      const nlohmann::json& c = k.contains("checkpoint") ? k["checkpoint"] : nlohmann::json();
+      if (c.is_object() && c.contains("last") && c["last"].is_object()) {
+        const double age = num(c["last"], "age_s");
+        n.ckpt_age = n.ckpt_age < 0 ? age : std::max(n.ckpt_age, age);
+      }
+    }
+  }
+  auto job_family = [&](const char* name, const char* type, const char* help, auto&& value,
+                        bool always = true) {
+    m.family(name, type, help);
+    for (const auto& [job, n] : per_job)
+      if (always || value(n) >= 0) m.sample({{"job", job}}, value(n));
+  };
+  job_family("gsync_job_ops_completed_total", "counter", "A job's operations completed here",
+             [](const JobNums& n) { return n.completed; });
+  job_family("gsync_job_ops_failed_total", "counter", "A job's operations failed here",
+             [](const JobNums& n) { return n.failed; });
+  job_family("gsync_job_reduced_bytes_total", "counter", "Bytes of a job's tensors reduced here",
+             [](const JobNums& n) { return n.bytes; });
+  job_family("gsync_job_anomalies_total", "counter", "A job's steps the anomaly guard failed",
+             [](const JobNums& n) { return n.anomalies; });
+  job_family("gsync_job_ranks", "gauge", "A job's ranks connected here",
+             [](const JobNums& n) { return n.ranks; });
+  job_family("gsync_job_departures_total", "counter",
+             "Ranks a job that leases batches went on without",
+             [](const JobNums& n) { return n.departures; });
+  job_family("gsync_job_leases_outstanding", "gauge",
+             "Batch leases out and not settled (on the job's keeper)",
+             [](const JobNums& n) { return n.outstanding; });
+  job_family("gsync_job_leases_reassigned_total", "counter",
+             "Batches handed back by a rank that left (on the job's keeper)",
+             [](const JobNums& n) { return n.reassigned; });
+  job_family("gsync_job_leases_settled_total", "counter",
+             "Batches settled in the epochs kept (on the job's keeper)",
+             [](const JobNums& n) { return n.settled; });
+  job_family(
+      "gsync_job_checkpoint_age_seconds", "gauge",
+      "Age of the oldest of a job's keys' last checkpoints on this host",
+      [](const JobNums& n) { return n.ckpt_age; }, false);
+  m.family("gsync_metrics_jobs_folded", "gauge",
+           "Jobs beyond the 64 named ones, summed under job=\"_other\"");
+  m.sample({}, double(folded));
+
+  // Peers: one per host of the cluster file.
+  if (control_) {
+    const nlohmann::json peers = control_->peers_report()["peers"];
+    m.family("gsync_peer_up", "gauge", "Whether the link to a peer daemon is up");
+    for (const auto& p : peers)
+      m.sample({{"peer", p.value("host", "")}}, p.value("state", "") == "up" ? 1 : 0);
+    m.family("gsync_peer_sent_bytes_total", "counter", "Bytes sent to a peer daemon");
+    for (const auto& p : peers) m.sample({{"peer", p.value("host", "")}}, num(p, "bytes_sent"));
+    m.family("gsync_peer_received_bytes_total", "counter", "Bytes received from a peer daemon");
+    for (const auto& p : peers) m.sample({{"peer", p.value("host", "")}}, num(p, "bytes_received"));
+  }
+  m.family("gsync_event_loop_exceptions_total", "counter",
+           "Exceptions the event loop caught from a handler (a bug each)");
+  m.sample({}, double(loop_.exceptions_caught()));
+  if (metrics_) {
+    m.family("gsync_metrics_scrapes_total", "counter", "Scrapes of /metrics answered");
+    m.sample({}, double(metrics_->scrapes() + 1));
+  }
+  return m.text();
+}
+
+}  // namespace gsync

@@ -1,0 +1,229 @@
+// SPDX-License-Identifier: Apache-2.0
+//
+// Prometheus metrics (docs/operations.md, "Metrics") scraped from a real
+// daemon over HTTP while two ranks run allreduces and barriers and one op
+// fails: every line is well-formed exposition text, every sample belongs to
+// a family with a TYPE, histograms are cumulative, the counts are the ones
+// the test drove, and a job id with a quote and a backslash comes out
+// escaped. A port in use and an address that is not one stop the daemon at
+// start naming them; junk on the HTTP port is answered and the daemon
+// serves on.
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <regex>
+#include <sstream>
+#include <thread>
+
+#include "tests/integration/client_util.h"
+
+namespace gsync::test {
+namespace {
+
+using tools::run_command;
+
+// The port the daemon's log says it serves on (0 until it says).
+int metrics_port(const DaemonProcess& d) {
+  std::smatch m;
+  const std::string log = d.log();
+  static const std::regex re("metrics: serving http://127\\.0\\.0\\.1:([0-9]+)/metrics");
+  return std::regex_search(log, m, re) ? std::stoi(m[1]) : 0;
+}
+
+// One HTTP exchange: the whole reply (status line, headers, body).
+std::string http(int port, const std::string& request, int timeout_s = 10) {
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_port = htons(uint16_t(port));
+  inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
+  std::string out;
+  if (connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa) == 0) {
+    [[maybe_unused]] ssize_t w = write(fd, request.data(), request.size());
+    timeval tv{timeout_s, 0};  // a server that never answers fails the test, not hangs it
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    char buf[65536];
+    for (ssize_t n; (n = read(fd, buf, sizeof buf)) > 0;) out.append(buf, size_t(n));
+  }
+  close(fd);
+  return out;
+}
+
+std::string body_of(const std::string& reply) {
+  size_t at = reply.find("\r\n\r\n");
+  return at == std::string::npos ? "" : reply.substr(at + 4);
+}
+
+// The exposition text, checked line by line; its samples by "name{labels}".
+std::map<std::string, double> parse(const std::string& text, std::string* error) {
+  static const std::regex sample(
+      R"(^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{([a-zA-Z_][a-zA-Z0-9_]*="([^"\\]|\\.)*",?)*\})? (\S+)$)");
+  static const std::regex type(R"(^# TYPE ([a-zA-Z_:][a-zA-Z0-9_:]*) (counter|gauge|histogram)$)");
+  std::map<std::string, double> out;
+  std::map<std::string, std::string> types;
+  std::istringstream in(text);
+  std::string line;
+  while (std::getline(in, line)) {
+    std::smatch m;
+    if (line.rfind("# HELP ", 0) == 0) continue;
+    if (std::regex_match(line, m, type)) {
+      types[m[1]] = m[2];
+      continue;
+    }
+    if (!std::regex_match(line, m, sample)) {
+      *error = "not exposition text: " + line;
+      return {};
+    }
+    std::string name = m[1];
+    std::string family = name;
+    for (const char* suffix : {"_bucket", "_sum", "_count"})
+      if (!types.count(family) && family.size() > strlen(suffix) &&
+          family.compare(family.size() - strlen(suffix), strlen(suffix), suffix) == 0)
+        family = family.substr(0, family.size() - strlen(suffix));
+    if (!types.count(family)) {
+      *error = "a sample without a TYPE before it: " + line;
+      return {};
+    }
+    const std::string value = m[m.size() - 1];
+    out[name + std::string(m[2])] = value == "+Inf" ? INFINITY : std::stod(value);
+  }
+  return out;
+}
+
+TEST(Metrics, ScrapedUnderLoadMatchTheOpsDriven) {
+  DaemonProcess d({"--metrics-listen", "127.0.0.1:0"});
+  ASSERT_TRUE(wait_until([&] { return metrics_port(d) != 0; })) << d.log();
+  const int port = metrics_port(d);
+  const std::string job = "m\"x\\y";  // printable ASCII: a job id may hold both
+  constexpr int kAllreduces = 25, kBarriers = 3;
+  int go[2];
+  ASSERT_EQ(pipe(go), 0);
+  std::vector<ChildResult> res;
+  std::thread ranks([&] {
+    res = run_ranks(2, [&](int r) {
+      gsync_comm_t* comm;
+      RANK_CHECK(connect_rank(d.socket(), job, 2, r, &comm) == 0, "{}", gsync_last_error());
+      std::vector<float> buf(1024, 1.0f);
+      for (int s = 0; s < kAllreduces; s++) {
+        gsync_request_t* req;
+        RANK_CHECK(gsync_allreduce(comm, 1, uint64_t(s), buf.data(), buf.size(), GSYNC_FLOAT32,
+                                   GSYNC_SUM, 0, &req) == 0,
+                   "{}", gsync_last_error());
+        RANK_CHECK(gsync_wait(req, 20000) == 0, "{}", gsync_request_error(req));
+        gsync_request_free(req);
+      }
+      for (int s = 0; s < kBarriers; s++)
+        RANK_CHECK(gsync_barrier(comm, uint64_t(s), 20000) == 0, "{}", gsync_last_error());
+      // Ranks that disagree on the count: one op fails with MISMATCH.
+      gsync_request_t* req;
+      RANK_CHECK(gsync_allreduce(comm, 2, 0, buf.data(), r == 0 ? 512 : 256, GSYNC_FLOAT32,
+                                 GSYNC_SUM, 0, &req) == 0,
+                 "{}", gsync_last_error());
+      RANK_CHECK(gsync_wait(req, 20000) == GSYNC_ERR_MISMATCH, "{}", gsync_request_error(req));
+      gsync_request_free(req);
+      RANK_CHECK(read_byte(go[0], 60000), "no word to close");
+      gsync_close(comm);
+      return 0;
+    });
+  });
+  // Scraped while the job is alive, once the failed op (the last) is counted.
+  std::map<std::string, double> s;
+  std::string error;
+  const bool counted = wait_until([&] {
+    s = parse(body_of(http(port, "GET /metrics HTTP/1.0\r\n\r\n")), &error);
+    return !error.empty() || s["gsync_ops_total{result=\"failed\"}"] >= 1;
+  });
+  ASSERT_EQ(write(go[1], "xx", 2), 2);
+  ranks.join();
+  for (auto& c : res) EXPECT_EQ(c.code, 0) << c.output;
+  ASSERT_TRUE(error.empty()) << error;
+  ASSERT_TRUE(counted) << d.log();
+  EXPECT_EQ(s["gsync_ops_total{result=\"completed\"}"], kAllreduces + kBarriers);
+  EXPECT_EQ(s["gsync_ops_total{result=\"failed\"}"], 1);
+  EXPECT_EQ(s["gsync_op_failures_total{code=\"mismatch\"}"], 1);
+  EXPECT_EQ(s["gsync_op_duration_seconds_count{op=\"allreduce\"}"], kAllreduces + 1);
+  EXPECT_EQ(s["gsync_op_duration_seconds_count{op=\"barrier\"}"], kBarriers);
+  EXPECT_EQ(s["gsync_op_duration_seconds_bucket{op=\"allreduce\",le=\"+Inf\"}"], kAllreduces + 1);
+  EXPECT_EQ(s["gsync_reduced_bytes_total"], kAllreduces * 2 * 1024 * 4);
+  const std::string label = "{job=\"m\\\"x\\\\y\"}";
+  EXPECT_EQ(s["gsync_job_ops_completed_total" + label], kAllreduces + kBarriers);
+  EXPECT_EQ(s["gsync_job_ops_failed_total" + label], 1);
+  EXPECT_EQ(s["gsync_job_ranks" + label], 2);
+  EXPECT_EQ(s["gsync_clients"], 2);
+  // Histogram buckets only go up.
+  std::vector<double> buckets;
+  for (double le : {1e-4, 3e-4, 1e-3, 3e-3, 0.01, 0.03, 0.1, 0.3, 1.0, 3.0, 10.0, 30.0}) {
+    std::ostringstream key;
+    key << "gsync_op_duration_seconds_bucket{op=\"allreduce\",le=\"" << le << "\"}";
+    ASSERT_TRUE(s.count(key.str())) << key.str();
+    buckets.push_back(s[key.str()]);
+  }
+  EXPECT_TRUE(std::is_sorted(buckets.begin(), buckets.end()));
+}
+
+TEST(Metrics, JunkOnTheHttpPortIsAnsweredAndTheDaemonServesOn) {
+  DaemonProcess d({"--metrics-listen", "127.0.0.1:0"});
+  ASSERT_TRUE(wait_until([&] { return metrics_port(d) != 0; })) << d.log();
+  const int port = metrics_port(d);
+  EXPECT_NE(http(port, "GET /nothing HTTP/1.0\r\n\r\n").find(" 404 "), std::string::npos);
+  EXPECT_NE(http(port, "POST /metrics HTTP/1.0\r\nContent-Length: 3\r\n\r\nabc").find(" 405 "),
+            std::string::npos);
+  // Junk is refused (an HTTP error) or the connection closed; either way
+  // the next scrape is answered.
+  for (const std::string junk : {std::string("\x01\x02garbage\r\n\r\n"), std::string(100000, 'A'),
+                                 std::string("GET /metrics HTTP/9.9\r\n\r\n")}) {
+    const std::string reply = http(port, junk, 1);  // an unfinished request waits for more
+    EXPECT_TRUE(reply.empty() || reply.rfind("HTTP/1.1 4", 0) == 0 ||
+                reply.rfind("HTTP/1.1 5", 0) == 0)
+        << reply.substr(0, 200);
+  }
+  std::string error;
+  auto s = parse(body_of(http(port, "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")), &error);
+  EXPECT_TRUE(error.empty()) << error;
+  EXPECT_EQ(s["gsync_ops_total{result=\"completed\"}"], 0);
+  EXPECT_TRUE(d.alive());
+}
+
+TEST(Metrics, ABadAddressOrAPortInUseStopsTheStartNamingIt) {
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
+  ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa), 0);
+  ASSERT_EQ(listen(fd, 1), 0);
+  socklen_t len = sizeof sa;
+  getsockname(fd, reinterpret_cast<sockaddr*>(&sa), &len);
+  const int busy = ntohs(sa.sin_port);
+  const std::string dir = "/tmp/gsync-metrics-bad";
+  run_command("mkdir -p " + dir);
+  auto start = [&](const std::string& listen) {
+    return run_command(
+        fmt::format("timeout 20 {} --socket {}/s.sock --admin-socket {}/a.sock "
+                    "--metrics-listen '{}' 2>&1; echo rc=$?",
+                    tools::gsyncd_path(), dir, dir, listen));
+  };
+  std::string out = start(fmt::format("127.0.0.1:{}", busy));
+  EXPECT_NE(out.find(fmt::format("metrics.listen 127.0.0.1:{}: cannot listen there: Address "
+                                 "already in use",
+                                 busy)),
+            std::string::npos)
+      << out;
+  EXPECT_EQ(out.find("rc=0"), std::string::npos) << out;
+  out = start("9464");
+  EXPECT_NE(out.find("metrics.listen: \"9464\" is not HOST:PORT"), std::string::npos) << out;
+  out = start("10.0.0.300:80");
+  EXPECT_NE(out.find("is not an IPv4 address"), std::string::npos) << out;
+  out = start("127.0.0.1:70000");
+  EXPECT_NE(out.find("is not a port"), std::string::npos) << out;
+  close(fd);
+}
+
+}  // namespace
+}  // namespace gsync::test
