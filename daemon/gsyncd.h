@@ -24,6 +24,7 @@
 #include "daemon/config/config.h"
 #include "daemon/core/event_loop.h"
 #include "daemon/jobs/job_manager.h"
+#include "daemon/metrics/exposition.h"
 #include "daemon/metrics/metrics_server.h"
 #include "daemon/pipeline/pipeline.h"
 #include "daemon/pipeline/work_pool.h"
@@ -54,6 +55,9 @@ class Gsyncd {
   std::string status_report() const;
   // /metrics (gsyncd_metrics.cc).
   std::string metrics_text() const;
+  void metrics_ops(metrics::Exposition& m) const;
+  void metrics_jobs(metrics::Exposition& m) const;
+  void metrics_peers(metrics::Exposition& m) const;
   nlohmann::json polling_report() const;
   void tick();
   static sigset_t stop_signals();

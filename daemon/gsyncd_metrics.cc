@@ -25,8 +25,14 @@ double num(const nlohmann::json& j, const char* key) {
 }  // namespace
 
 std::string Gsyncd::metrics_text() const {
-  using metrics::Labels;
   metrics::Exposition m;
+  metrics_ops(m);
+  metrics_jobs(m);
+  metrics_peers(m);
+  return m.text();
+}
+
+void Gsyncd::metrics_ops(metrics::Exposition& m) const {
   const auto now = std::chrono::steady_clock::now();
   const GlobalStats& g = jobs_->stats();
 
@@ -60,8 +66,17 @@ std::string Gsyncd::metrics_text() const {
   m.sample({}, double(clients_->sessions().size()));
   m.family("gsync_arena_bytes", "gauge", "Shared arena bytes mapped for the connected clients");
   m.sample({}, double(arena));
+  m.family("gsync_event_loop_exceptions_total", "counter",
+           "Exceptions the event loop caught from a handler (a bug each)");
+  m.sample({}, double(loop_.exceptions_caught()));
+  if (metrics_) {
+    m.family("gsync_metrics_scrapes_total", "counter", "Scrapes of /metrics answered");
+    m.sample({}, double(metrics_->scrapes() + 1));
+  }
+}
 
-  // Jobs, at most kMaxJobs by name; the rest folded into one.
+// Jobs, at most kMaxJobs by name; the rest folded into one.
+void Gsyncd::metrics_jobs(metrics::Exposition& m) const {
   const nlohmann::json jobs = jobs_->jobs_report()["jobs"];
   struct JobNums {
     double completed = 0, failed = 0, bytes = 0, anomalies = 0, departures = 0, ranks = 0;
@@ -133,8 +148,10 @@ std::string Gsyncd::metrics_text() const {
   m.family("gsync_metrics_jobs_folded", "gauge",
            "Jobs beyond the 64 named ones, summed under job=\"_other\"");
   m.sample({}, double(folded));
+}
 
-  // Peers: one per host of the cluster file.
+// Peers: one per host of the cluster file.
+void Gsyncd::metrics_peers(metrics::Exposition& m) const {
   if (control_) {
     const nlohmann::json peers = control_->peers_report()["peers"];
     m.family("gsync_peer_up", "gauge", "Whether the link to a peer daemon is up");
@@ -145,14 +162,6 @@ std::string Gsyncd::metrics_text() const {
     m.family("gsync_peer_received_bytes_total", "counter", "Bytes received from a peer daemon");
     for (const auto& p : peers) m.sample({{"peer", p.value("host", "")}}, num(p, "bytes_received"));
   }
-  m.family("gsync_event_loop_exceptions_total", "counter",
-           "Exceptions the event loop caught from a handler (a bug each)");
-  m.sample({}, double(loop_.exceptions_caught()));
-  if (metrics_) {
-    m.family("gsync_metrics_scrapes_total", "counter", "Scrapes of /metrics answered");
-    m.sample({}, double(metrics_->scrapes() + 1));
-  }
-  return m.text();
 }
 
 }  // namespace gsync

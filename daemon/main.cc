@@ -2,6 +2,8 @@
 //
 // gsyncd: the per-host gradient aggregation daemon.
 #include <cstdio>
+#include <iterator>
+#include <string>
 
 #include <CLI/CLI.hpp>
 #include <spdlog/spdlog.h>
@@ -11,40 +13,57 @@
 #include "daemon/gsyncd.h"
 #include "gsync_build_config.h"
 
+namespace {
+// The flags that set a string key of the config, each as it is: one table,
+// so a new key's flag is one line here.
+struct StringFlag {
+  const char* name;
+  const char* help;
+  std::string gsync::DaemonConfig::*field;
+};
+const StringFlag kStringFlags[] = {
+    {"--socket", "client socket (overrides [daemon] socket)", &gsync::DaemonConfig::socket_path},
+    {"--admin-socket", "admin socket (overrides [daemon] admin_socket)",
+     &gsync::DaemonConfig::admin_socket_path},
+    {"--log-level", "trace debug info warn error critical off", &gsync::DaemonConfig::log_level},
+    {"--poll-mode", "auto (poll only while a CPU is spare) or always",
+     &gsync::DaemonConfig::poll_mode},
+    {"--cluster", "cluster file (overrides [cluster] file)", &gsync::DaemonConfig::cluster_file},
+    {"--host-id", "this daemon's id in the cluster file", &gsync::DaemonConfig::host_id},
+    {"--cluster-key", "cluster key file, mode 0600 (overrides [cluster] key_file; gsyncctl keygen)",
+     &gsync::DaemonConfig::cluster_key_file},
+    {"--algo", "cross-host algorithm: auto ring hier direct tree doubling",
+     &gsync::DaemonConfig::algorithm},
+    {"--transport", "daemon-to-daemon transport: auto tcp verbs", &gsync::DaemonConfig::transport},
+    {"--checkpoint-dir", "checkpoints folder ([checkpoint] dir)",
+     &gsync::DaemonConfig::checkpoint_dir},
+    {"--metrics-listen", "serve Prometheus metrics at HOST:PORT/metrics ([metrics] listen)",
+     &gsync::DaemonConfig::metrics_listen},
+};
+}  // namespace
+
 int main(int argc, char** argv) {
   CLI::App app{"gsyncd: per-host gradient aggregation daemon"};
   std::string config_path = gsync::kDefaultConfigPath;
-  std::string socket, admin_socket, log_level;
+  std::string strings[std::size(kStringFlags)];
   uint32_t reduce_threads = 0, op_timeout_ms = 0;
-  std::string cluster_file, host_id, cluster_key, algorithm, chunk_bytes, transport;
+  std::string chunk_bytes;
   uint32_t tcp_streams = 0;
   int tcp_streams_cross_rack = -1;
   int64_t tcp_buffer_kib = -1, poll_us = -1;
-  std::string poll_mode, checkpoint_dir, metrics_listen;
   bool print_config = false;
   auto* config_opt = app.add_option("-c,--config", config_path, "TOML config file");
-  app.add_option("--socket", socket, "client socket (overrides [daemon] socket)");
-  app.add_option("--admin-socket", admin_socket, "admin socket (overrides [daemon] admin_socket)");
-  app.add_option("--log-level", log_level, "trace debug info warn error critical off");
+  for (size_t i = 0; i < std::size(kStringFlags); i++)
+    app.add_option(kStringFlags[i].name, strings[i], kStringFlags[i].help);
   app.add_option("--reduce-threads", reduce_threads, "reduce worker threads (0: one per CPU)");
   app.add_option("--op-timeout-ms", op_timeout_ms, "default op timeout");
   app.add_option("--poll-us", poll_us, "keep polling this long after an event (0: always sleep)");
-  app.add_option("--poll-mode", poll_mode, "auto (poll only while a CPU is spare) or always");
-  app.add_option("--cluster", cluster_file, "cluster file (overrides [cluster] file)");
-  app.add_option("--host-id", host_id, "this daemon's id in the cluster file");
-  app.add_option("--cluster-key", cluster_key,
-                 "cluster key file, mode 0600 (overrides [cluster] key_file; gsyncctl keygen)");
-  app.add_option("--algo", algorithm, "cross-host algorithm: auto ring hier direct tree doubling");
   app.add_option("--tcp-streams", tcp_streams, "TCP connections per peer in this host's rack");
   app.add_option("--tcp-streams-cross-rack", tcp_streams_cross_rack,
                  "TCP connections per peer in another rack (0: as --tcp-streams)");
   app.add_option("--tcp-buffer-kib", tcp_buffer_kib,
                  "socket buffers per TCP connection, KiB (0: kernel autotuning)");
-  app.add_option("--transport", transport, "daemon-to-daemon transport: auto tcp verbs");
   app.add_option("--chunk-bytes", chunk_bytes, "cross-host pipelining unit (K/M suffixes)");
-  app.add_option("--checkpoint-dir", checkpoint_dir, "checkpoints folder ([checkpoint] dir)");
-  app.add_option("--metrics-listen", metrics_listen,
-                 "serve Prometheus metrics at HOST:PORT/metrics ([metrics] listen)");
   app.add_flag("--print-config", print_config, "print the config in force as TOML and exit");
   app.set_version_flag("--version", GSYNC_VERSION_STRING);
   CLI11_PARSE(app, argc, argv);
@@ -58,23 +77,14 @@ int main(int argc, char** argv) {
     spdlog::critical("{}", st.message());
     return 2;
   }
-  if (!socket.empty()) cfg.socket_path = socket;
-  if (!admin_socket.empty()) cfg.admin_socket_path = admin_socket;
-  if (!log_level.empty()) cfg.log_level = log_level;
+  for (size_t i = 0; i < std::size(kStringFlags); i++)
+    if (!strings[i].empty()) cfg.*kStringFlags[i].field = strings[i];
   if (reduce_threads) cfg.reduce_threads = reduce_threads;
   if (op_timeout_ms) cfg.op_timeout_ms = op_timeout_ms;
-  if (!cluster_file.empty()) cfg.cluster_file = cluster_file;
-  if (!host_id.empty()) cfg.host_id = host_id;
-  if (!cluster_key.empty()) cfg.cluster_key_file = cluster_key;
-  if (!algorithm.empty()) cfg.algorithm = algorithm;
   if (tcp_streams) cfg.tcp_streams = tcp_streams;
   if (tcp_streams_cross_rack >= 0) cfg.tcp_streams_cross_rack = static_cast<uint32_t>(tcp_streams_cross_rack);
   if (poll_us >= 0) cfg.poll_us = static_cast<uint32_t>(poll_us);
-  if (!poll_mode.empty()) cfg.poll_mode = poll_mode;
   if (tcp_buffer_kib >= 0) cfg.tcp_buffer_kib = static_cast<uint32_t>(tcp_buffer_kib);
-  if (!transport.empty()) cfg.transport = transport;
-  if (!checkpoint_dir.empty()) cfg.checkpoint_dir = checkpoint_dir;
-  if (!metrics_listen.empty()) cfg.metrics_listen = metrics_listen;
   if (!chunk_bytes.empty() && !gsync::parse_byte_size(chunk_bytes, &cfg.chunk_bytes)) {
     spdlog::critical("--chunk-bytes '{}' is not a byte size", chunk_bytes);
     return 2;

@@ -116,6 +116,15 @@ std::optional<std::string> check_group_name(const std::string& name) {
   return std::nullopt;
 }
 
+std::optional<ConfigProblem> metrics_problem(const DaemonConfig& cfg) {
+  if (cfg.metrics_listen.empty()) return std::nullopt;
+  std::string host;
+  uint16_t port = 0;
+  if (std::string why = parse_host_port(cfg.metrics_listen, &host, &port); !why.empty())
+    return ConfigProblem{{"metrics.listen"}, why};
+  return std::nullopt;
+}
+
 // Who may connect to the sockets: their modes and the admin socket's group.
 std::optional<ConfigProblem> access_problem(const DaemonConfig& cfg) {
   for (auto [key, mode] : {std::pair{"daemon.socket_mode", cfg.socket_mode},
@@ -179,12 +188,7 @@ std::optional<ConfigProblem> find_config_problem(const DaemonConfig& cfg) {
         fmt::format("must differ from daemon.socket (both are \"{}\")", cfg.socket_path)};
   }
   if (auto p = access_problem(cfg)) return p;
-  if (!cfg.metrics_listen.empty()) {
-    std::string host;
-    uint16_t port = 0;
-    if (std::string why = parse_host_port(cfg.metrics_listen, &host, &port); !why.empty())
-      return problem("metrics.listen", why);
-  }
+  if (auto p = metrics_problem(cfg)) return p;
   if (std::find(kLogLevels.begin(), kLogLevels.end(), cfg.log_level) == kLogLevels.end()) {
     return problem("daemon.log_level",
                    fmt::format("\"{}\" is not one of {}", cfg.log_level,
