@@ -18,6 +18,7 @@
 #include "daemon/core/clock.h"
 #include "daemon/core/meter.h"
 #include "daemon/core/status.h"
+#include "daemon/jobs/stragglers.h"
 #include "daemon/jobs/sync_policy.h"
 #include "protocol/guard.h"
 #include "protocol/ps.h"
@@ -112,6 +113,8 @@ struct Job {
   std::map<uint64_t, std::vector<uint32_t>> clock_pushes;
   std::map<std::pair<int, uint64_t>, uint32_t> pushes_applied;
   uint64_t departures = 0;
+  // Who arrives last, over the last ops all local ranks joined.
+  StragglerBook stragglers;
 
   uint64_t ops_completed = 0, ops_failed = 0, bytes_reduced = 0;
   RateMeter meter;

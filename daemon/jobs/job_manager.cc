@@ -346,6 +346,7 @@ void JobManager::finish(Job& job, const OpId& id, const Status& st,
   if (!st) stats_.failures_by_code[st.code()]++;
   history_.add(std::move(h));
   if (st && op->shape.opcode == proto::Opcode::kPsDeclare) job.ps_keys.insert(id.key);
+  if (st && op->arrived == job.local_size) note_arrivals(job, *op);
   if (st && job.leasing && proto::is_push(op->shape.opcode)) settle_pushes(job, *op);
   if (st) {
     job.ops_completed++;

@@ -103,6 +103,10 @@ class JobManager final : public ClientSink {
   void start_ready(Job& job, bool pushes_of_clock_only = false, uint64_t clock = 0);
   void depart(Job& job, const Session& s, const std::string& reason);
   void settle_pushes(Job& job, const JobOp& op);
+  // The straggler report (job_report.cc): an op's arrivals into its book,
+  // a warning when one rank is the straggler; per rank, its lags.
+  void note_arrivals(Job& job, const JobOp& op);
+  nlohmann::json straggler_report(const Job& job) const;
   void expire(Job& job, Clock::time_point now);
 
   const DaemonConfig& cfg_;

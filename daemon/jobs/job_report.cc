@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 //
 // gsyncctl jobs: each job, its ranks and op counters.
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
 
 #include "daemon/jobs/job_manager.h"
 #include "daemon/ps/service.h"
@@ -114,6 +116,7 @@ nlohmann::json JobManager::jobs_report() const {
                     // counts and, on the keeper, the ledger.
                     {"leases", leases_.report(name)},
                     {"departures", job->departures},
+                    {"stragglers", straggler_report(*job)},
                     {"last_error", job->last_error}});
   }
   return json{{"jobs", list}};
@@ -154,6 +157,45 @@ nlohmann::json JobManager::ops_report() const {
     }
   }
   return json{{"in_flight", in_flight}, {"recent", history_.report()}};
+}
+
+void JobManager::note_arrivals(Job& job, const JobOp& op) {
+  if (job.local_size < 2) return;
+  std::vector<Clock::time_point> at;
+  for (const auto& a : op.arrivals) at.push_back(a.at);
+  job.stragglers.add(at);
+  // Looked at every 16 ops: the verdict moves slowly, and this is per op.
+  if (job.stragglers.ops() % 16 != 0) return;
+  const auto lags = job.stragglers.lags();
+  const int l = job.stragglers.straggler(lags);
+  if (l < 0 || !job.slots[size_t(l)].session) return;
+  if (!job.stragglers.may_warn(l, Clock::now())) return;
+  const Session& s = *job.slots[size_t(l)].session;
+  spdlog::warn("job {}: rank {} (local {}, pid {}) on {} is the straggler: last in {:.0f}% of the "
+               "last {} ops, {:.1f} ms after the first (median; p99 {:.1f} ms)",
+               job.id, s.rank, l, s.peer.pid, control_ ? "host " + control_->self_id() : "this host",
+               100 * lags[size_t(l)].last_share, job.stragglers.ops(),
+               1e3 * lags[size_t(l)].median_s, 1e3 * lags[size_t(l)].p99_s);
+}
+
+nlohmann::json JobManager::straggler_report(const Job& job) const {
+  nlohmann::json ranks = nlohmann::json::array();
+  const auto lags = job.stragglers.lags();
+  for (size_t l = 0; l < lags.size() && l < job.slots.size(); l++) {
+    const auto& s = job.slots[l].session;
+    ranks.push_back({{"rank", s ? nlohmann::json(s->rank) : nlohmann::json(nullptr)},
+                     {"local_rank", l},
+                     {"pid", s ? nlohmann::json(s->peer.pid) : nlohmann::json(nullptr)},
+                     {"median_lag_s", lags[l].median_s},
+                     {"p99_lag_s", lags[l].p99_s},
+                     {"last_share", lags[l].last_share}});
+  }
+  const int st = job.stragglers.straggler(lags);
+  return {{"ops", job.stragglers.ops()},
+          {"ranks", ranks},
+          {"straggler", st >= 0 && job.slots[size_t(st)].session
+                            ? nlohmann::json(job.slots[size_t(st)].session->rank)
+                            : nlohmann::json(nullptr)}};
 }
 
 }  // namespace gsync

@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 //
-// Prometheus metrics (docs/operations.md, "Metrics") scraped from a real
-// daemon over HTTP while two ranks run allreduces and barriers and one op
-// fails: every line is well-formed exposition text, every sample belongs to
+// Prometheus metrics and the straggler report (docs/operations.md,
+// "Metrics", "Stragglers") from a real daemon. Metrics are scraped over
+// HTTP while two ranks run allreduces and barriers and one op fails: every line is well-formed exposition text, every sample belongs to
 // a family with a TYPE, histograms are cumulative, the counts are the ones
 // the test drove, and a job id with a quote and a backslash comes out
 // escaped. A port in use and an address that is not one stop the daemon at
@@ -166,6 +166,81 @@ TEST(Metrics, ScrapedUnderLoadMatchTheOpsDriven) {
     buckets.push_back(s[key.str()]);
   }
   EXPECT_TRUE(std::is_sorted(buckets.begin(), buckets.end()));
+}
+
+// Three ranks, the third 40 ms late to every op: the straggler report
+// names it with its lag (within 20% of the 40 ms), the log says so naming
+// its pid, gsyncctl prints it, and /metrics has its lag.
+TEST(Stragglers, TheDelayedRankIsNamedWithItsLag) {
+  DaemonProcess d({"--metrics-listen", "127.0.0.1:0"});
+  ASSERT_TRUE(wait_until([&] { return metrics_port(d) != 0; })) << d.log();
+  constexpr int kOps = 48;
+  constexpr double kDelayS = 0.040;
+  int go[2];
+  ASSERT_EQ(pipe(go), 0);
+  std::vector<ChildResult> res;
+  std::thread ranks([&] {
+    res = run_ranks(3, [&](int r) {
+      gsync_comm_t* comm;
+      RANK_CHECK(connect_rank(d.socket(), "slow", 3, r, &comm) == 0, "{}", gsync_last_error());
+      std::vector<float> buf(256, 1.0f);
+      for (int s = 0; s < kOps; s++) {
+        // The injected delay: what a slow data loader does to a rank.
+        if (r == 2) std::this_thread::sleep_for(std::chrono::duration<double>(kDelayS));
+        gsync_request_t* req;
+        RANK_CHECK(gsync_allreduce(comm, 1, uint64_t(s), buf.data(), buf.size(), GSYNC_FLOAT32,
+                                   GSYNC_SUM, 0, &req) == 0, "{}", gsync_last_error());
+        RANK_CHECK(gsync_wait(req, 20000) == 0, "{}", gsync_request_error(req));
+        gsync_request_free(req);
+      }
+      report(fmt::format("pid {}\n", getpid()));
+      RANK_CHECK(read_byte(go[0], 60000), "no word to close");
+      gsync_close(comm);
+      return 0;
+    });
+  });
+  nlohmann::json s;
+  const bool seen = wait_until([&] {
+    nlohmann::json j = admin_json(d.admin_socket(), "jobs");
+    for (const auto& row : j.value("jobs", nlohmann::json::array()))
+      if (row.value("job", "") == "slow" && row["stragglers"].value("ops", 0) == kOps)
+        s = row["stragglers"];
+    return s.is_object();
+  }, 60000);
+  std::string ctl_out, scrape;
+  if (seen) {
+    if (const char* ctl = std::getenv("GSYNCCTL"))
+      ctl_out = run_command(fmt::format("{} -s {} jobs --stragglers 2>&1", ctl, d.admin_socket()));
+    scrape = body_of(http(metrics_port(d), "GET /metrics HTTP/1.0\r\n\r\n"));
+  }
+  ASSERT_EQ(write(go[1], "xxx", 3), 3);
+  ranks.join();
+  for (auto& c : res) EXPECT_EQ(c.code, 0) << c.output;
+  ASSERT_TRUE(seen) << admin_query(d.admin_socket(), "jobs");
+  EXPECT_EQ(s["straggler"], 2) << s.dump();
+  const auto& r2 = s["ranks"][2];
+  EXPECT_EQ(r2["rank"], 2) << s.dump();
+  EXPECT_NEAR(r2["median_lag_s"].get<double>(), kDelayS, 0.2 * kDelayS) << s.dump();
+  EXPECT_GE(r2["last_share"].get<double>(), 0.9) << s.dump();
+  for (int r : {0, 1}) EXPECT_LT(s["ranks"][r]["median_lag_s"].get<double>(), 0.2 * kDelayS);
+  const std::string pid = std::to_string(r2["pid"].get<int>());
+  EXPECT_NE(res[2].output.find("pid " + pid), std::string::npos) << res[2].output;
+  EXPECT_NE(d.log().find("job slow: rank 2 (local 2, pid " + pid + ") on this host is the "
+                         "straggler"),
+            std::string::npos)
+      << d.log();
+  if (std::getenv("GSYNCCTL")) {
+    EXPECT_NE(ctl_out.find("job slow: rank 2 (pid " + pid + ") is the straggler: last in"),
+              std::string::npos)
+        << ctl_out;
+    EXPECT_NE(ctl_out.find("rank 2 (local 2, pid " + pid + "): "), std::string::npos) << ctl_out;
+  }
+  std::string error;
+  auto m = parse(scrape, &error);
+  EXPECT_TRUE(error.empty()) << error;
+  EXPECT_NEAR(m["gsync_rank_arrival_lag_seconds{job=\"slow\",rank=\"2\",quantile=\"0.5\"}"],
+              kDelayS, 0.2 * kDelayS)
+      << scrape;
 }
 
 TEST(Metrics, JunkOnTheHttpPortIsAnsweredAndTheDaemonServesOn) {

@@ -77,7 +77,14 @@ int main(int argc, char** argv) {
   // Global options may also follow the command: "gsyncctl status --json".
   app.fallthrough();
   app.require_subcommand(1);
-  for (const Command& c : kCommands) app.add_subcommand(c.name, c.help);
+  bool stragglers = false;
+  for (const Command& c : kCommands) {
+    CLI::App* sub = app.add_subcommand(c.name, c.help);
+    if (std::string(c.name) == "jobs")
+      sub->add_flag("--stragglers", stragglers,
+                    "every rank's arrival lag behind the first (median, p99) and share of ops "
+                    "it came last to");
+  }
   std::string key_path;
   CLI::App* keygen_cmd =
       app.add_subcommand("keygen", "write a new random cluster key to a file (mode 0600)");
@@ -124,6 +131,8 @@ int main(int argc, char** argv) {
   std::string out;
   if (as_json)
     out = reply.dump(2) + "\n";
+  else if (command && stragglers)
+    out = gsync::cli::render_stragglers(reply);
   else if (command)
     out = command->render(reply);
   else  // checkpoint

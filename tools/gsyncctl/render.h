@@ -15,6 +15,8 @@ namespace gsync::cli {
 std::string render_status(const nlohmann::json& reply);
 // One row per job; "no jobs" when there are none.
 std::string render_jobs(const nlohmann::json& reply);
+// gsyncctl jobs --stragglers: per job, each local rank's arrival lag.
+std::string render_stragglers(const nlohmann::json& reply);
 // peers: the cluster's other daemons, link state and traffic each way.
 std::string render_peers(const nlohmann::json& reply);
 // One row per client session; "no clients connected" when there are none.

@@ -1,0 +1,54 @@
+// SPDX-License-Identifier: Apache-2.0
+//
+// Who is slow (docs/operations.md, "Stragglers"): an allreduce's barrier
+// makes every rank's step take as long as the slowest's, so the culprit
+// shows only in when each rank hands its part in, which the daemon sees.
+// Per job, over its last kWindow ops that every local rank joined: each
+// rank's lag behind the first to arrive (median, p99) and the share of ops
+// it came last to. A rank last in more than kWarnShare of them, by a median
+// of more than kWarnLag, is the straggler: said once a minute in the log,
+// naming rank, host and pid. This host's ranks only (a rank on another host
+// is in that host's report). Event thread only.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <string>
+#include <vector>
+
+#include "daemon/core/clock.h"
+
+namespace gsync {
+
+struct RankLag {
+  int rank = -1;
+  int pid = 0;
+  double median_s = 0, p99_s = 0;
+  double last_share = 0;  // of the ops in the window
+};
+
+class StragglerBook {
+ public:
+  static constexpr size_t kWindow = 256;
+  static constexpr double kWarnShare = 0.5;
+  static constexpr double kWarnLagS = 0.005;
+  static constexpr size_t kMinOps = 16;
+
+  // One op every local rank joined: their arrival times, by local rank.
+  void add(const std::vector<Clock::time_point>& arrivals);
+  // Per local rank (rank and pid filled by the caller), over the window.
+  std::vector<RankLag> lags() const;
+  // The straggler's local rank, or -1 (none, or not enough ops yet).
+  int straggler(const std::vector<RankLag>& lags) const;
+  size_t ops() const { return ops_.size(); }
+  // Whether a warning about local rank l may be logged now (once a minute).
+  bool may_warn(int l, Clock::time_point now);
+
+ private:
+  std::deque<std::vector<double>> ops_;  // per op, per local rank: seconds behind the first
+  Clock::time_point warned_{};
+  int warned_rank_ = -1;
+};
+
+}  // namespace gsync
