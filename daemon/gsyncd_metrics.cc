@@ -22,6 +22,24 @@ double num(const nlohmann::json& j, const char* key) {
   auto it = j.find(key);
   return it != j.end() && it->is_number() ? it->get<double>() : 0.0;
 }
+// Each named job's local ranks: their lag behind the first to arrive (the
+// first kMaxJobs jobs, as the other job families; the rest have no lags).
+void lag_family(metrics::Exposition& m, const nlohmann::json& jobs) {
+  m.family("gsync_rank_arrival_lag_seconds", "gauge",
+           "A rank's lag behind its job's first local rank over the last ops (median, p99)");
+  size_t named = 0;
+  for (const auto& j : jobs) {
+    if (named++ >= kMaxJobs) break;
+    if (!j.contains("stragglers")) continue;
+    const std::string name = j.value("job", "");
+    for (const auto& r : j["stragglers"].value("ranks", nlohmann::json::array())) {
+      if (!r["rank"].is_number()) continue;
+      const std::string rank = std::to_string(r["rank"].get<int>());
+      m.sample({{"job", name}, {"rank", rank}, {"quantile", "0.5"}}, num(r, "median_lag_s"));
+      m.sample({{"job", name}, {"rank", rank}, {"quantile", "0.99"}}, num(r, "p99_lag_s"));
+    }
+  }
+}
 }  // namespace
 
 std::string Gsyncd::metrics_text() const {
@@ -148,19 +166,7 @@ void Gsyncd::metrics_jobs(metrics::Exposition& m) const {
   m.family("gsync_metrics_jobs_folded", "gauge",
            "Jobs beyond the 64 named ones, summed under job=\"_other\"");
   m.sample({}, double(folded));
-  // Each named job's local ranks: their lag behind the first to arrive.
-  m.family("gsync_rank_arrival_lag_seconds", "gauge",
-           "A rank's lag behind its job's first local rank over the last ops (median, p99)");
-  for (const auto& j : jobs) {
-    const std::string name = j.value("job", "");
-    if (!per_job.count(name) || !j.contains("stragglers")) continue;
-    for (const auto& r : j["stragglers"].value("ranks", nlohmann::json::array())) {
-      if (!r["rank"].is_number()) continue;
-      const std::string rank = std::to_string(r["rank"].get<int>());
-      m.sample({{"job", name}, {"rank", rank}, {"quantile", "0.5"}}, num(r, "median_lag_s"));
-      m.sample({{"job", name}, {"rank", rank}, {"quantile", "0.99"}}, num(r, "p99_lag_s"));
-    }
-  }
+  lag_family(m, jobs);
 }
 
 // Peers: one per host of the cluster file.
