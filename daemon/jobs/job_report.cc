@@ -156,7 +156,9 @@ nlohmann::json JobManager::ops_report() const {
       in_flight.push_back(std::move(row));
     }
   }
-  return json{{"in_flight", in_flight}, {"recent", history_.report()}};
+  return json{{"in_flight", in_flight},
+              {"recent", history_.report()},
+              {"now_ns", monotonic_ns(Clock::now())}};
 }
 
 void JobManager::note_arrivals(Job& job, const JobOp& op) {

@@ -18,6 +18,7 @@
 #include <cmath>
 #include <cstring>
 #include <map>
+#include <set>
 #include <regex>
 #include <sstream>
 #include <thread>
@@ -241,6 +242,72 @@ TEST(Stragglers, TheDelayedRankIsNamedWithItsLag) {
   EXPECT_NEAR(m["gsync_rank_arrival_lag_seconds{job=\"slow\",rank=\"2\",quantile=\"0.5\"}"],
               kDelayS, 0.2 * kDelayS)
       << scrape;
+}
+
+// gsyncctl trace: the recent ops of two daemons as one Chrome trace file:
+// valid JSON with a process per daemon, an op span per op the test ran
+// (the right count, job, key and step), an arrival per rank and op, and
+// the stages; --job filters.
+TEST(Trace, TheFileHoldsTheOpsRunAsChromeTraceEvents) {
+  const char* ctl = std::getenv("GSYNCCTL");
+  if (!ctl) GTEST_SKIP() << "SKIPPED: GSYNCCTL not set (run through meson test)";
+  DaemonProcess a, b;
+  constexpr int kOps = 10;
+  auto res = run_ranks(4, [&](int r) {
+    const DaemonProcess& d = r < 2 ? a : b;
+    gsync_comm_t* comm;
+    RANK_CHECK(connect_rank(d.socket(), r < 2 ? "ta" : "tb", 2, r % 2, &comm) == 0, "{}",
+               gsync_last_error());
+    std::vector<float> buf(1024, 1.0f);
+    for (int s = 0; s < kOps; s++) {
+      gsync_request_t* req;
+      RANK_CHECK(gsync_allreduce(comm, 7, uint64_t(s), buf.data(), buf.size(), GSYNC_FLOAT32,
+                                 GSYNC_SUM, 0, &req) == 0, "{}", gsync_last_error());
+      RANK_CHECK(gsync_wait(req, 20000) == 0, "{}", gsync_request_error(req));
+      gsync_request_free(req);
+    }
+    gsync_close(comm);
+    return 0;
+  });
+  for (auto& c : res) ASSERT_EQ(c.code, 0) << c.output;
+  const std::string file = a.dir() + "/trace.json";
+  std::string out = run_command(fmt::format("{} trace -o {} {} {} 2>&1", ctl, file,
+                                            a.admin_socket(), b.admin_socket()));
+  EXPECT_NE(out.find(fmt::format("{}: {} ops of 2 daemons", file, 2 * kOps)), std::string::npos)
+      << out;
+  std::string text = run_command("cat " + file);
+  nlohmann::json t = nlohmann::json::parse(text, nullptr, false);
+  ASSERT_TRUE(t.is_object() && t["traceEvents"].is_array()) << text.substr(0, 300);
+  std::map<int, int> ops_per_pid, arrivals_per_pid, stages;
+  std::set<int> named;
+  for (const auto& e : t["traceEvents"]) {
+    ASSERT_TRUE(e.contains("ph") && e.contains("pid")) << e.dump();
+    const std::string ph = e["ph"];
+    const int pid = e["pid"];
+    if (ph == "M" && e["name"] == "process_name") named.insert(pid);
+    if (ph == "X" || ph == "i") ASSERT_TRUE(e["ts"].is_number()) << e.dump();
+    if (ph == "X") ASSERT_GE(e["dur"].get<double>(), 0) << e.dump();
+    if (ph == "X" && e["cat"] == "op") {
+      ops_per_pid[pid]++;
+      EXPECT_EQ(e["args"]["job"], pid == 1 ? "ta" : "tb") << e.dump();
+      EXPECT_EQ(e["name"].get<std::string>().rfind("allreduce key 7 step ", 0), 0u) << e.dump();
+    }
+    if (ph == "i" && e["cat"] == "arrival") arrivals_per_pid[pid]++;
+    if (ph == "X" && e["cat"] == "stage") stages[pid]++;
+  }
+  EXPECT_EQ(named, (std::set<int>{1, 2}));
+  EXPECT_EQ(ops_per_pid[1], kOps);
+  EXPECT_EQ(ops_per_pid[2], kOps);
+  EXPECT_EQ(arrivals_per_pid[1], 2 * kOps);
+  EXPECT_GE(stages[1], kOps);  // the local reduce, at least
+  out = run_command(fmt::format("{} -s {} trace -o {} --job tb 2>&1", ctl, b.admin_socket(), file));
+  EXPECT_NE(out.find(fmt::format("{}: {} ops of 1 daemon", file, kOps)), std::string::npos) << out;
+  out = run_command(fmt::format("{} -s {} trace -o {} --job ta 2>&1", ctl, b.admin_socket(), file));
+  EXPECT_NE(out.find(fmt::format("{}: 0 ops of 1 daemon", file)), std::string::npos) << out;
+  out = run_command(fmt::format("{} trace -o /nonexistent/dir/t.json {} 2>&1; echo rc=$?", ctl,
+                                a.admin_socket()));
+  EXPECT_NE(out.find("cannot write /nonexistent/dir/t.json"), std::string::npos) << out;
+  EXPECT_EQ(out.find("rc=0"), std::string::npos) << out;
 }
 
 TEST(Metrics, JunkOnTheHttpPortIsAnsweredAndTheDaemonServesOn) {

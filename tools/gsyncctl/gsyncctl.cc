@@ -10,7 +10,10 @@
 
 #include <CLI/CLI.hpp>
 #include <chrono>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
+#include <vector>
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -19,6 +22,7 @@
 #include "gsync_build_config.h"
 #include "tools/gsyncctl/admin_client.h"
 #include "tools/gsyncctl/render.h"
+#include "tools/gsyncctl/trace.h"
 
 namespace {
 
@@ -59,6 +63,39 @@ int keygen(const std::string& path) {
   return std::fflush(stdout) == 0 ? 0 : kExitCantCreate;
 }
 
+// gsyncctl trace: every daemon's `ops`, then one file.
+int write_trace(const std::vector<std::string>& sockets, const std::string& out,
+                const std::string& job, double seconds, int timeout_ms) {
+  std::vector<gsync::cli::TraceSource> sources;
+  for (const std::string& s : sockets) {
+    std::string reply, error;
+    if (!gsync::cli::admin_query(s, "ops", std::chrono::milliseconds(timeout_ms), &reply, &error)) {
+      std::fprintf(stderr, "gsyncctl: %s\n", error.c_str());
+      return kExitUnreachable;
+    }
+    nlohmann::json j = nlohmann::json::parse(reply, nullptr, /*allow_exceptions=*/false);
+    if (j.is_discarded() || !j.is_object()) {
+      std::fprintf(stderr, "gsyncctl: the reply from %s to \"ops\" is not a JSON object\n",
+                   s.c_str());
+      return kExitUnreachable;
+    }
+    sources.push_back({s, std::move(j)});
+  }
+  size_t ops = 0;
+  const std::string text =
+      gsync::cli::chrome_trace(sources, job, seconds, &ops)
+          .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) +
+      "\n";
+  FILE* f = std::fopen(out.c_str(), "w");
+  if (!f || std::fwrite(text.data(), 1, text.size(), f) != text.size() || std::fclose(f) != 0) {
+    std::fprintf(stderr, "gsyncctl: cannot write %s: %s\n", out.c_str(), std::strerror(errno));
+    return kExitCantCreate;
+  }
+  std::printf("%s: %zu ops of %zu daemon%s (open it in ui.perfetto.dev or chrome://tracing)\n",
+              out.c_str(), ops, sources.size(), sources.size() == 1 ? "" : "s");
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -90,6 +127,16 @@ int main(int argc, char** argv) {
       app.add_subcommand("keygen", "write a new random cluster key to a file (mode 0600)");
   keygen_cmd->add_option("-o,--output", key_path, "the key file to create (never overwritten)")
       ->required();
+  std::string trace_out, trace_job;
+  double trace_seconds = 0;
+  std::vector<std::string> trace_sockets;
+  CLI::App* trace_cmd = app.add_subcommand(
+      "trace", "write the recent ops of one or more daemons as a Chrome trace / Perfetto file");
+  trace_cmd->add_option("-o,--output", trace_out, "the trace file (JSON)")->required();
+  trace_cmd->add_option("--job", trace_job, "only this job's ops");
+  trace_cmd->add_option("--seconds", trace_seconds, "only ops that ended in the last N seconds");
+  trace_cmd->add_option("sockets", trace_sockets,
+                        "admin sockets of the daemons to draw (default: --socket)");
   std::string checkpoint_job;
   CLI::App* checkpoint_cmd = app.add_subcommand(
       "checkpoint", "ask every shard of a parameter-server job for a checkpoint now");
@@ -102,6 +149,10 @@ int main(int argc, char** argv) {
   }
 
   if (keygen_cmd->parsed()) return keygen(key_path);
+  if (trace_cmd->parsed()) {
+    if (trace_sockets.empty()) trace_sockets.push_back(socket_path);
+    return write_trace(trace_sockets, trace_out, trace_job, trace_seconds, timeout_ms);
+  }
   std::string name = app.get_subcommands().front()->get_name();
   const Command* command = nullptr;
   std::string request = name;
