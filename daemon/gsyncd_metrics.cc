@@ -171,16 +171,18 @@ void Gsyncd::metrics_jobs(metrics::Exposition& m) const {
 
 // Peers: one per host of the cluster file.
 void Gsyncd::metrics_peers(metrics::Exposition& m) const {
-  if (control_) {
-    const nlohmann::json peers = control_->peers_report()["peers"];
-    m.family("gsync_peer_up", "gauge", "Whether the link to a peer daemon is up");
-    for (const auto& p : peers)
-      m.sample({{"peer", p.value("host", "")}}, p.value("state", "") == "up" ? 1 : 0);
-    m.family("gsync_peer_sent_bytes_total", "counter", "Bytes sent to a peer daemon");
-    for (const auto& p : peers) m.sample({{"peer", p.value("host", "")}}, num(p, "bytes_sent"));
-    m.family("gsync_peer_received_bytes_total", "counter", "Bytes received from a peer daemon");
-    for (const auto& p : peers) m.sample({{"peer", p.value("host", "")}}, num(p, "bytes_received"));
-  }
+  if (!control_) return;
+  const nlohmann::json peers = control_->peers_report()["peers"];
+  auto peer_family = [&](const char* name, const char* type, const char* help, auto&& value) {
+    m.family(name, type, help);
+    for (const auto& p : peers) m.sample({{"peer", p.value("host", "")}}, value(p));
+  };
+  peer_family("gsync_peer_up", "gauge", "Whether the link to a peer daemon is up",
+              [](const nlohmann::json& p) { return p.value("state", "") == "up" ? 1.0 : 0.0; });
+  peer_family("gsync_peer_sent_bytes_total", "counter", "Bytes sent to a peer daemon",
+              [](const nlohmann::json& p) { return num(p, "bytes_sent"); });
+  peer_family("gsync_peer_received_bytes_total", "counter", "Bytes received from a peer daemon",
+              [](const nlohmann::json& p) { return num(p, "bytes_received"); });
 }
 
 }  // namespace gsync

@@ -135,6 +135,12 @@ bool decode(std::string_view msg, T* out) {
   return true;
 }
 
+// Exactly one message of type T: false for any other length.
+template <class T>
+bool decode_exact(std::string_view msg, T* out) {
+  return msg.size() == sizeof(T) && decode(msg, out);
+}
+
 inline std::string field(const char* s, size_t n) { return std::string(s, strnlen(s, n)); }
 
 inline void set_field(char* dst, size_t n, const std::string& s) {

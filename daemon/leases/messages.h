@@ -68,12 +68,8 @@ struct LeaseMessage {
   LeaseDrop drop;
 };
 
-template <class T>
-bool decode_exact(std::string_view msg, T* out) {
-  return msg.size() == sizeof(T) && cluster::decode(msg, out);
-}
-
 inline bool decode(std::string_view msg, LeaseMessage* out) {
+  using cluster::decode_exact;
   if (msg.empty()) return false;
   out->type = static_cast<uint8_t>(msg[0]);
   switch (out->type) {

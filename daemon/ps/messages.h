@@ -105,11 +105,7 @@ struct PsAck {
   char message[240] = {};
 };
 
-// Exactly one message of type T: false for any other length.
-template <class T>
-bool decode_exact(std::string_view msg, T* out) {
-  return msg.size() == sizeof(T) && cluster::decode(msg, out);
-}
+using cluster::decode_exact;
 
 // A push's data and a reply go as writes of at most this many bytes, so
 // that a bsp server folds, steps and sends back a shard's first ranges

@@ -57,15 +57,22 @@ inline int64_t daemon_ops_failed(const std::string& admin) {
   return j["ops"]["failed"].get<int64_t>();
 }
 
+// job's row in the admin "jobs" report (null while the job is not there).
+inline nlohmann::json job_row(const std::string& admin, const std::string& job) {
+  nlohmann::json j = admin_json(admin, "jobs");
+  if (!j.is_object() || !j["jobs"].is_array()) return nullptr;
+  for (const auto& row : j["jobs"])
+    if (row.value("job", "") == job) return row;
+  return nullptr;
+}
+
 // A counter of job's row in the admin "jobs" report (ops_completed,
 // ops_failed, ...); 0 while the job or the field is not there.
 inline int64_t job_count(const std::string& admin, const std::string& job,
                          const std::string& field) {
-  nlohmann::json j = admin_json(admin, "jobs");
-  if (!j.is_object() || !j["jobs"].is_array()) return 0;
-  for (const auto& row : j["jobs"])
-    if (row.value("job", "") == job && row.contains(field) && row[field].is_number())
-      return row[field].get<int64_t>();
+  nlohmann::json row = job_row(admin, job);
+  if (row.is_object() && row.contains(field) && row[field].is_number())
+    return row[field].get<int64_t>();
   return 0;
 }
 

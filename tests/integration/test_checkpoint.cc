@@ -49,12 +49,10 @@ bool job_present(const std::string& admin, const std::string& job) {
 
 // The checkpoint block of job's key in the daemon's jobs report (null when none).
 nlohmann::json checkpoint_of(const std::string& admin, const std::string& job) {
-  nlohmann::json j = admin_json(admin, "jobs");
-  if (!j.is_object() || !j["jobs"].is_array()) return nullptr;
-  for (const auto& row : j["jobs"])
-    if (row.value("job", "") == job && row["parameters"].is_array())
-      for (const auto& k : row["parameters"])
-        if (k.value("key", 0ull) == kKey) return k["checkpoint"];
+  nlohmann::json row = job_row(admin, job);
+  if (row.is_object() && row["parameters"].is_array())
+    for (const auto& k : row["parameters"])
+      if (k.value("key", 0ull) == kKey) return k["checkpoint"];
   return nullptr;
 }
 

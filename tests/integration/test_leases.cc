@@ -176,15 +176,6 @@ std::vector<int64_t> numbers(const std::string& out, const std::string& line) {
   return v;
 }
 
-// The leases block of job's row in a daemon's jobs report.
-nlohmann::json leases_of(const std::string& admin, const std::string& job) {
-  nlohmann::json j = admin_json(admin, "jobs");
-  if (!j.is_object() || !j["jobs"].is_array()) return nullptr;
-  for (const auto& row : j["jobs"])
-    if (row.value("job", "") == job) return row;
-  return nullptr;
-}
-
 // Every batch applied exactly once (rank 0's diffs), and the survivors'
 // batches plus the victim's applied ones are each batch once.
 void expect_each_batch_once(const std::vector<ChildResult>& res, int victim) {
@@ -261,7 +252,7 @@ TEST(Leases, WorkerKilledBetweenItsPushesHandsItsBatchOn) {
   // The others finish the epoch; then, before they close, the reports.
   const bool settled = wait_until(
       [&] {
-        nlohmann::json row = leases_of(bed->admin_socket(0), job);
+        nlohmann::json row = job_row(bed->admin_socket(0), job);
         return row.is_object() && row["leases"].is_object() && row["leases"]["epochs"].is_array() &&
                !row["leases"]["epochs"].empty() &&
                row["leases"]["epochs"][0].value("settled", 0) == int(kBatches);
@@ -273,8 +264,8 @@ TEST(Leases, WorkerKilledBetweenItsPushesHandsItsBatchOn) {
     ranks.join();
     return;
   }
-  nlohmann::json keeper = leases_of(bed->admin_socket(0), job);
-  nlohmann::json other = leases_of(bed->admin_socket(1), job);
+  nlohmann::json keeper = job_row(bed->admin_socket(0), job);
+  nlohmann::json other = job_row(bed->admin_socket(1), job);
   const nlohmann::json& e = keeper["leases"]["epochs"][0];
   EXPECT_EQ(e["epoch"], kEpoch) << e.dump();
   EXPECT_EQ(e["batches"], kBatches) << e.dump();
@@ -381,19 +372,8 @@ TEST(Leases, ClosedRankHandsBackAndRefusalsAreClear) {
   DaemonProcess d;
   const std::string job = "lease-local";
   gsync_comm_t *c0, *c1;
-  std::vector<Place> p{{0, 0, 2}, {0, 1, 2}};
   auto connect = [&](int r, gsync_comm_t** c) {
-    gsync_config_t cfg;
-    gsync_config_init(&cfg);
-    std::string sock = d.socket();
-    cfg.socket_path = sock.c_str();
-    cfg.job_id = job.c_str();
-    cfg.world_size = 2;
-    cfg.rank = r;
-    cfg.local_rank = r;
-    cfg.local_size = 2;
-    cfg.timeout_ms = 20000;
-    return gsync_connect(&cfg, c);
+    return connect_rank(d.socket(), job, 2, r, c, 0, 20000);
   };
   ASSERT_EQ(connect(0, &c0), 0) << gsync_last_error();
   ASSERT_EQ(connect(1, &c1), 0) << gsync_last_error();

@@ -202,10 +202,8 @@ TEST(Stragglers, TheDelayedRankIsNamedWithItsLag) {
   });
   nlohmann::json s;
   const bool seen = wait_until([&] {
-    nlohmann::json j = admin_json(d.admin_socket(), "jobs");
-    for (const auto& row : j.value("jobs", nlohmann::json::array()))
-      if (row.value("job", "") == "slow" && row["stragglers"].value("ops", 0) == kOps)
-        s = row["stragglers"];
+    nlohmann::json row = job_row(d.admin_socket(), "slow");
+    if (row.is_object() && row["stragglers"].value("ops", 0) == kOps) s = row["stragglers"];
     return s.is_object();
   }, 60000);
   std::string ctl_out, scrape;
