@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 //
 // gsyncd: the per-host gradient aggregation daemon.
+#include <cstdint>
 #include <cstdio>
 #include <iterator>
 #include <string>
@@ -50,7 +51,8 @@ int main(int argc, char** argv) {
   std::string chunk_bytes;
   uint32_t tcp_streams = 0;
   int tcp_streams_cross_rack = -1;
-  int64_t tcp_buffer_kib = -1, poll_us = -1;
+  int64_t tcp_buffer_kib = -1, poll_us = -1, trace_ring_ops = -1;
+  std::string trace_record;
   bool print_config = false;
   auto* config_opt = app.add_option("-c,--config", config_path, "TOML config file");
   for (size_t i = 0; i < std::size(kStringFlags); i++)
@@ -64,6 +66,10 @@ int main(int argc, char** argv) {
   app.add_option("--tcp-buffer-kib", tcp_buffer_kib,
                  "socket buffers per TCP connection, KiB (0: kernel autotuning)");
   app.add_option("--chunk-bytes", chunk_bytes, "cross-host pipelining unit (K/M suffixes)");
+  app.add_option("--trace-ring-ops", trace_ring_ops, "recent ops kept ([trace] ring_ops)")
+      ->check(CLI::Range(int64_t{0}, int64_t{UINT32_MAX}));
+  app.add_option("--trace-record", trace_record, "record ops' timelines ([trace] record)")
+      ->check(CLI::IsMember({"true", "false"}));
   app.add_flag("--print-config", print_config, "print the config in force as TOML and exit");
   app.set_version_flag("--version", GSYNC_VERSION_STRING);
   CLI11_PARSE(app, argc, argv);
@@ -85,6 +91,8 @@ int main(int argc, char** argv) {
   if (tcp_streams_cross_rack >= 0) cfg.tcp_streams_cross_rack = static_cast<uint32_t>(tcp_streams_cross_rack);
   if (poll_us >= 0) cfg.poll_us = static_cast<uint32_t>(poll_us);
   if (tcp_buffer_kib >= 0) cfg.tcp_buffer_kib = static_cast<uint32_t>(tcp_buffer_kib);
+  if (trace_ring_ops >= 0) cfg.trace_ring_ops = static_cast<uint32_t>(trace_ring_ops);
+  if (!trace_record.empty()) cfg.trace_record = trace_record == "true";
   if (!chunk_bytes.empty() && !gsync::parse_byte_size(chunk_bytes, &cfg.chunk_bytes)) {
     spdlog::critical("--chunk-bytes '{}' is not a byte size", chunk_bytes);
     return 2;

@@ -221,6 +221,12 @@ Status Loader::read_field(const ConfigField& field, const std::string& key, cons
     case ConfigKind::kIdList:
       return read_ids(node, key,
                       &(cfg->*std::get<std::vector<uint32_t> DaemonConfig::*>(field.member)));
+    case ConfigKind::kBool: {
+      const auto* value = node.as_boolean();
+      if (value == nullptr) return wrong_type(node, key, "a boolean (true or false)");
+      cfg->*std::get<bool DaemonConfig::*>(field.member) = value->get();
+      return Status::ok();
+    }
   }
   return error(node, key, "internal error: unhandled key kind");
 }

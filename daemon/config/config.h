@@ -64,6 +64,12 @@ struct DaemonConfig {
   // "HOST:PORT"; "": off.
   std::string metrics_listen;
 
+  // [trace] The recent ops gsyncctl ops and gsyncctl trace read (their
+  // arrivals and stage times; docs/operations.md, "Traces"): how many are
+  // kept, and whether ops are recorded at all.
+  uint32_t trace_ring_ops = 1024;
+  bool trace_record = true;
+
   std::string source = "defaults";  // where the values came from, for gsyncctl
 
   // Every field, source included (tests compare whole configs with it, so a

@@ -70,6 +70,8 @@ std::string render_value(const ConfigField& field, const DaemonConfig& cfg) {
       return fmt::format(
           "[{}]",
           fmt::join(cfg.*std::get<std::vector<uint32_t> DaemonConfig::*>(field.member), ", "));
+    case ConfigKind::kBool:
+      return cfg.*std::get<bool DaemonConfig::*>(field.member) ? "true" : "false";
   }
   return "";
 }

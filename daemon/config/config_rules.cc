@@ -30,6 +30,9 @@ constexpr uint32_t kMaxPollUs = 100000;
 constexpr uint32_t kMaxSocketMode = 07777;
 // useradd(8): group names are at most 32 bytes.
 constexpr size_t kMaxGroupName = 32;
+// The recent ops kept for gsyncctl ops and trace: a million take about
+// half a gigabyte (docs/operations.md, "Traces"); more is a typo.
+constexpr uint32_t kMaxTraceRingOps = 1000000;
 constexpr std::array<std::string_view, 6> kAlgorithms = {"auto", "ring", "hier", "direct", "tree",
                                                           "doubling"};
 constexpr std::array<std::string_view, 3> kTransports = {"auto", "tcp", "verbs"};
@@ -68,6 +71,8 @@ const ConfigField kFields[] = {
     {"checkpoint", "dir", ConfigKind::kString, &DaemonConfig::checkpoint_dir},
     {"checkpoint", "keep", ConfigKind::kCount, &DaemonConfig::checkpoint_keep},
     {"metrics", "listen", ConfigKind::kString, &DaemonConfig::metrics_listen},
+    {"trace", "ring_ops", ConfigKind::kCount, &DaemonConfig::trace_ring_ops},
+    {"trace", "record", ConfigKind::kBool, &DaemonConfig::trace_record},
 };
 
 struct SizeSuffix {
@@ -122,6 +127,14 @@ std::optional<ConfigProblem> metrics_problem(const DaemonConfig& cfg) {
   uint16_t port = 0;
   if (std::string why = parse_host_port(cfg.metrics_listen, &host, &port); !why.empty())
     return ConfigProblem{{"metrics.listen"}, why};
+  return std::nullopt;
+}
+
+std::optional<ConfigProblem> trace_problem(const DaemonConfig& cfg) {
+  if (cfg.trace_ring_ops < 1 || cfg.trace_ring_ops > kMaxTraceRingOps)
+    return ConfigProblem{{"trace.ring_ops"},
+                         fmt::format("must be 1 to {} (recent ops kept), got {}",
+                                     kMaxTraceRingOps, cfg.trace_ring_ops)};
   return std::nullopt;
 }
 
@@ -189,6 +202,7 @@ std::optional<ConfigProblem> find_config_problem(const DaemonConfig& cfg) {
   }
   if (auto p = access_problem(cfg)) return p;
   if (auto p = metrics_problem(cfg)) return p;
+  if (auto p = trace_problem(cfg)) return p;
   if (std::find(kLogLevels.begin(), kLogLevels.end(), cfg.log_level) == kLogLevels.end()) {
     return problem("daemon.log_level",
                    fmt::format("\"{}\" is not one of {}", cfg.log_level,

@@ -10,9 +10,11 @@
 
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <string>
 
 #include "daemon/config/config.h"
+#include "daemon/config/config_internal.h"
 #include "daemon/config/config_json.h"
 
 namespace gsync {
@@ -48,6 +50,8 @@ void ExpectSameValues(const DaemonConfig& a, const DaemonConfig& b) {
   EXPECT_EQ(a.peer_timeout_ms, b.peer_timeout_ms);
   EXPECT_EQ(a.algorithm, b.algorithm);
   EXPECT_EQ(a.chunk_bytes, b.chunk_bytes);
+  EXPECT_EQ(a.trace_ring_ops, b.trace_ring_ops);
+  EXPECT_EQ(a.trace_record, b.trace_record);
   // ... and as a whole, so a key added later is compared too (where the
   // values came from is not a value).
   DaemonConfig x = a, y = b;
@@ -229,6 +233,19 @@ const BadCase kBadCases[] = {
      "2: limits.default_arena: ", "must not exceed limits.max_arena"},
     {"DefaultOverMaxPointsAtMaxWhenOnlyMaxSet", "[limits]\n\nmax_arena = \"512M\"\n",
      "3: limits.max_arena: ", "limits.default_arena (1G) must not exceed"},
+    // [trace]: the ring's size has a range; record is a boolean.
+    {"TraceRingZero", "[trace]\nrecord = true\nring_ops = 0\n", "3: trace.ring_ops: ",
+     "must be 1 to 1000000 (recent ops kept), got 0"},
+    {"TraceRingHuge", "[trace]\nring_ops = 1000001\n", "2: trace.ring_ops: ",
+     "must be 1 to 1000000 (recent ops kept), got 1000001"},
+    {"TraceRingNegative", "[trace]\nring_ops = -5\n", "2: trace.ring_ops: ",
+     "must not be negative, got -5"},
+    {"TraceRecordString", "[trace]\nrecord = \"off\"\n", "2: trace.record: ",
+     "expected a boolean (true or false), got string"},
+    {"TraceRecordInteger", "[trace]\n\nrecord = 0\n", "3: trace.record: ",
+     "expected a boolean (true or false), got integer"},
+    {"TraceUnknownKey", "[trace]\nring_op = 8\n", "2: trace.ring_op: ",
+     "unknown key (did you mean trace.ring_ops?)"},
 };
 
 INSTANTIATE_TEST_SUITE_P(Bad, ConfigErrorTest, ::testing::ValuesIn(kBadCases),
@@ -404,6 +421,10 @@ TEST(ValidateConfig, Failures) {
        "metrics.listen: \"example.com:9464\": \"example.com\" is not an IPv4 address"},
       {[](DaemonConfig* c) { c->metrics_listen = "127.0.0.1:65536"; },
        "metrics.listen: \"127.0.0.1:65536\": \"65536\" is not a port"},
+      {[](DaemonConfig* c) { c->trace_ring_ops = 0; },
+       "trace.ring_ops: must be 1 to 1000000 (recent ops kept), got 0"},
+      {[](DaemonConfig* c) { c->trace_ring_ops = 4294967295u; },
+       "trace.ring_ops: must be 1 to 1000000 (recent ops kept), got 4294967295"},
   };
   for (const Case& c : cases) {
     DaemonConfig cfg;
@@ -416,6 +437,7 @@ TEST(ValidateConfig, Failures) {
   edge.ring_entries = 16;
   edge.default_arena_bytes = edge.max_arena_bytes;
   edge.socket_path = std::string(107, 's');
+  edge.trace_ring_ops = 1000000;
   EXPECT_TRUE(validate_config(edge).is_ok()) << validate_config(edge).message();
 }
 
@@ -444,7 +466,12 @@ TEST(ConfigJson, MirrorsTomlLayout) {
   EXPECT_EQ(j["checkpoint"]["dir"], "");
   EXPECT_EQ(j["checkpoint"]["keep"], 3);
   EXPECT_EQ(j["metrics"]["listen"], "");
-  EXPECT_EQ(j.size(), 6u);
+  EXPECT_EQ(j["trace"]["ring_ops"], 1024);
+  EXPECT_EQ(j["trace"]["record"], true);
+  // A section per table of the file, whichever tables it has now.
+  std::set<std::string_view> sections;
+  for (const ConfigField& f : config_fields()) sections.insert(f.section);
+  EXPECT_EQ(j.size(), sections.size());
   EXPECT_EQ(j["cluster"]["key_file"], "");
   EXPECT_EQ(j["daemon"].size() + j["auth"].size() + j["limits"].size() + j["cluster"].size() +
                 j["checkpoint"].size(),
@@ -495,6 +522,25 @@ TEST_F(ConfigTest, AdminSocketModeAndGroup) {
   EXPECT_EQ(back.admin_socket_mode, 0600u);
   EXPECT_EQ(back.admin_group, "");
   EXPECT_EQ(config_to_json(cfg)["daemon"]["admin_socket_mode"], "0600");
+}
+
+// [trace]: the defaults keep today's 1024 ops and record them; both keys
+// load, print and read back.
+TEST_F(ConfigTest, TraceKeys) {
+  DaemonConfig defaults;
+  EXPECT_EQ(defaults.trace_ring_ops, 1024u);
+  EXPECT_TRUE(defaults.trace_record);
+  DaemonConfig cfg;
+  Status s = load_config_text("[trace]\nring_ops = 1000000\nrecord = false\n", "t", &cfg);
+  ASSERT_TRUE(s) << s.message();
+  EXPECT_EQ(cfg.trace_ring_ops, 1000000u);
+  EXPECT_FALSE(cfg.trace_record);
+  const std::string text = config_to_toml(cfg);
+  EXPECT_THAT(text, HasSubstr("[trace]\nring_ops = 1000000\nrecord = false\n"));
+  DaemonConfig back;
+  ASSERT_TRUE(load_config_text(text, "printed", &back));
+  ExpectSameValues(back, cfg);
+  EXPECT_EQ(config_to_json(cfg)["trace"]["record"], false);
 }
 
 TEST_F(ConfigTest, TextLoaderNamesItsSourceAndLeavesConfigOnError) {
