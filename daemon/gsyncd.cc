@@ -79,6 +79,7 @@ Status Gsyncd::start() {
   po.inline_bytes = cfg_.inline_reduce_bytes;
   po.algorithm = cfg_.algorithm;
   po.chunk_bytes = cfg_.chunk_bytes;
+  po.record = cfg_.trace_record;
   ps::CheckpointConfig ckpt{cfg_.checkpoint_dir, static_cast<int>(cfg_.checkpoint_keep)};
   ps_ = std::make_unique<ps::Service>(control_.get(), ckpt, &writer_);
   loop_.add(writer_.done_fd(), EPOLLIN, [this](uint32_t) { ps_->on_checkpoints_written(writer_.take()); });

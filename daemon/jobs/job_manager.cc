@@ -10,11 +10,34 @@ namespace gsync {
 
 namespace {
 constexpr size_t kMaxTombstones = 4096;
+
+// An ended op into its slot of the history, over what the slot held: every
+// field assigned, the strings and vectors reusing their memory.
+void record(OpHistoryEntry& h, const std::string& job, const JobOp& op, const Status& st,
+            Clock::time_point now, const pipeline::OpTimes* times) {
+  h.job = job;
+  h.id = op.id;
+  h.shape = op.shape;
+  h.code = st.code();
+  if (st)
+    h.error.clear();
+  else
+    h.error = st.message();
+  h.arrivals.clear();
+  for (const auto& a : op.arrivals)
+    if (a.session) h.arrivals.emplace_back(a.session->rank, a.at);
+  h.finished = now;
+  if (times)
+    h.pipeline = *times;
+  else
+    h.pipeline = pipeline::OpTimes{};
+}
 }  // namespace
 
 JobManager::JobManager(const DaemonConfig& cfg, pipeline::Pipeline& pipeline,
                        cluster::ControlPlane* control)
-    : cfg_(cfg), pipeline_(pipeline), control_(control), leases_(control) {
+    : cfg_(cfg), pipeline_(pipeline), control_(control),
+      history_(cfg.trace_ring_ops, cfg.trace_record), leases_(control) {
   if (!control_) return;
   control_->on_job_ready = [this](const std::string& job) { job_ready(job); };
   control_->on_job_broken = [this](const std::string& job, const Status& why) {
@@ -332,19 +355,9 @@ void JobManager::finish(Job& job, const OpId& id, const Status& st,
   auto now = Clock::now();  // before the replies: a rank may see its completion at once
   for (auto& a : op->arrivals)
     if (a.session) reply(a.session, a.tag, st, times ? times->value : 0);
-  OpHistoryEntry h;
-  h.job = job.id;
-  h.id = id;
-  h.shape = op->shape;
-  h.code = st.code();
-  if (!st) h.error = st.message();
-  for (const auto& a : op->arrivals)
-    if (a.session) h.arrivals.emplace_back(a.session->rank, a.at);
-  h.finished = now;
-  if (times) h.pipeline = *times;
+  if (history_.recording()) record(history_.next(), job.id, *op, st, now, times);
   stats_.latency[op->shape.opcode].add(std::chrono::duration<double>(now - op->started).count());
   if (!st) stats_.failures_by_code[st.code()]++;
-  history_.add(std::move(h));
   if (st && op->shape.opcode == proto::Opcode::kPsDeclare) job.ps_keys.insert(id.key);
   if (st && op->arrived == job.local_size) note_arrivals(job, *op);
   if (st && job.leasing && proto::is_push(op->shape.opcode)) settle_pushes(job, *op);

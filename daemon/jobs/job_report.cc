@@ -156,7 +156,9 @@ nlohmann::json JobManager::ops_report() const {
       in_flight.push_back(std::move(row));
     }
   }
+  // [trace]: whether ops are recorded, and how many of them are kept.
   return json{{"in_flight", in_flight},
+              {"recording", {{"on", history_.recording()}, {"ring_ops", history_.capacity()}}},
               {"recent", history_.report()},
               {"now_ns", monotonic_ns(Clock::now())}};
 }

@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "daemon/jobs/op_history.h"
 
+#include <algorithm>
+
 #include <nlohmann/json.hpp>
 
 namespace gsync {
@@ -10,15 +12,22 @@ int64_t monotonic_ns(Clock::time_point t) {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
 }
 
-void OpHistory::add(OpHistoryEntry e) {
-  if (entries_.size() >= kCapacity) entries_.pop_front();
-  entries_.push_back(std::move(e));
+OpHistory::OpHistory(size_t capacity, bool record)
+    : capacity_(std::max<size_t>(capacity, 1)), record_(record) {}
+
+OpHistoryEntry& OpHistory::next() {
+  if (slots_.size() < capacity_) return slots_.emplace_back();
+  OpHistoryEntry& e = slots_[next_];
+  next_ = (next_ + 1) % capacity_;
+  return e;
 }
 
 nlohmann::json OpHistory::report() const {
   using nlohmann::json;
   json list = json::array();
-  for (const auto& e : entries_) {
+  // Oldest first: from the slot next() hands out next, round the ring.
+  for (size_t i = 0; i < slots_.size(); i++) {
+    const OpHistoryEntry& e = slots_[(next_ + i) % slots_.size()];
     json arrivals = json::array();
     for (const auto& [rank, at] : e.arrivals) arrivals.push_back({{"rank", rank}, {"ns", monotonic_ns(at)}});
     json stages = json::array();

@@ -2,15 +2,20 @@
 //
 // The last ops this daemon finished, with their timelines: when each local
 // rank handed its part in, when each pipeline stage began, first got input
-// and finished, when the op ended and how. Bounded (the newest kCapacity).
+// and finished, when the op ended and how. A ring of the newest
+// [trace] ring_ops (1024 by default); [trace] record = false keeps none.
 // gsyncctl ops shows it beside the ops still in flight; a training step's
 // breakdown (docs/performance.md) joins it with the client's own times by
 // (job, key, step). Times are CLOCK_MONOTONIC nanoseconds, the clock every
 // process and namespace of a machine shares (Python's time.monotonic_ns).
+//
+// The ring's slots are reused in place: once it has gone round, an op is
+// recorded into the oldest slot over the strings and vectors it already
+// holds, so recording allocates nothing per op in the steady state
+// (docs/performance.md, "What recording ops costs").
 #pragma once
 
 #include <cstdint>
-#include <deque>
 #include <string>
 #include <utility>
 #include <vector>
@@ -36,12 +41,23 @@ struct OpHistoryEntry {
 
 class OpHistory {
  public:
-  static constexpr size_t kCapacity = 1024;
-  void add(OpHistoryEntry e);
+  // capacity: the ops kept, at least 1; record false: none are.
+  OpHistory(size_t capacity, bool record);
+  bool recording() const { return record_; }
+  size_t capacity() const { return capacity_; }
+  size_t size() const { return slots_.size(); }
+  // The slot to record the op that just ended in, filled by the caller:
+  // the oldest op's once the ring is full, its contents still there to be
+  // overwritten (assign every field). Only while recording().
+  OpHistoryEntry& next();
+  // The ops kept, oldest first (gsyncctl ops' "recent").
   nlohmann::json report() const;
 
  private:
-  std::deque<OpHistoryEntry> entries_;
+  size_t capacity_;
+  bool record_;
+  std::vector<OpHistoryEntry> slots_;  // grows to capacity_, then wraps
+  size_t next_ = 0;                    // the slot next() hands out once full
 };
 
 // CLOCK_MONOTONIC nanoseconds of t (0 for a time never set).

@@ -66,7 +66,8 @@ uint64_t StageLink::pool_tag() const { return (op_.serial << 8) | static_cast<ui
 void StageLink::emit(uint64_t begin, uint64_t end) { op_.pipeline.emit(op_, index_, begin, end); }
 void StageLink::finished() { op_.pipeline.stage_finished(op_, index_); }
 void StageLink::mark(const char* name) {
-  op_.states[size_t(index_)].times.marks.emplace_back(name, Clock::now());
+  if (op_.pipeline.options_.record)
+    op_.states[size_t(index_)].times.marks.emplace_back(name, Clock::now());
 }
 void StageLink::failed(const Status& st) { op_.pipeline.stage_failed(op_, index_, st); }
 void StageLink::quiet() { op_.pipeline.stage_quiet(op_, index_); }
@@ -84,6 +85,11 @@ Pipeline::Pipeline(EventLoop& loop, WorkPool& pool, PipelineOptions options,
 }
 
 Pipeline::~Pipeline() = default;
+
+// A stage's times are taken only while ops are recorded ([trace] record).
+Clock::time_point Pipeline::stamp() const {
+  return options_.record ? Clock::now() : Clock::time_point{};
+}
 
 Op* Pipeline::find(uint64_t serial) const {
   auto it = ops_.find(serial);
@@ -192,7 +198,7 @@ void Pipeline::add_cross_stage(Op& op) {
 void Pipeline::run(Op& op) {
   // Last first: each stage's downstream is ready before it produces (the
   // cross-host stage's rendezvous goes out before the fold starts).
-  auto now = Clock::now();
+  auto now = stamp();
   for (int i = static_cast<int>(op.stages.size()) - 1; i >= 0 && !op.failing; i--) {
     op.states[size_t(i)].state = Op::State::kActive;
     op.states[size_t(i)].times.begun = now;
@@ -210,7 +216,7 @@ void Pipeline::emit(Op& op, int stage, uint64_t begin, uint64_t end) {
   size_t next = size_t(stage) + 1;
   if (op.failing || next >= op.stages.size()) return;
   auto& times = op.states[next].times;
-  if (times.first_input == Clock::time_point{}) times.first_input = Clock::now();
+  if (times.first_input == Clock::time_point{}) times.first_input = stamp();
   op.stages[next]->ready(begin, end);
 }
 
@@ -218,7 +224,7 @@ void Pipeline::stage_finished(Op& op, int stage) {
   auto& st = op.states[size_t(stage)];
   if (st.state != Op::State::kActive && st.state != Op::State::kAborting) return;
   st.state = op.failing ? Op::State::kQuiet : Op::State::kFinished;
-  st.times.finished = Clock::now();
+  st.times.finished = stamp();
   size_t next = size_t(stage) + 1;
   if (!op.failing && next < op.stages.size()) op.stages[next]->input_done();
   maybe_end(op);
@@ -275,7 +281,7 @@ void Pipeline::reap() {
     times.started = op->started;
     times.ended = Clock::now();
     times.value = op->value;
-    for (size_t i = 0; i < op->stages.size(); i++)
+    for (size_t i = 0; i < op->stages.size() && options_.record; i++)
       times.stages.push_back({op->stages[i]->name(), op->states[i].times});
     op.reset();  // stages go first: a cached plan is back before the next step starts
     if (done) done(serial, st, times);

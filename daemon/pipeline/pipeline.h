@@ -56,6 +56,7 @@ struct PipelineOptions {
   uint64_t inline_bytes = 256 << 10;  // local work up to this runs on the event thread
   std::string algorithm = "auto";     // cross-host algorithm, or auto
   uint64_t chunk_bytes = 0;           // cross-host chunk size; 0 picks per tensor
+  bool record = true;                 // stage times kept ([trace] record); else OpTimes has none
 };
 
 // Times of one stage of one op, for the trace and the metrics: the three
@@ -131,6 +132,7 @@ class Pipeline {
   friend class StageLink;
   friend class Op;
   Op* find(uint64_t serial) const;
+  Clock::time_point stamp() const;
   void build_stages(Op& op);
   void add_cross_stage(Op& op);
   void add_ps_stages(Op& op);

@@ -308,6 +308,72 @@ TEST(Trace, TheFileHoldsTheOpsRunAsChromeTraceEvents) {
   EXPECT_EQ(out.find("rc=0"), std::string::npos) << out;
 }
 
+// [trace]: a daemon with ring_ops 8 keeps its 8 newest ops, oldest first;
+// one with record = false keeps none, still shows the op in flight, and
+// gsyncctl ops says recording is off.
+TEST(Trace, TheRingKeepsTheNewestOpsAndRecordOffKeepsNone) {
+  DaemonProcess a({"--trace-ring-ops", "8"}), b({"--trace-record", "false"});
+  constexpr int kOps = 20;
+  int go[2];
+  ASSERT_EQ(pipe(go), 0);
+  std::vector<ChildResult> res;
+  std::thread ranks([&] {
+    res = run_ranks(4, [&](int r) {
+      const DaemonProcess& d = r < 2 ? a : b;
+      gsync_comm_t* comm;
+      RANK_CHECK(connect_rank(d.socket(), r < 2 ? "ra" : "rb", 2, r % 2, &comm) == 0, "{}",
+                 gsync_last_error());
+      std::vector<float> buf(256, 1.0f);
+      for (int s = 0; s <= kOps; s++) {
+        if (s == kOps && r < 2) break;
+        // The last op on b: rank 2 submits it and waits; rank 3 only once
+        // the test has looked at it in flight.
+        if (s == kOps && r == 3) RANK_CHECK(read_byte(go[0], 60000), "no word to submit");
+        gsync_request_t* req;
+        RANK_CHECK(gsync_allreduce(comm, 1, uint64_t(s), buf.data(), buf.size(), GSYNC_FLOAT32,
+                                   GSYNC_SUM, 0, &req) == 0, "{}", gsync_last_error());
+        RANK_CHECK(gsync_wait(req, 60000) == 0, "{}", gsync_request_error(req));
+        gsync_request_free(req);
+      }
+      gsync_close(comm);
+      return 0;
+    });
+  });
+  nlohmann::json ops_b;
+  const bool seen = wait_until([&] {
+    ops_b = admin_json(b.admin_socket(), "ops");
+    return ops_b.is_object() && ops_b["in_flight"].size() == 1;
+  }, 60000);
+  std::string ctl_out;
+  if (const char* ctl = std::getenv("GSYNCCTL"); ctl && seen)
+    ctl_out = run_command(fmt::format("{} -s {} ops 2>&1", ctl, b.admin_socket()));
+  ASSERT_EQ(write(go[1], "x", 1), 1);
+  ranks.join();
+  for (auto& c : res) EXPECT_EQ(c.code, 0) << c.output;
+  ASSERT_TRUE(seen) << ops_b.dump();
+  EXPECT_EQ(ops_b["recording"], (nlohmann::json{{"on", false}, {"ring_ops", 1024}}));
+  EXPECT_TRUE(ops_b["recent"].empty()) << ops_b.dump();
+  EXPECT_EQ(ops_b["in_flight"][0]["step"], kOps) << ops_b.dump();
+  if (std::getenv("GSYNCCTL")) {
+    EXPECT_NE(ctl_out.find("recording is off ([trace] record = false): only the ops in flight "
+                           "are shown"),
+              std::string::npos)
+        << ctl_out;
+    EXPECT_NE(ctl_out.find("rb "), std::string::npos) << ctl_out;  // the op in flight
+  }
+  nlohmann::json after = admin_json(b.admin_socket(), "ops");
+  EXPECT_TRUE(after["recent"].empty()) << after.dump();
+  nlohmann::json ops_a = admin_json(a.admin_socket(), "ops");
+  EXPECT_EQ(ops_a["recording"], (nlohmann::json{{"on", true}, {"ring_ops", 8}}));
+  ASSERT_EQ(ops_a["recent"].size(), 8u) << ops_a.dump();
+  for (int i = 0; i < 8; i++) {
+    const auto& op = ops_a["recent"][size_t(i)];
+    EXPECT_EQ(op["step"], kOps - 8 + i) << ops_a.dump();
+    EXPECT_EQ(op["arrivals"].size(), 2u) << op.dump();
+    EXPECT_FALSE(op["stages"].empty()) << op.dump();
+  }
+}
+
 TEST(Metrics, JunkOnTheHttpPortIsAnsweredAndTheDaemonServesOn) {
   DaemonProcess d({"--metrics-listen", "127.0.0.1:0"});
   ASSERT_TRUE(wait_until([&] { return metrics_port(d) != 0; })) << d.log();

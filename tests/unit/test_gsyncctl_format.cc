@@ -242,6 +242,16 @@ TEST(RenderOps, InFlightThenRecentTimelines) {
   EXPECT_THAT(out, HasSubstr("fold 0.500"));   // the stage's span, ms
   EXPECT_THAT(out, HasSubstr("ok"));
   EXPECT_THAT(render_ops(nlohmann::json::object()), HasSubstr("no ops in flight"));
+  // A daemon that records no ops says so, not "no recent ops".
+  reply["recording"] = {{"on", false}, {"ring_ops", 1024}};
+  reply["recent"] = nlohmann::json::array();
+  out = render_ops(reply);
+  EXPECT_THAT(out, HasSubstr("1/2"));
+  EXPECT_THAT(out, HasSubstr("recording is off ([trace] record = false): only the ops in flight "
+                             "are shown\n"));
+  EXPECT_THAT(out, Not(HasSubstr("no recent ops")));
+  reply["recording"]["on"] = true;
+  EXPECT_THAT(render_ops(reply), HasSubstr("no recent ops\n"));
 }
 
 }  // namespace

@@ -357,6 +357,9 @@ std::string render_ops(const json& reply) {
                          {"AGE", Align::kRight}, {"STAGE"}, {"WAITING FOR"}},
                         rows);
   }
+  // [trace] record = false: the daemon keeps no ops once they end.
+  if (const json& rec = field(reply, "recording"); field(rec, "on") == false)
+    return out + "recording is off ([trace] record = false): only the ops in flight are shown\n";
   const json& recent = field(reply, "recent");
   if (!recent.is_array() || recent.empty()) return out + "no recent ops\n";
   // The last few, newest last: arrival spread, then each stage's span.
