@@ -13,9 +13,51 @@ using nlohmann::json;
 // Chrome trace timestamps are microseconds.
 double us(int64_t ns) { return double(ns) / 1e3; }
 
-int64_t ns_of(const json& j, const char* key) {
+// Fields of a reply that may come from an older or newer daemon: a field
+// that is missing or of another type reads as the fallback.
+int64_t int_of(const json& j, const char* key, int64_t fallback = 0) {
   auto it = j.find(key);
-  return it != j.end() && it->is_number_integer() ? it->get<int64_t>() : 0;
+  return it != j.end() && it->is_number_integer() ? it->get<int64_t>() : fallback;
+}
+
+uint64_t uint_of(const json& j, const char* key) {
+  auto it = j.find(key);
+  return it != j.end() && it->is_number_unsigned() ? it->get<uint64_t>() : 0;
+}
+
+std::string str_of(const json& j, const char* key, const std::string& fallback = "") {
+  auto it = j.find(key);
+  return it != j.end() && it->is_string() ? it->get<std::string>() : fallback;
+}
+
+const json& array_of(const json& j, const char* key) {
+  static const json kEmpty = json::array();
+  auto it = j.find(key);
+  return it != j.end() && it->is_array() ? *it : kEmpty;
+}
+
+OpTimeline timeline_of(const json& op) {
+  OpTimeline t;
+  t.job = str_of(op, "job");
+  t.op = str_of(op, "op", "op");
+  t.key = uint_of(op, "key");
+  t.step = uint_of(op, "step");
+  t.bytes = uint_of(op, "bytes");
+  t.code = int(int_of(op, "code"));
+  t.error = str_of(op, "error");
+  t.end_ns = int_of(op, "finished_ns");
+  t.begin_ns = t.end_ns;
+  for (const json& a : array_of(op, "arrivals")) {
+    if (!a.is_object()) continue;
+    t.arrivals.push_back({int_of(a, "rank", -1), int_of(a, "ns")});
+    const int64_t at = t.arrivals.back().ns;
+    if (at > 0 && at < t.begin_ns) t.begin_ns = at;
+  }
+  for (const json& st : array_of(op, "stages"))
+    if (st.is_object())
+      t.stages.push_back({str_of(st, "stage", "stage"), int_of(st, "begun_ns"),
+                          int_of(st, "finished_ns")});
+  return t;
 }
 
 // Track ids within a process: ops, then a stage each, then a rank each.
@@ -29,7 +71,59 @@ void name_track(json* events, int pid, int tid, const std::string& name, int sor
   events->push_back({{"ph", "M"}, {"pid", pid}, {"tid", tid}, {"name", "thread_sort_index"},
                      {"args", {{"sort_index", sort}}}});
 }
+
+// One daemon's tracks: which are named already.
+struct Tracks {
+  std::map<std::string, int> stage_tids;
+  std::map<int64_t, bool> ranks_named;
+};
+
+void add_op(json* events, int pid, const OpTimeline& t, Tracks* tracks) {
+  const std::string what = t.what();
+  json args = {{"job", t.job}, {"bytes", t.bytes}, {"code", t.code}};
+  if (!t.error.empty()) args["error"] = t.error;
+  events->push_back({{"ph", "X"}, {"pid", pid}, {"tid", kOpsTid}, {"name", what}, {"cat", "op"},
+                     {"ts", us(t.begin_ns)}, {"dur", us(t.end_ns - t.begin_ns)}, {"args", args}});
+  for (const auto& a : t.arrivals) {
+    const int tid = kRankTid + int(a.rank);
+    if (!tracks->ranks_named[a.rank]) {
+      name_track(events, pid, tid, fmt::format("rank {}", a.rank), 1000 + int(a.rank));
+      tracks->ranks_named[a.rank] = true;
+    }
+    events->push_back({{"ph", "i"}, {"s", "t"}, {"pid", pid}, {"tid", tid},
+                       {"name", "arrives: " + what}, {"cat", "arrival"}, {"ts", us(a.ns)},
+                       {"args", {{"job", t.job}}}});
+  }
+  for (const auto& st : t.stages) {
+    auto [it, fresh] =
+        tracks->stage_tids.emplace(st.stage, kStageTid + int(tracks->stage_tids.size()));
+    if (fresh) name_track(events, pid, it->second, "stage " + st.stage, it->second);
+    if (!st.valid()) continue;
+    events->push_back({{"ph", "X"}, {"pid", pid}, {"tid", it->second},
+                       {"name", st.stage + ": " + what}, {"cat", "stage"}, {"ts", us(st.begun_ns)},
+                       {"dur", us(st.finished_ns - st.begun_ns)}, {"args", {{"job", t.job}}}});
+  }
+}
 }  // namespace
+
+std::string OpTimeline::what() const {
+  return fmt::format("{} key {} step {}", op, key, step);
+}
+
+std::vector<OpTimeline> recent_ops(const json& ops_reply, const std::string& job,
+                                   double seconds) {
+  std::vector<OpTimeline> out;
+  if (!ops_reply.is_object()) return out;
+  const int64_t now = int_of(ops_reply, "now_ns");
+  for (const json& op : array_of(ops_reply, "recent")) {
+    if (!op.is_object()) continue;
+    if (!job.empty() && str_of(op, "job") != job) continue;
+    const int64_t end = int_of(op, "finished_ns");
+    if (seconds > 0 && now > 0 && double(now - end) > seconds * 1e9) continue;
+    out.push_back(timeline_of(op));
+  }
+  return out;
+}
 
 json chrome_trace(const std::vector<TraceSource>& sources, const std::string& job,
                   double seconds, size_t* ops) {
@@ -37,56 +131,13 @@ json chrome_trace(const std::vector<TraceSource>& sources, const std::string& jo
   *ops = 0;
   for (size_t p = 0; p < sources.size(); p++) {
     const int pid = int(p) + 1;
-    const TraceSource& src = sources[p];
     events.push_back({{"ph", "M"}, {"pid", pid}, {"name", "process_name"},
-                      {"args", {{"name", "gsyncd " + src.name}}}});
+                      {"args", {{"name", "gsyncd " + sources[p].name}}}});
     name_track(&events, pid, kOpsTid, "ops", 0);
-    std::map<std::string, int> stage_tids;
-    std::map<int64_t, bool> ranks_named;
-    const int64_t now = ns_of(src.ops, "now_ns");
-    const json& recent = src.ops.contains("recent") ? src.ops["recent"] : json::array();
-    for (const json& op : recent) {
-      if (!op.is_object()) continue;
-      const std::string op_job = op.value("job", "");
-      if (!job.empty() && op_job != job) continue;
-      const int64_t end = ns_of(op, "finished_ns");
-      if (seconds > 0 && now > 0 && double(now - end) > seconds * 1e9) continue;
-      int64_t begin = end;
-      for (const json& a : op.value("arrivals", json::array())) {
-        const int64_t at = ns_of(a, "ns");
-        if (at > 0 && at < begin) begin = at;
-      }
-      const std::string what = fmt::format("{} key {} step {}", op.value("op", "op"),
-                                           op.value("key", uint64_t{0}),
-                                           op.value("step", uint64_t{0}));
-      json args = {{"job", op_job}, {"bytes", op.value("bytes", uint64_t{0})},
-                   {"code", op.value("code", 0)}};
-      if (!op.value("error", std::string()).empty()) args["error"] = op["error"];
-      events.push_back({{"ph", "X"}, {"pid", pid}, {"tid", kOpsTid}, {"name", what},
-                        {"cat", "op"}, {"ts", us(begin)}, {"dur", us(end - begin)},
-                        {"args", args}});
+    Tracks tracks;
+    for (const OpTimeline& t : recent_ops(sources[p].ops, job, seconds)) {
+      add_op(&events, pid, t, &tracks);
       (*ops)++;
-      for (const json& a : op.value("arrivals", json::array())) {
-        const int64_t rank = a.value("rank", int64_t{-1});
-        const int tid = kRankTid + int(rank);
-        if (!ranks_named[rank]) {
-          name_track(&events, pid, tid, fmt::format("rank {}", rank), 1000 + int(rank));
-          ranks_named[rank] = true;
-        }
-        events.push_back({{"ph", "i"}, {"s", "t"}, {"pid", pid}, {"tid", tid},
-                          {"name", "arrives: " + what}, {"cat", "arrival"},
-                          {"ts", us(ns_of(a, "ns"))}, {"args", {{"job", op_job}}}});
-      }
-      for (const json& st : op.value("stages", json::array())) {
-        const std::string stage = st.value("stage", "stage");
-        auto [it, fresh] = stage_tids.emplace(stage, kStageTid + int(stage_tids.size()));
-        if (fresh) name_track(&events, pid, it->second, "stage " + stage, it->second);
-        const int64_t b = ns_of(st, "begun_ns"), e = ns_of(st, "finished_ns");
-        if (b <= 0 || e < b) continue;
-        events.push_back({{"ph", "X"}, {"pid", pid}, {"tid", it->second},
-                          {"name", stage + ": " + what}, {"cat", "stage"}, {"ts", us(b)},
-                          {"dur", us(e - b)}, {"args", {{"job", op_job}}}});
-      }
     }
   }
   return json{{"traceEvents", events}, {"displayTimeUnit", "ms"}};

@@ -8,6 +8,9 @@
 // stage (fold, cross, guard, store, ...). Daemons on one machine share the
 // clock, so their tracks line up as they are; daemons on several machines
 // are drawn each on its own clock (offsets are not estimated yet).
+//
+// recent_ops() is the one reading of an `ops` reply's recent timelines;
+// gsyncctl report (report.h) draws the same ops.
 #pragma once
 
 #include <cstdint>
@@ -23,6 +26,36 @@ struct TraceSource {
   std::string name;        // the process's name: the admin socket, or a host id
   nlohmann::json ops;      // its `ops` reply
 };
+
+// One finished op of an `ops` reply, times in its daemon's CLOCK_MONOTONIC
+// nanoseconds (0 where the reply had none).
+struct OpTimeline {
+  struct Arrival {
+    int64_t rank = -1;
+    int64_t ns = 0;
+  };
+  struct Stage {
+    std::string stage;
+    int64_t begun_ns = 0, finished_ns = 0;
+    bool valid() const { return begun_ns > 0 && finished_ns >= begun_ns; }
+  };
+  std::string job, op;
+  uint64_t key = 0, step = 0, bytes = 0;
+  int code = 0;
+  std::string error;
+  int64_t begin_ns = 0;  // the first arrival (the end when none came)
+  int64_t end_ns = 0;
+  std::vector<Arrival> arrivals;  // in the reply's order
+  std::vector<Stage> stages;
+  // "allreduce key 7 step 3"
+  std::string what() const;
+};
+
+// The recent ops of one `ops` reply, oldest first. job: only its ops (""
+// for all); seconds > 0: only ops that ended in the last that many seconds
+// of the daemon's clock (the reply's now_ns).
+std::vector<OpTimeline> recent_ops(const nlohmann::json& ops_reply, const std::string& job,
+                                   double seconds);
 
 // job: only its ops ("" for all); seconds > 0: only ops that ended in the
 // last that many seconds of their daemon's clock. *ops gets the ops drawn.
