@@ -1,18 +1,23 @@
 // SPDX-License-Identifier: Apache-2.0
 //
 // gsyncctl: asks a running gsyncd for its status, jobs or clients over the
-// admin socket and prints the reply as text (or as JSON with --json); and
-// `gsyncctl keygen -o PATH` makes a new cluster key file (docs/security.md).
+// admin socket and prints the reply as text (or as JSON with --json);
+// `gsyncctl keygen -o PATH` makes a new cluster key file (docs/security.md);
+// `trace` and `report` write one or more daemons' replies to a file
+// (trace.h, report.h).
 //
 // Exit status: 0 ok; 1 the daemon answered with an error; 2 the daemon could
 // not be reached or its reply was not understood; 64 bad command line; 73
-// keygen could not create the key file.
+// keygen could not create the key file, or trace or report their file.
 
 #include <CLI/CLI.hpp>
 #include <chrono>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <ctime>
+#include <unistd.h>
+#include <utility>
 #include <vector>
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -22,6 +27,7 @@
 #include "gsync_build_config.h"
 #include "tools/gsyncctl/admin_client.h"
 #include "tools/gsyncctl/render.h"
+#include "tools/gsyncctl/report.h"
 #include "tools/gsyncctl/trace.h"
 
 namespace {
@@ -63,22 +69,50 @@ int keygen(const std::string& path) {
   return std::fflush(stdout) == 0 ? 0 : kExitCantCreate;
 }
 
+// One admin reply as a JSON object, or the exit status that says why not
+// (the message printed).
+int query_json(const std::string& socket, const std::string& command, int timeout_ms,
+               nlohmann::json* out) {
+  std::string reply, error;
+  if (!gsync::cli::admin_query(socket, command, std::chrono::milliseconds(timeout_ms), &reply,
+                               &error)) {
+    std::fprintf(stderr, "gsyncctl: %s\n", error.c_str());
+    return kExitUnreachable;
+  }
+  *out = nlohmann::json::parse(reply, nullptr, /*allow_exceptions=*/false);
+  if (out->is_discarded() || !out->is_object()) {
+    std::fprintf(stderr, "gsyncctl: the reply from %s to \"%s\" is not a JSON object: %.200s\n",
+                 socket.c_str(), command.c_str(), reply.c_str());
+    return kExitUnreachable;
+  }
+  if (auto it = out->find("error"); it != out->end()) {
+    std::string message = it->is_string() ? it->get<std::string>() : it->dump();
+    std::fprintf(stderr, "gsyncctl: gsyncd (%s): %s\n", socket.c_str(), message.c_str());
+    return kExitDaemonError;
+  }
+  return 0;
+}
+
+// A partly written file is removed: a page or trace cut short must not
+// pass for a whole one.
+int write_file(const std::string& path, const std::string& text) {
+  FILE* f = std::fopen(path.c_str(), "w");
+  int err = f ? 0 : errno;
+  if (f && std::fwrite(text.data(), 1, text.size(), f) != text.size()) err = errno;
+  if (f && std::fclose(f) != 0 && err == 0) err = errno;
+  if (err == 0) return 0;
+  if (f) std::remove(path.c_str());
+  std::fprintf(stderr, "gsyncctl: cannot write %s: %s\n", path.c_str(), std::strerror(err));
+  return kExitCantCreate;
+}
+
 // gsyncctl trace: every daemon's `ops`, then one file.
 int write_trace(const std::vector<std::string>& sockets, const std::string& out,
                 const std::string& job, double seconds, int timeout_ms) {
   std::vector<gsync::cli::TraceSource> sources;
   for (const std::string& s : sockets) {
-    std::string reply, error;
-    if (!gsync::cli::admin_query(s, "ops", std::chrono::milliseconds(timeout_ms), &reply, &error)) {
-      std::fprintf(stderr, "gsyncctl: %s\n", error.c_str());
-      return kExitUnreachable;
-    }
-    nlohmann::json j = nlohmann::json::parse(reply, nullptr, /*allow_exceptions=*/false);
-    if (j.is_discarded() || !j.is_object()) {
-      std::fprintf(stderr, "gsyncctl: the reply from %s to \"ops\" is not a JSON object\n",
-                   s.c_str());
-      return kExitUnreachable;
-    }
+    nlohmann::json j;
+    if (int rc = query_json(s, "ops", timeout_ms, &j); rc != 0) return rc;
     sources.push_back({s, std::move(j)});
   }
   size_t ops = 0;
@@ -86,14 +120,65 @@ int write_trace(const std::vector<std::string>& sockets, const std::string& out,
       gsync::cli::chrome_trace(sources, job, seconds, &ops)
           .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) +
       "\n";
-  FILE* f = std::fopen(out.c_str(), "w");
-  if (!f || std::fwrite(text.data(), 1, text.size(), f) != text.size() || std::fclose(f) != 0) {
-    std::fprintf(stderr, "gsyncctl: cannot write %s: %s\n", out.c_str(), std::strerror(errno));
-    return kExitCantCreate;
-  }
+  if (int rc = write_file(out, text); rc != 0) return rc;
   std::printf("%s: %zu ops of %zu daemon%s (open it in ui.perfetto.dev or chrome://tracing)\n",
               out.c_str(), ops, sources.size(), sources.size() == 1 ? "" : "s");
   return 0;
+}
+
+// "2026-12-02 12:20:31 UTC on host h1": where the report's page was made.
+std::string made_when_and_where() {
+  char when[64] = "?", host[256] = "?";
+  const std::time_t now = std::time(nullptr);
+  std::tm utc{};
+  if (gmtime_r(&now, &utc)) std::strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S UTC", &utc);
+  if (gethostname(host, sizeof host - 1) != 0) std::strcpy(host, "?");
+  return fmt::format("made {} on {} by gsyncctl {}", when, host, GSYNC_VERSION_STRING);
+}
+
+// gsyncctl report: every daemon's status, jobs, peers and ops, then one page.
+int write_report(const std::vector<std::string>& sockets, const std::string& out,
+                 const std::string& job, int timeout_ms) {
+  std::vector<gsync::cli::ReportSource> sources;
+  for (const std::string& s : sockets) {
+    gsync::cli::ReportSource src{s, {}, {}, {}, {}};
+    for (auto [command, reply] : {std::pair{"status", &src.status}, std::pair{"jobs", &src.jobs},
+                                  std::pair{"peers", &src.peers}, std::pair{"ops", &src.ops}})
+      if (int rc = query_json(s, command, timeout_ms, reply); rc != 0) return rc;
+    sources.push_back(std::move(src));
+  }
+  size_t jobs = 0;
+  const std::string page = gsync::cli::html_report(sources, job, made_when_and_where(), &jobs);
+  if (int rc = write_file(out, page); rc != 0) return rc;
+  std::printf("%s: %zu job%s of %zu daemon%s (a static page: open it in any browser)\n",
+              out.c_str(), jobs, jobs == 1 ? "" : "s", sources.size(),
+              sources.size() == 1 ? "" : "s");
+  return 0;
+}
+
+// gsyncctl trace and report: a file made from one or more daemons' replies.
+struct FileCommand {
+  CLI::App* cmd = nullptr;
+  std::string out, job;
+  double seconds = 0;  // trace only
+  std::vector<std::string> sockets;
+};
+
+void add_file_commands(CLI::App& app, FileCommand* trace, FileCommand* report) {
+  trace->cmd = app.add_subcommand(
+      "trace", "write the recent ops of one or more daemons as a Chrome trace / Perfetto file");
+  trace->cmd->add_option("-o,--output", trace->out, "the trace file (JSON)")->required();
+  trace->cmd->add_option("--job", trace->job, "only this job's ops");
+  trace->cmd->add_option("--seconds", trace->seconds, "only ops that ended in the last N seconds");
+  trace->cmd->add_option("sockets", trace->sockets,
+                         "admin sockets of the daemons to draw (default: --socket)");
+  report->cmd = app.add_subcommand(
+      "report", "write one static HTML page of one or more daemons' jobs, stragglers, slowest "
+                "recent ops and peers");
+  report->cmd->add_option("-o,--output", report->out, "the page (HTML)")->required();
+  report->cmd->add_option("--job", report->job, "only this job");
+  report->cmd->add_option("sockets", report->sockets,
+                          "admin sockets of the daemons to show (default: --socket)");
 }
 
 }  // namespace
@@ -127,16 +212,8 @@ int main(int argc, char** argv) {
       app.add_subcommand("keygen", "write a new random cluster key to a file (mode 0600)");
   keygen_cmd->add_option("-o,--output", key_path, "the key file to create (never overwritten)")
       ->required();
-  std::string trace_out, trace_job;
-  double trace_seconds = 0;
-  std::vector<std::string> trace_sockets;
-  CLI::App* trace_cmd = app.add_subcommand(
-      "trace", "write the recent ops of one or more daemons as a Chrome trace / Perfetto file");
-  trace_cmd->add_option("-o,--output", trace_out, "the trace file (JSON)")->required();
-  trace_cmd->add_option("--job", trace_job, "only this job's ops");
-  trace_cmd->add_option("--seconds", trace_seconds, "only ops that ended in the last N seconds");
-  trace_cmd->add_option("sockets", trace_sockets,
-                        "admin sockets of the daemons to draw (default: --socket)");
+  FileCommand trace, report;
+  add_file_commands(app, &trace, &report);
   std::string checkpoint_job;
   CLI::App* checkpoint_cmd = app.add_subcommand(
       "checkpoint", "ask every shard of a parameter-server job for a checkpoint now");
@@ -149,10 +226,11 @@ int main(int argc, char** argv) {
   }
 
   if (keygen_cmd->parsed()) return keygen(key_path);
-  if (trace_cmd->parsed()) {
-    if (trace_sockets.empty()) trace_sockets.push_back(socket_path);
-    return write_trace(trace_sockets, trace_out, trace_job, trace_seconds, timeout_ms);
-  }
+  for (FileCommand* f : {&trace, &report})
+    if (f->cmd->parsed() && f->sockets.empty()) f->sockets.push_back(socket_path);
+  if (trace.cmd->parsed())
+    return write_trace(trace.sockets, trace.out, trace.job, trace.seconds, timeout_ms);
+  if (report.cmd->parsed()) return write_report(report.sockets, report.out, report.job, timeout_ms);
   std::string name = app.get_subcommands().front()->get_name();
   const Command* command = nullptr;
   std::string request = name;
@@ -161,23 +239,8 @@ int main(int argc, char** argv) {
     if (name == c.name) command = &c;
   }
 
-  std::string reply_text, error;
-  if (!gsync::cli::admin_query(socket_path, request, std::chrono::milliseconds(timeout_ms),
-                               &reply_text, &error)) {
-    std::fprintf(stderr, "gsyncctl: %s\n", error.c_str());
-    return kExitUnreachable;
-  }
-  nlohmann::json reply = nlohmann::json::parse(reply_text, nullptr, /*allow_exceptions=*/false);
-  if (reply.is_discarded() || !reply.is_object()) {
-    std::fprintf(stderr, "gsyncctl: the reply from %s to \"%s\" is not a JSON object: %.200s\n",
-                 socket_path.c_str(), name.c_str(), reply_text.c_str());
-    return kExitUnreachable;
-  }
-  if (auto it = reply.find("error"); it != reply.end()) {
-    std::string message = it->is_string() ? it->get<std::string>() : it->dump();
-    std::fprintf(stderr, "gsyncctl: gsyncd (%s): %s\n", socket_path.c_str(), message.c_str());
-    return kExitDaemonError;
-  }
+  nlohmann::json reply;
+  if (int rc = query_json(socket_path, request, timeout_ms, &reply); rc != 0) return rc;
 
   std::string out;
   if (as_json)
