@@ -100,6 +100,9 @@ int main(int argc, char** argv) {
   app.add_flag("--ps", o.ps,
                "run each size as a parameter server's push_pull too (SGD, BSP), beside the "
                "allreduce: one row each");
+  app.add_option("--plot", o.plot,
+                 "draw busbw by message size, gsync's and the peers' (--compare), to this PNG "
+                 "(needs gnuplot: Debian's gnuplot-nox)");
   app.add_option("--workload", o.workload, "resnet50: ResNet-50 gradients in DDP buckets");
   app.add_option("--steps", o.steps, "steps of the workload")->check(CLI::Range(1, 100000));
   CLI11_PARSE(app, argc, argv);
@@ -138,6 +141,9 @@ int main(int argc, char** argv) {
   if (codec_error.empty() && o.ps && o.dtype_id != GSYNC_FLOAT32 &&
       o.dtype_id != GSYNC_FLOAT16 && o.dtype_id != GSYNC_BFLOAT16)
     codec_error = "--ps takes float32, float16 or bfloat16 (the parameter server's dtypes)";
+  if (codec_error.empty() && !o.plot.empty())
+    codec_error = o.workload.empty() ? plot_preflight(o.plot)
+                                     : "--plot is for the size sweep, not --workload";
   if (!codec_error.empty()) {
     std::fprintf(stderr, "gsync-perf: %s\n", codec_error.c_str());
     return 2;

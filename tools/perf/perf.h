@@ -17,6 +17,7 @@
 #include "tools/peers/launch.h"
 #include "tools/perf/codecs.h"
 #include "tools/perf/membw.h"
+#include "tools/perf/plot.h"
 
 namespace gsync::perf {
 
@@ -62,6 +63,8 @@ struct Options {
   // the same run, beside the allreduce (docs/performance.md, "The parameter
   // server").
   bool ps = false;
+  // --plot: busbw by size drawn to this PNG at the end (plot.h).
+  std::string plot;
 };
 
 inline const std::map<std::string, int> kDtypes = {{"float32", GSYNC_FLOAT32}, {"float16", GSYNC_FLOAT16},

@@ -275,6 +275,12 @@ int run_sweep(const Options& o, const MemoryReference& ref, const std::string& i
   uint64_t wrong_total = 0;
   const std::vector<Variant> variants = variants_of(o);
   const size_t nv = variants.size();
+  std::vector<PlotLine> plotted;  // --plot: a line per variant
+  for (const Variant& v : variants)
+    plotted.push_back({v.push_pull                 ? "gsync push_pull"
+                       : o.codecs[v.codec].none ? "gsync"
+                                                : "gsync " + o.codecs[v.codec].text,
+                       {}});
   for (size_t rix = 0; rix < sizes.size() * nv; rix++) {
     const size_t s = rix / nv, vi = rix % nv;
     const Variant& variant = variants[vi];
@@ -307,6 +313,7 @@ int run_sweep(const Options& o, const MemoryReference& ref, const std::string& i
     double reduce_gbps = us > 0 ? 2.0 * o.ranks * bytes / us / 1e3 : 0;
     last_reduce = reduce_gbps;
     double busbw = algbw * bus_factor(o.world());
+    plotted[vi].points.emplace_back(sizes[s], busbw);
     auto ratio_to = [&](const peers::Result& r) {
       auto it = r.rows.find(sizes[s]);
       return it != r.rows.end() && it->second.busbw_gbps > 0 ? busbw / it->second.busbw_gbps : 0.0;
@@ -368,6 +375,7 @@ int run_sweep(const Options& o, const MemoryReference& ref, const std::string& i
       }
     }
   }
+  if (!o.plot.empty() && !plot_sweep(o, std::move(plotted), peer)) ok = false;
   double ratio = ref.add_gbps > 0 ? last_reduce / ref.add_gbps : 0;
   if (o.json_out) {
     std::printf("%s\n", json{{"memcpy_gbps", ref.memcpy_gbps}, {"add_gbps", ref.add_gbps},
