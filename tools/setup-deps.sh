@@ -17,6 +17,10 @@ packages=(
   # the fuzzing lane (tests/fuzz, tools/fuzz/run.sh): clang, its libFuzzer
   # and sanitizer runtimes
   clang libclang-rt-14-dev
+  # the plots: gsync-perf --plot draws with gnuplot; the report test
+  # (tests/integration/test_plots.cc) loads gsyncctl report in a headless
+  # browser
+  gnuplot-nox chromium-headless-shell
 )
 
 missing=()
