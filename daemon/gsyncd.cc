@@ -99,6 +99,7 @@ Status Gsyncd::start() {
       clients_->close_session(s, "broke the ring protocol: " + msg);
     });
   };
+  if (Status st = load_tuning(); !st) return st;
   if (Status st = clients_->start(); !st) return st;
   register_reports();
   if (Status st = admin_.listen({cfg_.admin_socket_path, cfg_.admin_socket_mode, cfg_.admin_group});
@@ -131,6 +132,7 @@ void Gsyncd::register_reports() {
     return json_text(
         nlohmann::json{{"cluster", nullptr}, {"epoch", 0}, {"peers", nlohmann::json::array()}});
   });
+  register_tuning();
 }
 
 // The event loop's polling (docs/operations.md, "Polling"): its window, its
@@ -181,6 +183,7 @@ std::string Gsyncd::status_report() const {
       {"plans", plans},
       {"event_loop_exceptions", loop_.exceptions_caught()},
       {"polling", polling_report()},
+      {"tuning", tuning_report()},
   });
 }
 

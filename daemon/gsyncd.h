@@ -53,6 +53,12 @@ class Gsyncd {
   Status start_cluster();
   void register_reports();
   std::string status_report() const;
+  // The tuning table (gsyncd_tuning.cc).
+  Status load_tuning();
+  void register_tuning();
+  std::string tune_load(const std::string& path);
+  std::string tune_clear();
+  nlohmann::json tuning_report() const;
   // /metrics (gsyncd_metrics.cc).
   std::string metrics_text() const;
   void metrics_ops(metrics::Exposition& m) const;

@@ -40,6 +40,8 @@ const StringFlag kStringFlags[] = {
      &gsync::DaemonConfig::checkpoint_dir},
     {"--metrics-listen", "serve Prometheus metrics at HOST:PORT/metrics ([metrics] listen)",
      &gsync::DaemonConfig::metrics_listen},
+    {"--tuning-table", "file the tuning table is kept in ([tuning] table)",
+     &gsync::DaemonConfig::tuning_table},
 };
 }  // namespace
 

@@ -145,6 +145,9 @@ constexpr size_t kConfigSize01 = offsetof(gsync_config_t, timeout_ms) + sizeof(u
 // The 0.2 struct ends at staleness (its size rounded to the struct's
 // 8-byte alignment, as the compiler laid it out).
 constexpr size_t kConfigSize02 = (offsetof(gsync_config_t, staleness) + sizeof(uint32_t) + 7) / 8 * 8;
+// The 0.3 struct ends at anomaly_window, the same way.
+constexpr size_t kConfigSize03 =
+    (offsetof(gsync_config_t, anomaly_window) + sizeof(uint32_t) + 7) / 8 * 8;
 }  // namespace
 
 extern "C" {
@@ -155,15 +158,18 @@ extern "C" {
 void libgsync_config_init_0_1(gsync_config_t* cfg);
 void libgsync_config_init_0_2(gsync_config_t* cfg);
 void libgsync_config_init_0_3(gsync_config_t* cfg);
+void libgsync_config_init_0_4(gsync_config_t* cfg);
 #pragma GCC visibility pop
 void libgsync_config_init_0_1(gsync_config_t* cfg) {
   config_init(cfg, (kConfigSize01 + 7) / 8 * 8);
 }
 void libgsync_config_init_0_2(gsync_config_t* cfg) { config_init(cfg, kConfigSize02); }
-void libgsync_config_init_0_3(gsync_config_t* cfg) { config_init(cfg, sizeof(gsync_config_t)); }
+void libgsync_config_init_0_3(gsync_config_t* cfg) { config_init(cfg, kConfigSize03); }
+void libgsync_config_init_0_4(gsync_config_t* cfg) { config_init(cfg, sizeof(gsync_config_t)); }
 __asm__(".symver libgsync_config_init_0_1,gsync_config_init@GSYNC_0.1");
 __asm__(".symver libgsync_config_init_0_2,gsync_config_init@GSYNC_0.2");
-__asm__(".symver libgsync_config_init_0_3,gsync_config_init@@GSYNC_0.3");
+__asm__(".symver libgsync_config_init_0_3,gsync_config_init@GSYNC_0.3");
+__asm__(".symver libgsync_config_init_0_4,gsync_config_init@@GSYNC_0.4");
 
 void gsync_allreduce_opts_init(gsync_allreduce_opts_t* opts) {
   if (opts == nullptr) return;

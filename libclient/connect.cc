@@ -18,6 +18,7 @@
 #include "libclient/format.h"
 #include "protocol/compression.h"
 #include "protocol/guard.h"
+#include "protocol/plan_choice.h"
 #include "protocol/ps.h"
 #include "protocol/wire.h"
 
@@ -87,6 +88,7 @@ int send_hello(const ConnectParams& p, int sock) {
   hello.timeout_ms = p.timeout_ms;
   hello.sync = p.sync;
   hello.guard = p.guard;
+  hello.plan = p.plan;
   ssize_t n;
   do {
     n = ::send(sock, &hello, sizeof(hello), MSG_NOSIGNAL);
@@ -304,6 +306,43 @@ int check_geometry(const ConnectParams& p, const proto::HelloReply& reply, const
 
 }  // namespace
 
+
+namespace {
+// The job's algorithm and chunk size: the 0.4 fields, then the environment.
+int plan_from_config(const gsync_config_t& cfg, uint32_t* out) {
+  proto::PlanChoice plan;
+  std::string algo = "auto", where = "cfg.algorithm";
+  uint64_t chunk = 0;
+  if (cfg.struct_size >= offsetof(gsync_config_t, chunk_bytes) + sizeof(uint64_t)) {
+    if (cfg.algorithm != nullptr) algo = std::string(cfg.algorithm, strnlen(cfg.algorithm, 32));
+    chunk = cfg.chunk_bytes;
+  }
+  if (const char* env = std::getenv("GSYNC_ALGORITHM"); env != nullptr && *env != '\0') {
+    algo = std::string(env, strnlen(env, 32));
+    where = "$GSYNC_ALGORITHM";
+  }
+  if (!proto::algo_by_name(algo, &plan.algo))
+    return fail(GSYNC_ERR_INVALID, format("gsync_connect: %s '%s' is not auto, ring, hier, direct, "
+                                          "tree or doubling",
+                                          where.c_str(), algo.c_str()));
+  where = "cfg.chunk_bytes";
+  if (const char* env = std::getenv("GSYNC_CHUNK_BYTES"); env != nullptr && *env != '\0') {
+    char* end = nullptr;
+    errno = 0;
+    chunk = std::strtoull(env, &end, 10);
+    if (errno != 0 || *end != '\0' || *env == '-')
+      return fail(GSYNC_ERR_INVALID,
+                  format("gsync_connect: $GSYNC_CHUNK_BYTES '%.32s' is not a number of bytes", env));
+    where = "$GSYNC_CHUNK_BYTES";
+  }
+  if (std::string why = proto::check_chunk_bytes(chunk); !why.empty())
+    return fail(GSYNC_ERR_INVALID, format("gsync_connect: %s: %s", where.c_str(), why.c_str()));
+  plan.chunk_bytes = chunk;
+  *out = proto::to_wire(plan);
+  return GSYNC_OK;
+}
+}  // namespace
+
 int parse_config(const gsync_config_t* cfg, ConnectParams* out) {
   if (cfg == nullptr) return fail(GSYNC_ERR_INVALID, "gsync_connect: cfg is NULL");
   if (cfg->struct_size < kMinConfigSize || cfg->struct_size > kMaxConfigSize) {
@@ -401,6 +440,7 @@ int parse_config(const gsync_config_t* cfg, ConnectParams* out) {
     }
     p.guard = proto::to_wire(g);
   }
+  if (int rc = plan_from_config(*cfg, &p.plan); rc != GSYNC_OK) return rc;
   if (const char* env = std::getenv("GSYNC_COMPRESSION"); env != nullptr && *env != '\0') {
     if (std::string why = proto::parse(env, &p.compression); !why.empty())
       return fail(GSYNC_ERR_INVALID, format("gsync_connect: $GSYNC_COMPRESSION: %s", why.c_str()));

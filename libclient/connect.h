@@ -31,6 +31,7 @@ struct ConnectParams {
   proto::Compression compression;
   uint32_t sync = 0;  // the job's sync mode, as the hello carries it (protocol/ps.h)
   uint32_t guard = 0;  // the job's anomaly guard, as the hello carries it (protocol/guard.h)
+  uint32_t plan = 0;   // the job's algorithm and chunk size (protocol/plan_choice.h)
 };
 
 // The static part of ShmHeader, read once and checked: the client never

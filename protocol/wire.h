@@ -24,7 +24,9 @@ namespace gsync::proto {
 //    grew guard (the anomaly guard) and reserved.
 // 5: the lease opcode (protocol/lease.h); a push may weigh 0 (a step
 //    without data).
-constexpr uint32_t kVersion = 5;
+// 6: HelloRequest's reserved became plan (the job's algorithm and chunk
+//    size, protocol/plan_choice.h).
+constexpr uint32_t kVersion = 6;
 constexpr uint32_t kHelloMagic = 0x4e595347;  // "GSYN"
 constexpr uint32_t kShmMagic = 0x4d485347;    // "GSHM"
 constexpr size_t kJobIdMax = 64;              // including the NUL
@@ -43,7 +45,7 @@ struct HelloRequest {
   uint32_t timeout_ms;   // 0: daemon default
   uint32_t sync;         // the job's sync mode (protocol/ps.h to_wire); 0: bsp
   uint32_t guard;        // the job's anomaly guard (protocol/guard.h to_wire); 0: off
-  uint32_t reserved;     // 0
+  uint32_t plan;         // the job's algorithm and chunk size (protocol/plan_choice.h); 0: auto
 };
 static_assert(sizeof(HelloRequest) == 112);
 

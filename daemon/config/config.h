@@ -70,6 +70,11 @@ struct DaemonConfig {
   uint32_t trace_ring_ops = 1024;
   bool trace_record = true;
 
+  // [tuning] The file the tuning table is kept in (daemon/tuning/
+  // tune_table.h, docs/algorithms.md "Tuning"): read at start, written when
+  // `gsyncctl tune load` gives the daemon a new table. "": kept in memory only.
+  std::string tuning_table;
+
   std::string source = "defaults";  // where the values came from, for gsyncctl
 
   // Every field, source included (tests compare whole configs with it, so a

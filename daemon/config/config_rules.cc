@@ -71,6 +71,7 @@ const ConfigField kFields[] = {
     {"checkpoint", "dir", ConfigKind::kString, &DaemonConfig::checkpoint_dir},
     {"checkpoint", "keep", ConfigKind::kCount, &DaemonConfig::checkpoint_keep},
     {"metrics", "listen", ConfigKind::kString, &DaemonConfig::metrics_listen},
+    {"tuning", "table", ConfigKind::kString, &DaemonConfig::tuning_table},
     {"trace", "ring_ops", ConfigKind::kCount, &DaemonConfig::trace_ring_ops},
     {"trace", "record", ConfigKind::kBool, &DaemonConfig::trace_record},
 };

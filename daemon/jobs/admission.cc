@@ -14,6 +14,7 @@
 #include "daemon/jobs/job_manager.h"
 #include "protocol/compression.h"
 #include "protocol/guard.h"
+#include "protocol/plan_choice.h"
 #include "protocol/lease.h"
 #include "protocol/ps.h"
 
@@ -185,6 +186,9 @@ Status check_join_request(const JoinRequest& r, bool multi_host_ok) {
     return {GSYNC_ERR_INVALID, fmt::format("job {}: {}", r.job_id, why)};
   proto::Guard guard;
   if (std::string why = proto::from_wire_guard(r.guard, &guard); !why.empty())
+    return {GSYNC_ERR_INVALID, fmt::format("job {}: {}", r.job_id, why)};
+  proto::PlanChoice plan;
+  if (std::string why = proto::from_wire_plan(r.plan, &plan); !why.empty())
     return {GSYNC_ERR_INVALID, fmt::format("job {}: {}", r.job_id, why)};
   if (r.world_size != r.local_size && !multi_host_ok)
     return {GSYNC_ERR_REFUSED,

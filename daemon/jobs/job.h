@@ -21,8 +21,10 @@
 #include "daemon/jobs/stragglers.h"
 #include "daemon/jobs/sync_policy.h"
 #include "protocol/guard.h"
+#include "protocol/plan_choice.h"
 #include "protocol/ps.h"
 #include "daemon/shm/session.h"
+#include "daemon/tuning/tune_table.h"
 #include "protocol/ops.h"
 
 namespace gsync {
@@ -99,6 +101,11 @@ struct Job {
   // found anomalous (they count as failed too).
   proto::Guard guard;
   uint64_t anomalies = 0;
+  // Its own algorithm and chunk size (protocol/plan_choice.h), and the
+  // tuning table in force when it was created, which it keeps for its life
+  // (daemon/tuning/tune_table.h).
+  proto::PlanChoice plan;
+  std::shared_ptr<const tuning::TuneTable> tuning;
   // Batch leases (protocol/lease.h, jobs/leasing.cc): the parameter keys
   // declared; whether a rank has leased (from then on the job goes on
   // without a rank that leaves, and a clock's pushes begin together, once

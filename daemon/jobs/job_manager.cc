@@ -81,6 +81,12 @@ Status JobManager::check_join(const JoinRequest& r) {
       return {GSYNC_ERR_REFUSED, fmt::format("job {} local rank {} is already held by {}",
                                              r.job_id, r.local_rank, s->describe())};
     if (s->rank == r.rank)
+  proto::PlanChoice plan;
+  proto::from_wire_plan(r.plan, &plan);  // check_join_request took it
+  if (!(plan == job.plan))
+    return {GSYNC_ERR_REFUSED, fmt::format("job {} chose the plan '{}', but rank {} says '{}'",
+                                           r.job_id, proto::describe(job.plan), r.rank,
+                                           proto::describe(plan))};
       return {GSYNC_ERR_REFUSED,
               fmt::format("job {} rank {} is already held by {}", r.job_id, r.rank, s->describe())};
   }
@@ -108,6 +114,8 @@ void JobManager::attach(const std::shared_ptr<Session>& s) {
     for (const auto& sl : job->slots) ranks.push_back(sl.session->rank);
     control_->local_job_complete(job->id, job->world_size, std::move(ranks));
   }
+    proto::from_wire_plan(s->plan, &job->plan);     // checked at join
+    job->tuning = tuning_;  // fixed for the job's life: its results' bits do not move
 }
 
 bool JobManager::cross_ready(Job& job) {
@@ -335,6 +343,8 @@ void JobManager::run(Job& job, JobOp& op) {
   });
 }
 
+  r.plan = job.plan;
+  r.tuning = job.tuning;
 void JobManager::op_done(const std::string& job_id, const OpId& id, uint64_t serial,
                          const Status& st, const pipeline::OpTimes& times) {
   auto jit = jobs_.find(job_id);

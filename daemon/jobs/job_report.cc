@@ -100,6 +100,8 @@ nlohmann::json JobManager::jobs_report() const {
                     {"ops_failed", job->ops_failed},
                     {"anomalies", job->anomalies},
                     {"anomaly_guard", proto::describe(job->guard)},
+                    {"plan", proto::describe(job->plan)},
+                    {"tuning_entries", job->tuning ? job->tuning->size() : 0},
                     {"ops_in_flight", job->ops.size()},
                     {"ops_running", running},
                     {"ready", !job->multi_host() ||

@@ -50,6 +50,7 @@ nlohmann::json OpHistory::report() const {
                     {"arrivals", arrivals},
                     {"started_ns", monotonic_ns(e.pipeline.started)},
                     {"stages", stages},
+                    {"plan", e.pipeline.plan},
                     {"finished_ns", monotonic_ns(e.finished)}});
   }
   return list;

@@ -11,8 +11,10 @@
 #include <string>
 #include <vector>
 
+#include "daemon/tuning/tune_table.h"
 #include "protocol/ops.h"
 #include "protocol/guard.h"
+#include "protocol/plan_choice.h"
 #include "protocol/ps.h"
 
 namespace gsync::pipeline {
@@ -56,6 +58,9 @@ struct OpRequest {
   uint64_t epoch = 0;  // the membership epoch the hosts were read in
   proto::Sync sync;    // the job's (parameter-server ops)
   proto::Guard guard;  // the job's anomaly guard (allreduces)
+  proto::PlanChoice plan;  // the job's algorithm and chunk size (auto: not chosen)
+  // The tuning table in force when the job was created (null: none).
+  std::shared_ptr<const tuning::TuneTable> tuning;
 
   bool multi_host() const { return !hosts.empty(); }
   std::string describe() const;  // "job j allreduce key 3 step 7"

@@ -42,6 +42,7 @@ class Op {
   uint64_t value = 0;
   Clock::time_point started;
 
+  std::string plan;  // OpTimes::plan
   StageLink link(int index) { return StageLink(*this, index); }
   // The first stage not finished; -1 when all are.
   int current() const {
@@ -154,6 +155,29 @@ void Pipeline::add_ps_stages(Op& op) {
 }
 
 void Pipeline::add_cross_stage(Op& op) {
+// First the job's own choice, then the daemon's config, then the tuning
+// table the job started with, then the built-in rule (build_plan). Every
+// host of the op sees the same job, config and table, so they agree; if
+// they do not, the op fails naming both plans (collective/op_checks.cc).
+const char* Pipeline::choose_plan(const OpRequest& r, collective::PlanInputs* in) const {
+  in->algorithm = options_.algorithm;
+  in->chunk_bytes = options_.chunk_bytes;
+  if (r.plan.any()) {
+    if (r.plan.algo != proto::kAlgoAuto) in->algorithm = proto::kAlgoNames[r.plan.algo];
+    if (r.plan.chunk_bytes != 0) in->chunk_bytes = r.plan.chunk_bytes;
+    return "job";
+  }
+  if (in->algorithm != "auto" || in->chunk_bytes != 0) return "config";
+  if (!r.tuning || r.tuning->empty()) return "rule";
+  std::vector<std::string> hosts;
+  for (const auto& p : in->parts) hosts.push_back(control_->host_id(p.host));
+  auto tuned = r.tuning->lookup(hosts, in->shape.bytes());
+  if (!tuned) return "rule";
+  in->algorithm = proto::kAlgoNames[tuned->algo];
+  in->chunk_bytes = tuned->chunk_bytes;
+  return "tuned";
+}
+
   const OpRequest& r = op.req;
   const bool declare = r.shape.opcode == proto::Opcode::kPsDeclare;
   collective::PlanInputs in;
@@ -168,8 +192,7 @@ void Pipeline::add_cross_stage(Op& op) {
     if (h == r.root_host) in.root_participant = static_cast<int>(in.parts.size());
     in.parts.push_back({h, control_->rack_of(h)});
   }
-  in.algorithm = options_.algorithm;
-  in.chunk_bytes = options_.chunk_bytes;
+  const char* source = choose_plan(r, &in);
   PlanKey key{r.job, r.id.key, in.shape, r.epoch};
   Status err;
   PlanLease lease = plans_->lease(key, in, host_buffer(r), &err);
@@ -180,6 +203,7 @@ void Pipeline::add_cross_stage(Op& op) {
   }
   const collective::Plan& plan = *lease.plan;
   bool fold = FoldStage::needed(r);
+  op.plan = fmt::format("{}; {}", plan.describe(), source);
   bool store = r.shape.opcode != proto::Opcode::kBarrier && r.shape.count > 0;
   int at = 0;
   uint64_t unit = !plan.eager && plan.nchunks > 1 ? plan.chunk_elems : 0;
@@ -282,6 +306,7 @@ void Pipeline::reap() {
     times.ended = Clock::now();
     times.value = op->value;
     for (size_t i = 0; i < op->stages.size() && options_.record; i++)
+    times.plan = std::move(op->plan);
       times.stages.push_back({op->stages[i]->name(), op->states[i].times});
     op.reset();  // stages go first: a cached plan is back before the next step starts
     if (done) done(serial, st, times);

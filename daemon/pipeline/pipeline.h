@@ -40,6 +40,7 @@
 // the pipeline only.
 namespace gsync::collective {
 class Engine;
+struct PlanInputs;
 }
 namespace gsync::cluster {
 class ControlPlane;
@@ -85,6 +86,9 @@ struct OpView {
   uint64_t serial = 0;
   std::string stage;  // the first stage not finished
   std::string waiting_for;
+  // A cross-host op's plan and who chose it: "ring, 8 chunks of 1048576
+  // bytes; tuned" (job, config, tuned or rule); "" for an op on one host.
+  std::string plan;
   Clock::time_point started{};
 };
 
@@ -142,6 +146,8 @@ class Pipeline {
   void stage_failed(Op& op, int stage, const Status& st);
   void stage_quiet(Op& op, int stage);
   void maybe_end(Op& op);
+  // Fills in's algorithm and chunk size; says who chose them.
+  const char* choose_plan(const OpRequest& r, collective::PlanInputs* in) const;
   void reap();
 
   EventLoop& loop_;

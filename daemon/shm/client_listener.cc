@@ -141,6 +141,7 @@ void ClientListener::open_session(int fd, const Peer& peer, const proto::HelloRe
   s->local_size = join.local_size;
   s->sync = join.sync;
   s->guard = join.guard;
+  s->plan = join.plan;
   s->timeout_ms = hello.timeout_ms ? hello.timeout_ms : cfg_.op_timeout_ms;
 
   proto::HelloReply reply{};

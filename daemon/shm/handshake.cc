@@ -66,6 +66,7 @@ JoinRequest join_request(const proto::HelloRequest& hello) {
   join.local_size = hello.local_size;
   join.sync = hello.sync;
   join.guard = hello.guard;
+  join.plan = hello.plan;
   return join;
 }
 

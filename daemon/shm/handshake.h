@@ -21,6 +21,7 @@ struct JoinRequest {
   int world_size = 0, rank = -1, local_rank = -1, local_size = 0;
   uint32_t sync = 0;  // as the hello carried it (protocol/ps.h), not yet checked
   uint32_t guard = 0;  // as the hello carried it (protocol/guard.h), not yet checked
+  uint32_t plan = 0;   // as the hello carried it (protocol/plan_choice.h), not yet checked
 };
 
 // SO_PEERCRED of a connected unix socket.

@@ -79,6 +79,7 @@ class Session {
   int local_size = 0;
   uint32_t sync = 0;  // the job's sync mode as the hello gave it (checked at join)
   uint32_t guard = 0;  // the job's anomaly guard as the hello gave it (checked at join)
+  uint32_t plan = 0;   // the job's algorithm and chunk size, the same way
   uint32_t timeout_ms = 0;
   std::chrono::steady_clock::time_point connected_at;
   SessionStats stats;

@@ -142,6 +142,14 @@ typedef struct gsync_config {
   int32_t anomaly_guard;
   uint32_t anomaly_sigmas;
   uint32_t anomaly_window;
+  /* Since 0.4: the job's cross-host algorithm, "ring", "hier", "direct",
+   * "tree" or "doubling" (docs/algorithms.md); NULL or "auto": the daemon
+   * chooses (its configured algorithm, else its tuning table, else its
+   * built-in rule). chunk_bytes: the pipelining unit, a multiple of 4096 up
+   * to 1 GiB; 0: chosen per tensor. Every rank of the job must say the same.
+   * $GSYNC_ALGORITHM and $GSYNC_CHUNK_BYTES override them. */
+  const char *algorithm;
+  uint64_t chunk_bytes;
 } gsync_config_t;
 
 /* A parameter's optimizer (gsync_ps_declare); fields may be appended. */

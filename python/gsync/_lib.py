@@ -89,7 +89,7 @@ class GsyncPushOpts(ctypes.Structure):
 
 
 class GsyncConfig(ctypes.Structure):
-    """struct gsync_config (0.3); filled by gsync_config_init (sets struct_size)."""
+    """struct gsync_config (0.4); filled by gsync_config_init (sets struct_size)."""
 
     _fields_ = [
         ("struct_size", ctypes.c_uint32),
@@ -107,6 +107,8 @@ class GsyncConfig(ctypes.Structure):
         ("anomaly_guard", ctypes.c_int32),
         ("anomaly_sigmas", ctypes.c_uint32),
         ("anomaly_window", ctypes.c_uint32),
+        ("algorithm", ctypes.c_char_p),
+        ("chunk_bytes", ctypes.c_uint64),
     ]
 
 

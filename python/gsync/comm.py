@@ -74,13 +74,17 @@ class Comm:
     def __init__(self, job: str, world_size: int, rank: int, local_rank: int,
                  local_size: int, socket: Optional[str] = None, arena_bytes: int = 0,
                  timeout_ms: int = 0, compression: Optional[str] = None,
-                 sync: str = "bsp", guard: Optional[tuple] = None):
+                 sync: str = "bsp", guard: Optional[tuple] = None,
+                 algorithm: Optional[str] = None, chunk_bytes: int = 0):
         """compression: the job's codec between hosts, as text ("int8",
         "topk:0.01@cross_host", "bf16,noef"; docs/compression.md); None
         leaves it to $GSYNC_COMPRESSION, else none. sync: the job's mode for
         its parameter-server ops, "bsp", "asp" or "ssp:S"
         (docs/parameter-server.md). guard: (sigmas, window) turns the job's
-        anomaly guard on (docs/fault-tolerance.md); None leaves it off."""
+        anomaly guard on (docs/fault-tolerance.md); None leaves it off.
+        algorithm, chunk_bytes: the job's cross-host plan ("ring", "hier",
+        "direct", "tree", "doubling"; None: the daemon chooses; 0: chunks per
+        tensor; docs/algorithms.md, "Choosing per job")."""
         L = _lib.lib()
         cfg = _lib.GsyncConfig()
         L.gsync_config_init(ctypes.byref(cfg))
@@ -98,6 +102,9 @@ class Comm:
         cfg.sync_mode, cfg.staleness = parse_sync(sync)
         if guard is not None:
             cfg.anomaly_guard, cfg.anomaly_sigmas, cfg.anomaly_window = 1, guard[0], guard[1]
+        self._algorithm_b = algorithm.encode() if algorithm else None
+        cfg.algorithm = self._algorithm_b
+        cfg.chunk_bytes = chunk_bytes
         if compression is not None:
             _lib.check(L.gsync_compression_parse(compression.encode(),
                                                  ctypes.byref(cfg.compression)))

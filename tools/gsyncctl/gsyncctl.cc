@@ -30,6 +30,7 @@
 #include "tools/gsyncctl/report.h"
 #include "tools/gsyncctl/trace.h"
 
+#include "tools/gsyncctl/tune.h"
 namespace {
 
 constexpr const char* kDefaultAdminSocket = "/run/gsync/gsyncd-admin.sock";
@@ -219,6 +220,8 @@ int main(int argc, char** argv) {
       "checkpoint", "ask every shard of a parameter-server job for a checkpoint now");
   checkpoint_cmd->add_option("job", checkpoint_job, "the job id")->required();
 
+  gsync::cli::TuneCommand tune;
+  gsync::cli::add_tune_command(app, &tune);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -227,6 +230,7 @@ int main(int argc, char** argv) {
 
   if (keygen_cmd->parsed()) return keygen(key_path);
   for (FileCommand* f : {&trace, &report})
+  if (tune.cmd->parsed()) return gsync::cli::run_tune(tune, socket_path, timeout_ms);
     if (f->cmd->parsed() && f->sockets.empty()) f->sockets.push_back(socket_path);
   if (trace.cmd->parsed())
     return write_trace(trace.sockets, trace.out, trace.job, trace.seconds, timeout_ms);

@@ -9,6 +9,7 @@
 #include <string_view>
 
 #include "tools/gsyncctl/table.h"
+#include "tools/gsyncctl/tune.h"
 
 namespace gsync::cli {
 namespace {
@@ -131,6 +132,7 @@ std::string render_status(const json& reply) {
   });
   out += fmt::format("\nconfig (from {}):\n", text(field(reply, "config_source")));
   out += render_config(field(reply, "config"));
+  out += "\ntuning:\n" + render_tuning(field(reply, "tuning"));
   return out;
 }
 

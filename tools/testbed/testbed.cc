@@ -374,7 +374,9 @@ std::vector<std::string> Testbed::daemon_command(int h) const {
                                     {"--cluster", cluster_file_},
                                     {"--host-id", host.id},
                                     {"--log-level", options_.log_level},
-                                    {"--cluster-key", key_file_}})
+                                    {"--cluster-key", key_file_},
+                                    // Each host's state, in its own folder.
+                                    {"--tuning-table", host.dir + "/tuning.json"}})
     argv.insert(argv.end(), {flag, value});
   argv.insert(argv.end(), options_.daemon_args.begin(), options_.daemon_args.end());
   return argv;
