@@ -22,7 +22,8 @@ int64_t int_of(const json& j, const char* key, int64_t fallback = 0) {
 
 uint64_t uint_of(const json& j, const char* key) {
   auto it = j.find(key);
-  return it != j.end() && it->is_number_unsigned() ? it->get<uint64_t>() : 0;
+  if (it == j.end() || !it->is_number_integer()) return 0;
+  return it->is_number_unsigned() || it->get<int64_t>() >= 0 ? it->get<uint64_t>() : 0;
 }
 
 std::string str_of(const json& j, const char* key, const std::string& fallback = "") {
