@@ -71,10 +71,10 @@ Loaded load_in_browser(const std::string& browser, const std::string& page,
   const bool full = browser.find("headless-shell") == std::string::npos;
   const std::string log = dir + "/browser.log";
   Loaded out;
-  out.dom = run_command(fmt::format(
-      "timeout 120 {} {}--no-sandbox --disable-gpu --user-data-dir={}/browser-profile "
-      "--enable-logging=stderr --v=0 --dump-dom file://{} 2>{}; echo \"rc=$?\"",
-      browser, full ? "--headless " : "", dir, page, log));
+  out.dom = run_command(
+      fmt::format("timeout 120 {} {}--no-sandbox --disable-gpu --user-data-dir={}/browser-profile "
+                  "--enable-logging=stderr --v=0 --dump-dom file://{} 2>{}; echo \"rc=$?\"",
+                  browser, full ? "--headless " : "", dir, page, log));
   const size_t rc_at = out.dom.rfind("rc=");
   if (rc_at != std::string::npos) {
     out.rc = out.dom.substr(rc_at + 3);
@@ -99,7 +99,8 @@ std::thread run_job(const DaemonProcess& d, int kOps, double delay_s, int go_fd,
         if (r == 1) std::this_thread::sleep_for(std::chrono::duration<double>(delay_s));
         gsync_request_t* req;
         RANK_CHECK(gsync_allreduce(comm, 3, uint64_t(s), buf.data(), buf.size(), GSYNC_FLOAT32,
-                                   GSYNC_SUM, 0, &req) == 0, "{}", gsync_last_error());
+                                   GSYNC_SUM, 0, &req) == 0,
+                   "{}", gsync_last_error());
         RANK_CHECK(gsync_wait(req, 20000) == 0, "{}", gsync_request_error(req));
         gsync_request_free(req);
       }
@@ -123,8 +124,9 @@ void check_dom(const Loaded& b, const std::string& late_pid, double delay_s) {
   EXPECT_EQ(all_of(b.dom, "<tr class=\"rank straggler\" data-rank=\"(\\d+)\">"),
             std::vector<std::string>{"1"})
       << b.dom;
-  EXPECT_EQ(all_of(b.dom, "<tr class=\"rank straggler\" data-rank=\"1\">(?:<td[^>]*>[^<]*</td>){2}"
-                          "<td>(\\d+)</td>"),
+  EXPECT_EQ(all_of(b.dom,
+                   "<tr class=\"rank straggler\" data-rank=\"1\">(?:<td[^>]*>[^<]*</td>){2}"
+                   "<td>(\\d+)</td>"),
             std::vector<std::string>{late_pid})
       << b.dom;
   EXPECT_NE(b.dom.find("rank 1 (pid " + late_pid + ") is the straggler"), std::string::npos);
@@ -158,14 +160,15 @@ TEST(Report, TheBrowserShowsTheJobItsStragglerAndTheSlowestOp) {
   ASSERT_EQ(pipe(go), 0);
   std::vector<ChildResult> res;
   std::thread ranks = run_job(d, kOps, kDelayS, go[0], &res);
-  const bool seen = wait_until([&] {
-    nlohmann::json row = job_row(d.admin_socket(), kJob);
-    return row.is_object() && row["stragglers"].value("ops", 0) == kOps;
-  }, 60000);
+  const bool seen = wait_until(
+      [&] {
+        nlohmann::json row = job_row(d.admin_socket(), kJob);
+        return row.is_object() && row["stragglers"].value("ops", 0) == kOps;
+      },
+      60000);
   const std::string page = d.dir() + "/report.html";
-  std::string out = seen ? run_command(fmt::format("{} report -o {} {} 2>&1", ctl, page,
-                                                   d.admin_socket()))
-                         : "";
+  std::string out =
+      seen ? run_command(fmt::format("{} report -o {} {} 2>&1", ctl, page, d.admin_socket())) : "";
   ASSERT_EQ(write(go[1], "xx", 2), 2);
   ranks.join();
   for (auto& c : res) ASSERT_EQ(c.code, 0) << c.output;
@@ -236,8 +239,8 @@ TEST(PerfPlot, TheSweepIsDrawnAsAPng) {
   EXPECT_EQ(big_endian(bytes, 16), 1000u);
   EXPECT_EQ(big_endian(bytes, 20), 600u);
   // Without gnuplot, or with nowhere to write, it stops before measuring.
-  out = run_command(fmt::format("env PATH=/nonexistent {} --plot {}/x.png 2>&1; echo rc=$?", perf,
-                                dir));
+  out = run_command(
+      fmt::format("env PATH=/nonexistent {} --plot {}/x.png 2>&1; echo rc=$?", perf, dir));
   EXPECT_NE(out.find("gnuplot, which is not on $PATH: install Debian's gnuplot-nox"),
             std::string::npos)
       << out;

@@ -22,34 +22,56 @@ size_t count_of(const std::string& text, const std::string& what) {
 }
 
 json op(const std::string& job, uint64_t step, int64_t first, int64_t late_by) {
-  return {{"job", job}, {"key", 1}, {"step", step}, {"op", "allreduce"}, {"bytes", 4096},
-          {"code", 0}, {"error", ""},
-          {"arrivals", {{{"rank", 1}, {"ns", first + late_by}}, {{"rank", 0}, {"ns", first}}}},
-          {"stages", {{{"stage", "fold"}, {"begun_ns", first + late_by},
-                       {"finished_ns", first + late_by + 1000}},
-                      {{"stage", "store"}, {"begun_ns", first + late_by},
-                       {"finished_ns", first + late_by + 3000}}}},
-          {"finished_ns", first + late_by + 4000}};
+  return {
+      {"job", job},
+      {"key", 1},
+      {"step", step},
+      {"op", "allreduce"},
+      {"bytes", 4096},
+      {"code", 0},
+      {"error", ""},
+      {"arrivals", {{{"rank", 1}, {"ns", first + late_by}}, {{"rank", 0}, {"ns", first}}}},
+      {"stages",
+       {{{"stage", "fold"}, {"begun_ns", first + late_by}, {"finished_ns", first + late_by + 1000}},
+        {{"stage", "store"},
+         {"begun_ns", first + late_by},
+         {"finished_ns", first + late_by + 3000}}}},
+      {"finished_ns", first + late_by + 4000}};
 }
 
 ReportSource source() {
   ReportSource s;
   s.name = "/run/a&b.sock";
-  s.status = {{"version", "0.1.0"}, {"pid", 7}, {"uptime_s", 3.0},
+  s.status = {{"version", "0.1.0"},
+              {"pid", 7},
+              {"uptime_s", 3.0},
               {"ops", {{"completed", 3}, {"failed", 0}, {"in_flight", 0}}}};
   s.jobs = {{"jobs",
-             {{{"job", "<b>\"x&y'"}, {"world_size", 2}, {"local_size", 2}, {"ops_completed", 3},
+             {{{"job", "<b>\"x&y'"},
+               {"world_size", 2},
+               {"local_size", 2},
+               {"ops_completed", 3},
                {"last_error", ""},
                {"stragglers",
-                {{"ops", 20}, {"straggler", 1},
-                 {"ranks", {{{"rank", 0}, {"local_rank", 0}, {"pid", 100}, {"median_lag_s", 0.0},
-                             {"p99_lag_s", 0.0}, {"last_share", 0.0}},
-                            {{"rank", 1}, {"local_rank", 1}, {"pid", 101},
-                             {"median_lag_s", 0.02}, {"p99_lag_s", 0.03},
-                             {"last_share", 1.0}}}}}}}}}};
+                {{"ops", 20},
+                 {"straggler", 1},
+                 {"ranks",
+                  {{{"rank", 0},
+                    {"local_rank", 0},
+                    {"pid", 100},
+                    {"median_lag_s", 0.0},
+                    {"p99_lag_s", 0.0},
+                    {"last_share", 0.0}},
+                   {{"rank", 1},
+                    {"local_rank", 1},
+                    {"pid", 101},
+                    {"median_lag_s", 0.02},
+                    {"p99_lag_s", 0.03},
+                    {"last_share", 1.0}}}}}}}}}};
   s.peers = json::object();
-  s.ops = {{"recent", {op("<b>\"x&y'", 0, 1000000, 2000000), op("<b>\"x&y'", 1, 9000000, 7000000),
-                       op("gone", 0, 1000000, 500000)}},
+  s.ops = {{"recent",
+            {op("<b>\"x&y'", 0, 1000000, 2000000), op("<b>\"x&y'", 1, 9000000, 7000000),
+             op("gone", 0, 1000000, 500000)}},
            {"now_ns", 20000000}};
   return s;
 }
@@ -75,8 +97,7 @@ TEST(HtmlReport, JobsStragglersAndTheSlowestOpsTimeline) {
   // The slowest of the job's ops is step 1 (rank 1 7 ms late), drawn with a
   // row per rank in rank order and a row per stage.
   EXPECT_NE(page.find("allreduce key 1 step 1, 4.0 KiB: 7.004 ms"), std::string::npos) << page;
-  EXPECT_NE(page.find("<title>rank 1 arrived 7.000 ms after the first</title>"),
-            std::string::npos);
+  EXPECT_NE(page.find("<title>rank 1 arrived 7.000 ms after the first</title>"), std::string::npos);
   EXPECT_LT(page.find("data-rank=\"0\"><title>rank 0"), page.find("data-rank=\"1\"><title>rank 1"));
   EXPECT_EQ(count_of(page, "<g class=\"row arrival\""), 4u);  // two jobs, two ranks each
   EXPECT_EQ(count_of(page, "<g class=\"row stage\""), 4u);
@@ -103,13 +124,15 @@ TEST(HtmlReport, FieldsMissingOrOfAnotherType) {
   ReportSource s;
   s.name = "x";
   s.status = {{"ops", "many"}, {"uptime_s", "long"}};
-  s.jobs = {{"jobs", {{{"job", "j"}, {"stragglers", {{"ranks", {1, "two"}}, {"straggler", "?"}}},
-                       {"world_size", json::array()}},
-                      {{"job", 5}},
-                      "not a job"}}};
+  s.jobs = {{"jobs",
+             {{{"job", "j"},
+               {"stragglers", {{"ranks", {1, "two"}}, {"straggler", "?"}}},
+               {"world_size", json::array()}},
+              {{"job", 5}},
+              "not a job"}}};
   s.peers = {{"self", {{"host", "h1"}}}, {"peers", {{{"host", 3}}, "x"}}};
-  s.ops = {{"recent", {{{"job", "j"}, {"arrivals", {{{"rank", "r"}}}}, {"stages", {"s"}}},
-                       "not an op"}}};
+  s.ops = {{"recent",
+            {{{"job", "j"}, {"arrivals", {{{"rank", "r"}}}}, {"stages", {"s"}}}, "not an op"}}};
   size_t jobs = 0;
   std::string page;
   ASSERT_NO_THROW(page = html_report({s}, "", "now", &jobs));

@@ -164,8 +164,8 @@ std::string jobs_table(const std::vector<JobView>& jobs) {
            td_num(text(at(r, "ops_completed")), num(r, "ops_completed")) +
            td_num(text(at(r, "ops_failed")), num(r, "ops_failed")) +
            td_num(text(at(r, "ops_in_flight")), num(r, "ops_in_flight")) +
-           td_bytes(r, "bytes_reduced") + td_gbps(r, "throughput_gbps") +
-           td(straggler_of(r)) + td(error.empty() ? "-" : error) + "</tr>\n";
+           td_bytes(r, "bytes_reduced") + td_gbps(r, "throughput_gbps") + td(straggler_of(r)) +
+           td(error.empty() ? "-" : error) + "</tr>\n";
   }
   return out + "</tbody></table>\n";
 }
@@ -191,10 +191,10 @@ std::string stragglers_table(const json& row) {
   const json& ranks = at(s, "ranks");
   if (!ranks.is_array() || ranks.empty())
     return "<p class=\"note\">no straggler report (a job needs two local ranks)</p>\n";
-  std::string out = straggler_verdict(s) + "<table class=\"stragglers sortable\">" +
-                    header({"rank", "local rank", "pid", "lag, median (ms)", "lag, p99 (ms)",
-                            "last in"}) +
-                    "<tbody>\n";
+  std::string out =
+      straggler_verdict(s) + "<table class=\"stragglers sortable\">" +
+      header({"rank", "local rank", "pid", "lag, median (ms)", "lag, p99 (ms)", "last in"}) +
+      "<tbody>\n";
   for (const json& r : ranks) {
     const bool slow = at(r, "rank").is_number() && at(r, "rank") == at(s, "straggler");
     auto share = num(r, "last_share");
@@ -222,11 +222,12 @@ std::string slowest_section(const std::vector<OpTimeline>& ops) {
 
 std::string job_section(const JobView& v) {
   std::string out = fmt::format(
-      "<section class=\"job\" id=\"{}\" data-job=\"{}\">\n<h3>job <code>{}</code></h3>\n",
-      v.anchor, html_escape(v.id), html_escape(v.id));
+      "<section class=\"job\" id=\"{}\" data-job=\"{}\">\n<h3>job <code>{}</code></h3>\n", v.anchor,
+      html_escape(v.id), html_escape(v.id));
   if (v.row.is_null())
-    out += "<p class=\"note\">none of its ranks is connected here now; its recent ops "
-           "remain</p>\n";
+    out +=
+        "<p class=\"note\">none of its ranks is connected here now; its recent ops "
+        "remain</p>\n";
   else
     out += "<h4>Stragglers</h4>\n" + stragglers_table(v.row);
   return out + "<h4>Slowest recent op</h4>\n" + slowest_section(v.ops) + "</section>\n";
@@ -235,10 +236,10 @@ std::string job_section(const JobView& v) {
 std::string peers_section(const json& reply) {
   const json& self = at(reply, "self");
   if (!self.is_object()) return "<p class=\"note\">no cluster configured: a single host</p>\n";
-  std::string out = fmt::format(
-      "<p>cluster {}, this host {} ({}, rack {}), epoch {}</p>\n", text(at(reply, "cluster")),
-      text(at(self, "host")), text(at(self, "address")), text(at(self, "rack")),
-      text(at(reply, "epoch")));
+  std::string out =
+      fmt::format("<p>cluster {}, this host {} ({}, rack {}), epoch {}</p>\n",
+                  text(at(reply, "cluster")), text(at(self, "host")), text(at(self, "address")),
+                  text(at(self, "rack")), text(at(reply, "epoch")));
   const json& peers = at(reply, "peers");
   if (!peers.is_array() || peers.empty()) return out + "<p class=\"note\">no peers</p>\n";
   out += "<table class=\"peers sortable\">" +
@@ -247,11 +248,11 @@ std::string peers_section(const json& reply) {
          "<tbody>\n";
   for (const json& p : peers) {
     std::string error = at(p, "last_error").is_string() ? text(at(p, "last_error")) : "";
-    out += "<tr>" + td(text(at(p, "host"))) + td(text(at(p, "address"))) +
-           td(text(at(p, "rack"))) + td(text(at(p, "state"))) + td(text(at(p, "transport"))) +
-           td_bytes(p, "bytes_sent") + td_bytes(p, "bytes_received") + td_gbps(p, "send_gbps") +
-           td_gbps(p, "recv_gbps") + td_num(text(at(p, "connects")), num(p, "connects")) +
-           td(error.empty() ? "-" : error) + "</tr>\n";
+    out += "<tr>" + td(text(at(p, "host"))) + td(text(at(p, "address"))) + td(text(at(p, "rack"))) +
+           td(text(at(p, "state"))) + td(text(at(p, "transport"))) + td_bytes(p, "bytes_sent") +
+           td_bytes(p, "bytes_received") + td_gbps(p, "send_gbps") + td_gbps(p, "recv_gbps") +
+           td_num(text(at(p, "connects")), num(p, "connects")) + td(error.empty() ? "-" : error) +
+           "</tr>\n";
   }
   return out + "</tbody></table>\n";
 }
@@ -260,9 +261,10 @@ std::string daemon_section(const ReportSource& src, size_t d, const std::string&
                            size_t* jobs_drawn) {
   const std::vector<JobView> jobs = jobs_of(src, only, d);
   *jobs_drawn += jobs.size();
-  std::string out = fmt::format("<section class=\"daemon\" data-socket=\"{0}\">\n"
-                                "<h2>gsyncd at <code>{0}</code></h2>\n",
-                                html_escape(src.name)) +
+  std::string out = fmt::format(
+                        "<section class=\"daemon\" data-socket=\"{0}\">\n"
+                        "<h2>gsyncd at <code>{0}</code></h2>\n",
+                        html_escape(src.name)) +
                     status_line(src.status) + "<h3>Jobs</h3>\n" + jobs_table(jobs);
   for (const JobView& v : jobs) out += job_section(v);
   return out + "<h3>Peers</h3>\n" + peers_section(src.peers) + "</section>\n";
@@ -275,16 +277,25 @@ std::string html_escape(std::string_view in) {
   out.reserve(in.size());
   for (char c : in) {
     switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      case '\'': out += "&#39;"; break;
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      case '\'':
+        out += "&#39;";
+        break;
       default:
         // Control characters are not text (and NUL ends some readers' strings).
-        out += (static_cast<unsigned char>(c) < 0x20 && c != '\t' && c != '\n') || c == 0x7f
-                   ? '?'
-                   : c;
+        out +=
+            (static_cast<unsigned char>(c) < 0x20 && c != '\t' && c != '\n') || c == 0x7f ? '?' : c;
     }
   }
   return out;

@@ -21,7 +21,7 @@
 namespace gsync::cli {
 
 struct ReportSource {
-  std::string name;  // its admin socket
+  std::string name;                         // its admin socket
   nlohmann::json status, jobs, peers, ops;  // its replies to those commands
 };
 

@@ -52,13 +52,12 @@ std::string axis(const Scale& s, int height) {
         "<text x=\"{0:.1f}\" y=\"{3}\" text-anchor=\"middle\">{4:g}</text>",
         x, kAxisHeight - 6, height, kAxisHeight - 10, t);
   }
-  return out + fmt::format("<text x=\"{}\" y=\"{}\">ms</text></g>", kLabelWidth - 30,
-                           kAxisHeight - 10);
+  return out +
+         fmt::format("<text x=\"{}\" y=\"{}\">ms</text></g>", kLabelWidth - 30, kAxisHeight - 10);
 }
 
 std::string row_label(int y, const std::string& text) {
-  return fmt::format("<text class=\"label\" x=\"8\" y=\"{}\">{}</text>", y + 15,
-                     html_escape(text));
+  return fmt::format("<text class=\"label\" x=\"8\" y=\"{}\">{}</text>", y + 15, html_escape(text));
 }
 
 // A rank's row: a line from the first arrival to its own, and a dot there.

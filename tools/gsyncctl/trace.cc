@@ -56,8 +56,8 @@ OpTimeline timeline_of(const json& op) {
   }
   for (const json& st : array_of(op, "stages"))
     if (st.is_object())
-      t.stages.push_back({str_of(st, "stage", "stage"), int_of(st, "begun_ns"),
-                          int_of(st, "finished_ns")});
+      t.stages.push_back(
+          {str_of(st, "stage", "stage"), int_of(st, "begun_ns"), int_of(st, "finished_ns")});
   return t;
 }
 
@@ -67,9 +67,15 @@ constexpr int kStageTid = 100;
 constexpr int kRankTid = 10000;
 
 void name_track(json* events, int pid, int tid, const std::string& name, int sort) {
-  events->push_back({{"ph", "M"}, {"pid", pid}, {"tid", tid}, {"name", "thread_name"},
+  events->push_back({{"ph", "M"},
+                     {"pid", pid},
+                     {"tid", tid},
+                     {"name", "thread_name"},
                      {"args", {{"name", name}}}});
-  events->push_back({{"ph", "M"}, {"pid", pid}, {"tid", tid}, {"name", "thread_sort_index"},
+  events->push_back({{"ph", "M"},
+                     {"pid", pid},
+                     {"tid", tid},
+                     {"name", "thread_sort_index"},
                      {"args", {{"sort_index", sort}}}});
 }
 
@@ -83,16 +89,27 @@ void add_op(json* events, int pid, const OpTimeline& t, Tracks* tracks) {
   const std::string what = t.what();
   json args = {{"job", t.job}, {"bytes", t.bytes}, {"code", t.code}};
   if (!t.error.empty()) args["error"] = t.error;
-  events->push_back({{"ph", "X"}, {"pid", pid}, {"tid", kOpsTid}, {"name", what}, {"cat", "op"},
-                     {"ts", us(t.begin_ns)}, {"dur", us(t.end_ns - t.begin_ns)}, {"args", args}});
+  events->push_back({{"ph", "X"},
+                     {"pid", pid},
+                     {"tid", kOpsTid},
+                     {"name", what},
+                     {"cat", "op"},
+                     {"ts", us(t.begin_ns)},
+                     {"dur", us(t.end_ns - t.begin_ns)},
+                     {"args", args}});
   for (const auto& a : t.arrivals) {
     const int tid = kRankTid + int(a.rank);
     if (!tracks->ranks_named[a.rank]) {
       name_track(events, pid, tid, fmt::format("rank {}", a.rank), 1000 + int(a.rank));
       tracks->ranks_named[a.rank] = true;
     }
-    events->push_back({{"ph", "i"}, {"s", "t"}, {"pid", pid}, {"tid", tid},
-                       {"name", "arrives: " + what}, {"cat", "arrival"}, {"ts", us(a.ns)},
+    events->push_back({{"ph", "i"},
+                       {"s", "t"},
+                       {"pid", pid},
+                       {"tid", tid},
+                       {"name", "arrives: " + what},
+                       {"cat", "arrival"},
+                       {"ts", us(a.ns)},
                        {"args", {{"job", t.job}}}});
   }
   for (const auto& st : t.stages) {
@@ -100,19 +117,21 @@ void add_op(json* events, int pid, const OpTimeline& t, Tracks* tracks) {
         tracks->stage_tids.emplace(st.stage, kStageTid + int(tracks->stage_tids.size()));
     if (fresh) name_track(events, pid, it->second, "stage " + st.stage, it->second);
     if (!st.valid()) continue;
-    events->push_back({{"ph", "X"}, {"pid", pid}, {"tid", it->second},
-                       {"name", st.stage + ": " + what}, {"cat", "stage"}, {"ts", us(st.begun_ns)},
-                       {"dur", us(st.finished_ns - st.begun_ns)}, {"args", {{"job", t.job}}}});
+    events->push_back({{"ph", "X"},
+                       {"pid", pid},
+                       {"tid", it->second},
+                       {"name", st.stage + ": " + what},
+                       {"cat", "stage"},
+                       {"ts", us(st.begun_ns)},
+                       {"dur", us(st.finished_ns - st.begun_ns)},
+                       {"args", {{"job", t.job}}}});
   }
 }
 }  // namespace
 
-std::string OpTimeline::what() const {
-  return fmt::format("{} key {} step {}", op, key, step);
-}
+std::string OpTimeline::what() const { return fmt::format("{} key {} step {}", op, key, step); }
 
-std::vector<OpTimeline> recent_ops(const json& ops_reply, const std::string& job,
-                                   double seconds) {
+std::vector<OpTimeline> recent_ops(const json& ops_reply, const std::string& job, double seconds) {
   std::vector<OpTimeline> out;
   if (!ops_reply.is_object()) return out;
   const int64_t now = int_of(ops_reply, "now_ns");
@@ -126,13 +145,15 @@ std::vector<OpTimeline> recent_ops(const json& ops_reply, const std::string& job
   return out;
 }
 
-json chrome_trace(const std::vector<TraceSource>& sources, const std::string& job,
-                  double seconds, size_t* ops) {
+json chrome_trace(const std::vector<TraceSource>& sources, const std::string& job, double seconds,
+                  size_t* ops) {
   json events = json::array();
   *ops = 0;
   for (size_t p = 0; p < sources.size(); p++) {
     const int pid = int(p) + 1;
-    events.push_back({{"ph", "M"}, {"pid", pid}, {"name", "process_name"},
+    events.push_back({{"ph", "M"},
+                      {"pid", pid},
+                      {"name", "process_name"},
                       {"args", {{"name", "gsyncd " + sources[p].name}}}});
     name_track(&events, pid, kOpsTid, "ops", 0);
     Tracks tracks;

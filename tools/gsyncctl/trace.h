@@ -23,8 +23,8 @@
 namespace gsync::cli {
 
 struct TraceSource {
-  std::string name;        // the process's name: the admin socket, or a host id
-  nlohmann::json ops;      // its `ops` reply
+  std::string name;    // the process's name: the admin socket, or a host id
+  nlohmann::json ops;  // its `ops` reply
 };
 
 // One finished op of an `ops` reply, times in its daemon's CLOCK_MONOTONIC

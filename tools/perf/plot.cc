@@ -55,7 +55,8 @@ std::string script_of(const std::string& png, const std::vector<PlotLine>& lines
   for (const auto& l : lines)
     for (const auto& [bytes, gbps] : l.points) sizes.insert(bytes);
   std::string tics;
-  for (uint64_t b : sizes) tics += fmt::format("{}\"{}\" {}", tics.empty() ? "" : ", ", size_label(b), b);
+  for (uint64_t b : sizes)
+    tics += fmt::format("{}\"{}\" {}", tics.empty() ? "" : ", ", size_label(b), b);
   std::string s = fmt::format(
       "if (strstrt(GPVAL_TERMINALS, \"pngcairo\") > 0) {{\n"
       "  set terminal pngcairo size {0},{1} noenhanced font \"sans,10\"\n"
