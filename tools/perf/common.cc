@@ -32,8 +32,10 @@ int connect(const Options& o, int rank, uint64_t arena, gsync_comm_t** comm) {
   gsync_config_t cfg;
   gsync_config_init(&cfg);
   cfg.socket_path = p.socket.c_str();
-  std::string job = fmt::format("gsync-perf-{}", getppid());
+  std::string job = fmt::format("gsync-perf-{}{}", getppid(), o.job_tag);
   cfg.job_id = job.c_str();
+  cfg.algorithm = o.plan_algo.empty() ? nullptr : o.plan_algo.c_str();
+  cfg.chunk_bytes = o.plan_chunk;
   cfg.world_size = o.world();
   cfg.rank = rank;
   cfg.local_rank = p.local_rank;

@@ -100,6 +100,17 @@ int main(int argc, char** argv) {
   app.add_flag("--ps", o.ps,
                "run each size as a parameter server's push_pull too (SGD, BSP), beside the "
                "allreduce: one row each");
+  app.add_flag("--tune", o.tune,
+               "measure every candidate plan (algorithm, chunk size) at every size, write the "
+               "fastest per size as a tuning table (--tune-out) and load it into the daemons");
+  app.add_flag("--autotune-check", o.autotune_check,
+               "--tune, then run the sweep on the tuned daemons and print each size's time "
+               "against the best and worst candidate (exit 3 if one is over 5% slower)");
+  app.add_option("--tune-out", o.tune_out, "where --tune writes the table")->capture_default_str();
+  app.add_option("--tune-rounds", o.tune_rounds,
+                 "rounds of --tune: each candidate once per round, in turn; medians")
+      ->check(CLI::Range(1, 100))
+      ->capture_default_str();
   app.add_option("--plot", o.plot,
                  "draw busbw by message size, gsync's and the peers' (--compare), to this PNG "
                  "(needs gnuplot: Debian's gnuplot-nox)");
@@ -141,6 +152,10 @@ int main(int argc, char** argv) {
   if (codec_error.empty() && o.ps && o.dtype_id != GSYNC_FLOAT32 &&
       o.dtype_id != GSYNC_FLOAT16 && o.dtype_id != GSYNC_BFLOAT16)
     codec_error = "--ps takes float32, float16 or bfloat16 (the parameter server's dtypes)";
+  if (codec_error.empty() && (o.tune || o.autotune_check) &&
+      (!o.compress.empty() || o.ps || !o.workload.empty() || !o.compare.empty() || o.algo != "auto"))
+    codec_error = "--tune measures plain allreduces on daemons that choose per job: not with "
+                  "--compress, --ps, --workload, --compare or --algo";
   if (codec_error.empty() && !o.plot.empty())
     codec_error = o.workload.empty() ? plot_preflight(o.plot)
                                      : "--plot is for the size sweep, not --workload";
@@ -191,6 +206,7 @@ int main(int argc, char** argv) {
     }
     for (int h = 0; h < o.hosts; h++) {
       o.racks_of.push_back(cf.hosts[size_t(h)].rack);
+      o.host_ids.push_back(cf.hosts[size_t(h)].id);
       for (int k = 0; k < o.ranks; k++)
         o.places.push_back({socks[size_t(h)], h, h * o.ranks + k, k, o.ranks, {}, {}});
     }
@@ -220,6 +236,7 @@ int main(int argc, char** argv) {
     std::string pins;
     for (int h = 0; h < o.hosts; h++) {
       o.racks_of.push_back(bed->rack(h));
+      o.host_ids.push_back(bed->host_id(h));
       slots.push_back({bed->netns(h), bed->address(h), bed->cpus(h)});
       for (int k = 0; k < o.ranks; k++)
         o.places.push_back(
@@ -260,7 +277,10 @@ int main(int argc, char** argv) {
     if (int far = first_host_elsewhere(o); o.uplink_mbit > 0 && far > 0 && size_t(far) < slots.size())
       peer.uplink_gbps = peers::tcp_stream_gbps(slots[0], slots[size_t(far)], 3.0);
   }
-  int rc = o.workload.empty() ? run_sweep(o, ref, isa, peer) : run_workload(o);
+  if (o.autotune_check) o.tune = true;
+  int rc = o.tune                ? run_tune(o)
+           : o.workload.empty() ? run_sweep(o, ref, isa, peer)
+                                : run_workload(o);
   if (daemon) {
     int st = daemon->stop();
     if (st != 0) std::fprintf(stderr, "gsync-perf: private gsyncd exited with %d\n", st);

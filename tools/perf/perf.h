@@ -65,6 +65,15 @@ struct Options {
   bool ps = false;
   // --plot: busbw by size drawn to this PNG at the end (plot.h).
   std::string plot;
+  // --tune / --autotune-check (tune.cc): the table's file, and the hosts'
+  // ids it names. plan_algo/plan_chunk: the job's own plan for a candidate
+  // run ("" and 0: the daemons choose), job_tag: its job id's suffix.
+  bool tune = false, autotune_check = false;
+  int tune_rounds = 3;
+  std::string tune_out = "gsync-tuning.json";
+  std::vector<std::string> host_ids;
+  std::string plan_algo, job_tag;
+  uint64_t plan_chunk = 0;
 };
 
 inline const std::map<std::string, int> kDtypes = {{"float32", GSYNC_FLOAT32}, {"float16", GSYNC_FLOAT16},
@@ -101,6 +110,10 @@ double bus_factor(int n);
 std::string daemon_isa(const std::string& admin_socket);
 
 // sweep.cc
+std::vector<uint64_t> sweep_sizes(const Options& o);
+// Each size's time per op (the median over samples of the slowest rank);
+// false when a rank failed or a result was wrong.
+bool measure_sizes(const Options& o, const std::vector<uint64_t>& sizes, std::vector<double>* us);
 int run_sweep(const Options& o, const MemoryReference& ref, const std::string& isa,
               const Peers& peer);
 // The first host outside host 1's rack, or -1.
@@ -108,5 +121,10 @@ int first_host_elsewhere(const Options& o);
 
 // workload.cc
 int run_workload(const Options& o);
+
+// tune.cc: --tune measures every candidate plan at every size and loads
+// the winners into the daemons; --autotune-check then measures the tuned
+// daemons against the candidates.
+int run_tune(const Options& o);
 
 }  // namespace gsync::perf

@@ -247,14 +247,34 @@ Row row_of(const Options& o, const std::vector<std::vector<std::vector<double>>>
 
 }  // namespace
 
-int run_sweep(const Options& o, const MemoryReference& ref, const std::string& isa,
-              const Peers& peer) {
+std::vector<uint64_t> sweep_sizes(const Options& o) {
   std::vector<uint64_t> sizes;
   size_t elem = tools::elem_size(o.dtype_id);
   for (uint64_t b = o.min_bytes; b <= o.max_bytes; b *= static_cast<uint64_t>(o.factor)) {
     sizes.push_back(b / elem * elem);
     if (o.factor < 2) break;
   }
+  return sizes;
+}
+
+bool measure_sizes(const Options& o, const std::vector<uint64_t>& sizes, std::vector<double>* us) {
+  auto res = tools::run_ranks(o.world(), [&](int r) { return sweep_rank(o, r, sizes); }, 3600);
+  std::vector<std::vector<std::vector<double>>> rows;
+  bool ok = collect(res, "size", &rows);
+  const size_t nv = variants_of(o).size();
+  us->clear();
+  for (size_t s = 0; s < sizes.size(); s++) {
+    Row r = row_of(o, rows, s * nv, gsync_samples_for(o.iters, sizes[s]));
+    ok = ok && r.wrong == 0 && r.same_bits && r.us > 0;
+    us->push_back(r.us);
+  }
+  return ok;
+}
+
+int run_sweep(const Options& o, const MemoryReference& ref, const std::string& isa,
+              const Peers& peer) {
+  const std::vector<uint64_t> sizes = sweep_sizes(o);
+  size_t elem = tools::elem_size(o.dtype_id);
   auto res = tools::run_ranks(o.world(), [&](int r) { return sweep_rank(o, r, sizes); }, 3600);
   std::vector<std::vector<std::vector<double>>> rows;
   bool ok = collect(res, "size", &rows);
