@@ -20,7 +20,8 @@
   X(leases)                   \
   X(ps)                       \
   X(submission)               \
-  X(tcp_frame)
+  X(tcp_frame)                \
+  X(tuning)
 
 #define GSYNC_FUZZ_DECLARE(name) int gsync_fuzz_##name(const uint8_t* data, size_t size);
 GSYNC_FUZZ_TARGETS(GSYNC_FUZZ_DECLARE)

@@ -238,3 +238,12 @@ def main():
 
 if __name__ == "__main__":
     main()
+    # The tuning table's file (daemon/tuning/tune_table.h), as gsync-perf
+    # --tune writes it, and one that repeats a band.
+    "tuning": {
+        "table": b'{"format": 1, "entries": [{"hosts": ["h1", "h2"], "bytes": 4096, '
+                 b'"algorithm": "direct", "chunk_bytes": 0, "us": 45.3}, {"hosts": ["h1", "h2"], '
+                 b'"bytes": 67108864, "algorithm": "ring", "chunk_bytes": 1048576, "us": 9e4}]}',
+        "two-of-a-band": b'{"format": 1, "entries": [{"hosts": ["a"], "bytes": 8, "algorithm": '
+                         b'"tree"}, {"hosts": ["a"], "bytes": 7, "algorithm": "doubling"}]}',
+    },
