@@ -4,7 +4,8 @@
 // thread from the layers' own counters when a scrape asks. Labels are
 // bounded: a job's families cover at most kMaxJobs jobs (the rest are
 // summed under job="_other" and counted in gsync_metrics_jobs_folded), a
-// peer's one per host of the cluster file, an op's one per opcode.
+// peer's one per host of the cluster file, an op's one per opcode and per
+// dtype, cross-host algorithm and codec (names of enums: OpLabels).
 #include <algorithm>
 #include <map>
 
@@ -40,6 +41,28 @@ void lag_family(metrics::Exposition& m, const nlohmann::json& jobs) {
     }
   }
 }
+
+// The ops ended and the bytes reduced by dtype, cross-host algorithm and
+// codec (OpLabels: names of enums, so at most a few hundred series).
+void ops_by_labels(metrics::Exposition& m, const GlobalStats& g) {
+  auto labels = [](const OpLabels& l) {
+    return metrics::Labels{{"dtype", proto::name(l.dtype)},
+                           {"algorithm", std::string(l.algorithm)},
+                           {"codec", proto::name(l.codec)}};
+  };
+  m.family("gsync_ops_total", "counter",
+           "Operations ended, by result, dtype, cross-host algorithm and codec");
+  for (const auto& [l, n] : g.by_labels)
+    for (const auto& [result, count] :
+         {std::pair{"completed", n.completed}, std::pair{"failed", n.failed}}) {
+      metrics::Labels with_result{{"result", result}};
+      for (auto& kv : labels(l)) with_result.push_back(std::move(kv));
+      m.sample(with_result, double(count));
+    }
+  m.family("gsync_reduced_bytes_total", "counter",
+           "Bytes of the ranks' tensors reduced, by dtype, cross-host algorithm and codec");
+  for (const auto& [l, n] : g.by_labels) m.sample(labels(l), double(n.bytes_reduced));
+}
 }  // namespace
 
 std::string Gsyncd::metrics_text() const {
@@ -59,13 +82,9 @@ void Gsyncd::metrics_ops(metrics::Exposition& m) const {
       {{"version", GSYNC_VERSION_STRING}, {"client_protocol", std::to_string(proto::kVersion)}}, 1);
   m.family("gsync_uptime_seconds", "gauge", "Seconds since gsyncd started");
   m.sample({}, std::chrono::duration<double>(now - started_at_).count());
-  m.family("gsync_ops_total", "counter", "Operations ended, by result");
-  m.sample({{"result", "completed"}}, double(g.ops_completed));
-  m.sample({{"result", "failed"}}, double(g.ops_failed));
+  ops_by_labels(m, g);
   m.family("gsync_ops_in_flight", "gauge", "Operations submitted and not ended");
   m.sample({}, double(jobs_->in_flight()));
-  m.family("gsync_reduced_bytes_total", "counter", "Bytes of the ranks' tensors reduced");
-  m.sample({}, double(g.bytes_reduced));
   m.family("gsync_op_failures_total", "counter", "Operations that failed, by GSYNC_ERR_* code");
   for (const auto& [code, n] : g.failures_by_code)
     m.sample({{"code", proto::error_code_name(code)}}, double(n));

@@ -32,6 +32,19 @@ void record(OpHistoryEntry& h, const std::string& job, const JobOp& op, const St
   else
     h.pipeline = pipeline::OpTimes{};
 }
+
+OpLabels op_labels(const Job& job, const proto::OpShape& shape, const pipeline::OpTimes* times) {
+  OpLabels l;
+  l.dtype = shape.dtype;
+  if (times) l.codec = times->route.codec;
+  if (!job.multi_host())
+    l.algorithm = "local";
+  else if (times && times->route.algorithm)
+    l.algorithm = times->route.algorithm;
+  else
+    l.algorithm = proto::is_ps(shape.opcode) ? "ps" : "none";
+  return l;
+}
 }  // namespace
 
 JobManager::JobManager(const DaemonConfig& cfg, pipeline::Pipeline& pipeline,
@@ -368,6 +381,7 @@ void JobManager::finish(Job& job, const OpId& id, const Status& st,
   if (history_.recording()) record(history_.next(), job.id, *op, st, now, times);
   stats_.latency[op->shape.opcode].add(std::chrono::duration<double>(now - op->started).count());
   if (!st) stats_.failures_by_code[st.code()]++;
+  OpCounts& counts = stats_.by_labels[op_labels(job, op->shape, times)];
   if (st && op->shape.opcode == proto::Opcode::kPsDeclare) job.ps_keys.insert(id.key);
   if (st && op->arrived == job.local_size) note_arrivals(job, *op);
   if (st && job.leasing && proto::is_push(op->shape.opcode)) settle_pushes(job, *op);
@@ -377,6 +391,8 @@ void JobManager::finish(Job& job, const OpId& id, const Status& st,
     uint64_t bytes = op->bytes() * static_cast<uint64_t>(job.local_size);
     job.bytes_reduced += bytes;
     stats_.bytes_reduced += bytes;
+    counts.completed++;
+    counts.bytes_reduced += bytes;
     job.meter.add(bytes, now);
     stats_.meter.add(bytes, now);
     for (auto& a : op->arrivals)
@@ -384,6 +400,7 @@ void JobManager::finish(Job& job, const OpId& id, const Status& st,
   } else {
     job.ops_failed++;
     stats_.ops_failed++;
+    counts.failed++;
     if (st.code() == GSYNC_ERR_ANOMALY) job.anomalies++;
     job.last_error = st.message();
     remember_failure(job, id, st);

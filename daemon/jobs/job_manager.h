@@ -13,6 +13,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <string_view>
 
 #include <nlohmann/json_fwd.hpp>
 
@@ -38,8 +39,24 @@ struct OpLatency {
   void add(double s);
 };
 
+// The labels of gsync_ops_total and gsync_reduced_bytes_total: an op's
+// dtype, the cross-host algorithm of its plan ("local": a job on this host
+// alone; "ps": a parameter server's push or pull; "none": an op of several
+// hosts that ended before it had a plan) and the codec it crossed between
+// hosts in. Each a name from an enum: the label sets are bounded.
+struct OpLabels {
+  proto::DType dtype = proto::DType::kF32;
+  std::string_view algorithm = "local";
+  proto::Codec codec = proto::Codec::kNone;
+  auto operator<=>(const OpLabels&) const = default;
+};
+struct OpCounts {
+  uint64_t completed = 0, failed = 0, bytes_reduced = 0;
+};
+
 struct GlobalStats {
   uint64_t ops_completed = 0, ops_failed = 0, bytes_reduced = 0;
+  std::map<OpLabels, OpCounts> by_labels;  // the same ops, by their labels
   RateMeter meter;
   std::map<proto::Opcode, OpLatency> latency;
   std::map<int, uint64_t> failures_by_code;  // GSYNC_ERR_* -> ops that ended with it

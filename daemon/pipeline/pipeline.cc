@@ -40,6 +40,7 @@ class Op {
   bool failing = false, ended = false;
   double weight_total = 0;
   uint64_t value = 0;
+  OpRoute route;
   Clock::time_point started;
 
   std::string plan;  // OpTimes::plan
@@ -202,6 +203,9 @@ const char* Pipeline::choose_plan(const OpRequest& r, collective::PlanInputs* in
     return;
   }
   const collective::Plan& plan = *lease.plan;
+  // Compressed only when packed: a small op that goes eagerly goes raw.
+  op.route = {collective::algo_name(plan.algo),
+              plan.packed ? plan.codec.codec : proto::Codec::kNone};
   bool fold = FoldStage::needed(r);
   op.plan = fmt::format("{}; {}", plan.describe(), source);
   bool store = r.shape.opcode != proto::Opcode::kBarrier && r.shape.count > 0;
@@ -305,6 +309,7 @@ void Pipeline::reap() {
     times.started = op->started;
     times.ended = Clock::now();
     times.value = op->value;
+    times.route = op->route;
     for (size_t i = 0; i < op->stages.size() && options_.record; i++)
     times.plan = std::move(op->plan);
       times.stages.push_back({op->stages[i]->name(), op->states[i].times});

@@ -68,6 +68,13 @@ struct StageTimes {
   std::vector<std::pair<const char*, Clock::time_point>> marks;
 };
 
+// How an op crossed between hosts, for the metrics' labels (both come
+// from enums, so the label sets stay bounded).
+struct OpRoute {
+  const char* algorithm = nullptr;  // its plan's (collective::algo_name); null: no cross-host plan
+  proto::Codec codec = proto::Codec::kNone;  // what it moved in between hosts
+};
+
 // An op's life as the pipeline saw it, handed to whoever started it when it
 // ends (the jobs layer keeps the recent ones: gsyncctl ops, the breakdown of
 // a training step in docs/performance.md).
@@ -79,6 +86,7 @@ struct OpTimes {
   };
   std::vector<Stage> stages;
   uint64_t value = 0;  // the op's result beside its data (StageLink::set_value)
+  OpRoute route;       // kept whether or not ops are recorded
 };
 
 // What the admin reports show of a running op.

@@ -23,6 +23,7 @@
 #include <sstream>
 #include <thread>
 
+#include "tests/integration/bed_util.h"
 #include "tests/integration/client_util.h"
 
 namespace gsync::test {
@@ -30,13 +31,13 @@ namespace {
 
 using tools::run_command;
 
-// The port the daemon's log says it serves on (0 until it says).
-int metrics_port(const DaemonProcess& d) {
+// The port a daemon's log says it serves on (0 until it says).
+int metrics_port(const std::string& log) {
   std::smatch m;
-  const std::string log = d.log();
   static const std::regex re("metrics: serving http://127\\.0\\.0\\.1:([0-9]+)/metrics");
   return std::regex_search(log, m, re) ? std::stoi(m[1]) : 0;
 }
+int metrics_port(const DaemonProcess& d) { return metrics_port(d.log()); }
 
 // One HTTP exchange: the whole reply (status line, headers, body).
 std::string http(int port, const std::string& request, int timeout_s = 10) {
@@ -98,12 +99,26 @@ std::map<std::string, double> parse(const std::string& text, std::string* error)
   return out;
 }
 
+// The sum of a family's samples whose labels hold every one of `with`
+// (`result="failed"`, ...).
+double sum_of(const std::map<std::string, double>& s, const std::string& family,
+              const std::vector<std::string>& with = {}) {
+  double total = 0;
+  for (const auto& [key, value] : s) {
+    if (key != family && key.rfind(family + "{", 0) != 0) continue;
+    if (std::all_of(with.begin(), with.end(),
+                    [&](const std::string& w) { return key.find(w) != std::string::npos; }))
+      total += value;
+  }
+  return total;
+}
+
 TEST(Metrics, ScrapedUnderLoadMatchTheOpsDriven) {
   DaemonProcess d({"--metrics-listen", "127.0.0.1:0"});
   ASSERT_TRUE(wait_until([&] { return metrics_port(d) != 0; })) << d.log();
   const int port = metrics_port(d);
   const std::string job = "m\"x\\y";  // printable ASCII: a job id may hold both
-  constexpr int kAllreduces = 25, kBarriers = 3;
+  constexpr int kAllreduces = 25, kBarriers = 3, kHalves = 7;
   int go[2];
   ASSERT_EQ(pipe(go), 0);
   std::vector<ChildResult> res;
@@ -115,6 +130,15 @@ TEST(Metrics, ScrapedUnderLoadMatchTheOpsDriven) {
       for (int s = 0; s < kAllreduces; s++) {
         gsync_request_t* req;
         RANK_CHECK(gsync_allreduce(comm, 1, uint64_t(s), buf.data(), buf.size(), GSYNC_FLOAT32,
+                                   GSYNC_SUM, 0, &req) == 0,
+                   "{}", gsync_last_error());
+        RANK_CHECK(gsync_wait(req, 20000) == 0, "{}", gsync_request_error(req));
+        gsync_request_free(req);
+      }
+      std::vector<uint16_t> half(1024, 0x3c00);  // 1.0 in float16
+      for (int s = 0; s < kHalves; s++) {
+        gsync_request_t* req;
+        RANK_CHECK(gsync_allreduce(comm, 3, uint64_t(s), half.data(), half.size(), GSYNC_FLOAT16,
                                    GSYNC_SUM, 0, &req) == 0,
                    "{}", gsync_last_error());
         RANK_CHECK(gsync_wait(req, 20000) == 0, "{}", gsync_request_error(req));
@@ -139,22 +163,34 @@ TEST(Metrics, ScrapedUnderLoadMatchTheOpsDriven) {
   std::string error;
   const bool counted = wait_until([&] {
     s = parse(body_of(http(port, "GET /metrics HTTP/1.0\r\n\r\n")), &error);
-    return !error.empty() || s["gsync_ops_total{result=\"failed\"}"] >= 1;
+    return !error.empty() || sum_of(s, "gsync_ops_total", {"result=\"failed\""}) >= 1;
   });
   ASSERT_EQ(write(go[1], "xx", 2), 2);
   ranks.join();
   for (auto& c : res) EXPECT_EQ(c.code, 0) << c.output;
   ASSERT_TRUE(error.empty()) << error;
   ASSERT_TRUE(counted) << d.log();
-  EXPECT_EQ(s["gsync_ops_total{result=\"completed\"}"], kAllreduces + kBarriers);
-  EXPECT_EQ(s["gsync_ops_total{result=\"failed\"}"], 1);
+  // Each op under its result, dtype, algorithm ("local": one host) and
+  // codec; a barrier under the float32 its client sends.
+  const std::string local = "algorithm=\"local\",codec=\"none\"}";
+  EXPECT_EQ(s["gsync_ops_total{result=\"completed\",dtype=\"float32\"," + local],
+            kAllreduces + kBarriers);
+  EXPECT_EQ(s["gsync_ops_total{result=\"completed\",dtype=\"float16\"," + local], kHalves);
+  EXPECT_EQ(s["gsync_ops_total{result=\"failed\",dtype=\"float32\"," + local], 1);
+  EXPECT_TRUE(s.count("gsync_ops_total{result=\"failed\",dtype=\"float16\"," + local));
+  EXPECT_EQ(s["gsync_ops_total{result=\"failed\",dtype=\"float16\"," + local], 0);
+  EXPECT_EQ(sum_of(s, "gsync_ops_total"), kAllreduces + kBarriers + kHalves + 1);
   EXPECT_EQ(s["gsync_op_failures_total{code=\"mismatch\"}"], 1);
-  EXPECT_EQ(s["gsync_op_duration_seconds_count{op=\"allreduce\"}"], kAllreduces + 1);
+  EXPECT_EQ(s["gsync_op_duration_seconds_count{op=\"allreduce\"}"], kAllreduces + kHalves + 1);
   EXPECT_EQ(s["gsync_op_duration_seconds_count{op=\"barrier\"}"], kBarriers);
-  EXPECT_EQ(s["gsync_op_duration_seconds_bucket{op=\"allreduce\",le=\"+Inf\"}"], kAllreduces + 1);
-  EXPECT_EQ(s["gsync_reduced_bytes_total"], kAllreduces * 2 * 1024 * 4);
+  EXPECT_EQ(s["gsync_op_duration_seconds_bucket{op=\"allreduce\",le=\"+Inf\"}"],
+            kAllreduces + kHalves + 1);
+  EXPECT_EQ(s["gsync_reduced_bytes_total{dtype=\"float32\"," + local],
+            kAllreduces * 2 * 1024 * 4);
+  EXPECT_EQ(s["gsync_reduced_bytes_total{dtype=\"float16\"," + local], kHalves * 2 * 1024 * 2);
+  EXPECT_EQ(sum_of(s, "gsync_reduced_bytes_total"), (kAllreduces * 4 + kHalves * 2) * 2 * 1024);
   const std::string label = "{job=\"m\\\"x\\\\y\"}";
-  EXPECT_EQ(s["gsync_job_ops_completed_total" + label], kAllreduces + kBarriers);
+  EXPECT_EQ(s["gsync_job_ops_completed_total" + label], kAllreduces + kBarriers + kHalves);
   EXPECT_EQ(s["gsync_job_ops_failed_total" + label], 1);
   EXPECT_EQ(s["gsync_job_ranks" + label], 2);
   EXPECT_EQ(s["gsync_clients"], 2);
@@ -167,6 +203,77 @@ TEST(Metrics, ScrapedUnderLoadMatchTheOpsDriven) {
     buckets.push_back(s[key.str()]);
   }
   EXPECT_TRUE(std::is_sorted(buckets.begin(), buckets.end()));
+}
+
+// Ops between two hosts (a rack each, on loopback so the test reaches each
+// daemon's metrics port): each host counts every op under its dtype, the
+// algorithm of its plan (ring, forced) and the codec it crossed in.
+TEST(Metrics, CrossHostOpsAreCountedByDtypeAlgorithmAndCodec) {
+  testbed::Options o;
+  o.rack_sizes = {1, 1};
+  o.loopback = true;
+  o.daemon_args = {"--algo", "ring", "--metrics-listen", "127.0.0.1:0"};
+  std::unique_ptr<testbed::Testbed> bed;
+  Status st = testbed::Testbed::create(o, &bed);
+  ASSERT_TRUE(st) << st.message();
+  constexpr size_t kCount = 1 << 16;
+  struct Kind {
+    uint64_t key;
+    int ops, dtype;
+    const char* codec;  // gsync_compression_parse
+  };
+  const Kind kinds[] = {{1, 5, GSYNC_FLOAT32, "none"}, {2, 4, GSYNC_FLOAT32, "int8"},
+                        {3, 3, GSYNC_FLOAT16, "none"}};
+  const auto p = places({1, 1});
+  auto res = run_ranks(2, [&](int r) {
+    gsync_comm_t* comm;
+    RANK_CHECK(connect_place(*bed, "xm", p, r, &comm) == 0, "{}", gsync_last_error());
+    void* mem;
+    RANK_CHECK(gsync_alloc(comm, kCount * 4, &mem) == 0, "{}", gsync_last_error());
+    for (const Kind& k : kinds) {
+      gsync_allreduce_opts_t opts;
+      gsync_allreduce_opts_init(&opts);
+      RANK_CHECK(gsync_compression_parse(k.codec, &opts.compression) == 0, "{}",
+                 gsync_last_error());
+      for (int s = 0; s < k.ops; s++) {
+        std::memset(mem, 0, kCount * 4);  // zeros: finite in every dtype
+        gsync_request_t* req;
+        RANK_CHECK(gsync_allreduce_ex(comm, k.key, uint64_t(s), mem, kCount, k.dtype, GSYNC_SUM,
+                                      &opts, &req) == 0,
+                   "{}", gsync_last_error());
+        RANK_CHECK(gsync_wait(req, 60000) == 0, "{}", gsync_request_error(req));
+        gsync_request_free(req);
+      }
+    }
+    gsync_close(comm);
+    return 0;
+  });
+  for (auto& c : res) ASSERT_EQ(c.code, 0) << c.output;
+  for (int h = 0; h < 2; h++) {
+    const int port = metrics_port(bed->daemon_log(h));
+    ASSERT_NE(port, 0) << bed->daemon_log(h);
+    std::string error;
+    auto s = parse(body_of(http(port, "GET /metrics HTTP/1.0\r\n\r\n")), &error);
+    ASSERT_TRUE(error.empty()) << error;
+    auto ops = [&](const char* result, const char* dtype, const char* codec) {
+      return s[fmt::format("gsync_ops_total{{result=\"{}\",dtype=\"{}\",algorithm=\"ring\","
+                           "codec=\"{}\"}}",
+                           result, dtype, codec)];
+    };
+    auto bytes = [&](const char* dtype, const char* codec) {
+      return s[fmt::format(
+          "gsync_reduced_bytes_total{{dtype=\"{}\",algorithm=\"ring\",codec=\"{}\"}}", dtype,
+          codec)];
+    };
+    EXPECT_EQ(ops("completed", "float32", "none"), 5) << "host " << h;
+    EXPECT_EQ(ops("completed", "float32", "int8"), 4) << "host " << h;
+    EXPECT_EQ(ops("completed", "float16", "none"), 3) << "host " << h;
+    EXPECT_EQ(sum_of(s, "gsync_ops_total"), 12) << "host " << h;
+    EXPECT_EQ(sum_of(s, "gsync_ops_total", {"result=\"failed\""}), 0) << "host " << h;
+    EXPECT_EQ(bytes("float32", "none"), 5 * kCount * 4) << "host " << h;
+    EXPECT_EQ(bytes("float32", "int8"), 4 * kCount * 4) << "host " << h;
+    EXPECT_EQ(bytes("float16", "none"), 3 * kCount * 2) << "host " << h;
+  }
 }
 
 // Three ranks, the third 40 ms late to every op: the straggler report
@@ -342,7 +449,8 @@ TEST(Trace, TheRingKeepsTheNewestOpsAndRecordOffKeepsNone) {
   nlohmann::json ops_b;
   const bool seen = wait_until([&] {
     ops_b = admin_json(b.admin_socket(), "ops");
-    return ops_b.is_object() && ops_b["in_flight"].size() == 1;
+    return ops_b.is_object() && ops_b["in_flight"].size() == 1 &&
+           ops_b["in_flight"][0]["step"] == kOps;  // not one of the others on its way
   }, 60000);
   std::string ctl_out;
   if (const char* ctl = std::getenv("GSYNCCTL"); ctl && seen)
@@ -353,7 +461,7 @@ TEST(Trace, TheRingKeepsTheNewestOpsAndRecordOffKeepsNone) {
   ASSERT_TRUE(seen) << ops_b.dump();
   EXPECT_EQ(ops_b["recording"], (nlohmann::json{{"on", false}, {"ring_ops", 1024}}));
   EXPECT_TRUE(ops_b["recent"].empty()) << ops_b.dump();
-  EXPECT_EQ(ops_b["in_flight"][0]["step"], kOps) << ops_b.dump();
+  EXPECT_EQ(ops_b["in_flight"][0]["arrived"], 1) << ops_b.dump();
   if (std::getenv("GSYNCCTL")) {
     EXPECT_NE(ctl_out.find("recording is off ([trace] record = false): only the ops in flight "
                            "are shown"),
@@ -393,7 +501,8 @@ TEST(Metrics, JunkOnTheHttpPortIsAnsweredAndTheDaemonServesOn) {
   std::string error;
   auto s = parse(body_of(http(port, "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")), &error);
   EXPECT_TRUE(error.empty()) << error;
-  EXPECT_EQ(s["gsync_ops_total{result=\"completed\"}"], 0);
+  EXPECT_TRUE(s.count("gsync_uptime_seconds")) << "no scrape";
+  EXPECT_EQ(sum_of(s, "gsync_ops_total"), 0);
   EXPECT_TRUE(d.alive());
 }
 
