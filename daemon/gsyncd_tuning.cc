@@ -61,6 +61,8 @@ Status read_table_file(const std::string& path, std::string* out, bool* missing 
 // path's new content, whole or not at all: a temporary file beside it,
 // synced, then renamed over it.
 Status write_table_file(const std::string& path, const std::string& text) {
+  if (size_t slash = path.rfind('/'); slash != std::string::npos && slash > 0)
+    ::mkdir(path.substr(0, slash).c_str(), 0700);  // one level, as a state dir; EEXIST is fine
   std::string tmp = path + ".tmp";
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   size_t put = 0;

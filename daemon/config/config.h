@@ -72,8 +72,9 @@ struct DaemonConfig {
 
   // [tuning] The file the tuning table is kept in (daemon/tuning/
   // tune_table.h, docs/algorithms.md "Tuning"): read at start, written when
-  // `gsyncctl tune load` gives the daemon a new table. "": kept in memory only.
-  std::string tuning_table;
+  // `gsyncctl tune load` gives the daemon a new table (its folder made if
+  // missing: systemd's StateDirectory). "": kept in memory only.
+  std::string tuning_table = "/var/lib/gsync/tuning.json";
 
   std::string source = "defaults";  // where the values came from, for gsyncctl
 

@@ -220,18 +220,23 @@ TEST(Tuning, ALoadedTablePlansNewJobsOnlyAndOutlivesARestart) {
             "ring, 16 chunks of 262144 bytes; rule");
 }
 
-// Where the daemon cannot keep a new table (its folder is gone), the
+// Where the daemon cannot keep a new table (its folder is a file), the
 // load fails saying so and the table in force does not change.
 TEST(Tuning, ATableThatCannotBeKeptIsNotLoaded) {
   const char* ctl = std::getenv("GSYNCCTL");
   if (!ctl) GTEST_SKIP() << "SKIPPED: GSYNCCTL not set (run through meson test)";
-  DaemonProcess d({"--tuning-table", "/nonexistent-gsync-dir/tuning.json"});
-  const std::string file = d.dir() + "/t.json";
+  char dir[] = "/tmp/gsync-tuning-XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  const std::string not_a_dir = std::string(dir) + "/file";
+  DaemonProcess d({"--tuning-table", not_a_dir + "/tuning.json"});
+  write(not_a_dir, "x");  // after the start, which found no table (and that is fine)
+  const std::string file = std::string(dir) + "/t.json";
   write(file, R"({"format": 1, "entries": [{"hosts": ["a"], "bytes": 8, "algorithm": "tree"}]})");
   std::string out = run_command(fmt::format("{} -s {} tune load {} 2>&1", ctl, d.admin_socket(), file));
   EXPECT_NE(out.find("cannot write it"), std::string::npos) << out;
   EXPECT_NE(out.find("the table in force is unchanged"), std::string::npos) << out;
   EXPECT_TRUE(admin_json(d.admin_socket(), "status")["tuning"]["entries"].empty());
+  run_command(fmt::format("rm -rf {}", dir));
 }
 
 }  // namespace
