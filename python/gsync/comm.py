@@ -88,6 +88,12 @@ class Comm:
         L = _lib.lib()
         cfg = _lib.GsyncConfig()
         L.gsync_config_init(ctypes.byref(cfg))
+        if cfg.struct_size != ctypes.sizeof(cfg):
+            # gsync_config_init wrote the library's struct into ours: a
+            # binding and a library of different versions.
+            raise RuntimeError(f"libgsync's gsync_config_t is {cfg.struct_size} bytes but this "
+                               f"binding's is {ctypes.sizeof(cfg)}: python/gsync and libgsync "
+                               f"are of different versions")
         # Keep the encoded strings alive for the call: ctypes stores only the pointer.
         self._socket_b = socket.encode() if socket else None
         self._job_b = job.encode()
