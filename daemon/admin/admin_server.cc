@@ -127,8 +127,14 @@ std::string AdminServer::respond(std::string_view in, bool closed, std::string* 
       }
     }
   }
+  const std::string name = r.command.substr(0, r.command.find(' '));
+  if (async_reports_.count(name)) {
+    *refused = fmt::format("'{}' waits on peers: it is answered on a connection only", name);
+    return error_doc(*refused);
+  }
   std::string known;
   for (const auto& [name, report] : reports_) known += (known.empty() ? "" : ", ") + name;
+  for (const auto& [name, report] : async_reports_) known += (known.empty() ? "" : ", ") + name;
   for (const auto& [name, report] : arg_reports_)
     known += (known.empty() ? "" : ", ") + name + " ARG";
   *refused = fmt::format("unknown admin command '{}'; known: {}", r.command, known);
@@ -170,6 +176,7 @@ bool AdminServer::read_request(int fd, Conn& c, uint32_t events) {
     drop(fd);
     return false;
   }
+  if (start_async(fd, c, closed)) return false;
   std::string refused;
   c.out = respond(c.in, closed, &refused);
   if (c.out.empty()) {
@@ -179,6 +186,43 @@ bool AdminServer::read_request(int fd, Conn& c, uint32_t events) {
   if (!refused.empty()) log_refusal(fd, refused);
   loop_.modify(fd, EPOLLOUT | EPOLLRDHUP);
   return true;
+}
+
+bool AdminServer::start_async(int fd, Conn& c, bool closed) {
+  AdminRequest r = parse_admin_request(c.in, closed);
+  if (r.kind != AdminRequest::Kind::kCommand) return false;
+  const size_t sp = r.command.find(' ');
+  auto it = async_reports_.find(r.command.substr(0, sp));
+  if (it == async_reports_.end()) return false;
+  const std::string arg = sp == std::string::npos ? "" : r.command.substr(sp + 1);
+  const uint64_t serial = next_serial_++;
+  c.serial = serial;
+  c.waiting = true;
+  // Until the reply, only a hang-up matters: more bytes are not read.
+  loop_.modify(fd, EPOLLRDHUP);
+  std::weak_ptr<AdminServer*> self = self_;
+  Reply reply = [self, fd, serial](const std::string& doc) {
+    if (auto s = self.lock()) (*s)->deliver(fd, serial, doc);
+  };
+  try {
+    it->second(arg, std::move(reply));
+  } catch (const std::exception& e) {
+    spdlog::error("admin socket {}: the '{}' command failed: {}", path_, it->first, e.what());
+    deliver(fd, serial, error_doc(fmt::format("the '{}' command failed: {}", it->first, e.what())));
+  }
+  return true;
+}
+
+// An async command's reply; nothing when its connection is gone (the fd
+// may be another connection's by now: the serial tells).
+void AdminServer::deliver(int fd, uint64_t serial, const std::string& doc) {
+  auto it = conns_.find(fd);
+  if (it == conns_.end() || it->second.serial != serial || !it->second.waiting) return;
+  Conn& c = it->second;
+  c.waiting = false;
+  c.out = doc;
+  if (c.out.empty() || c.out.back() != '\n') c.out += '\n';
+  loop_.modify(fd, EPOLLOUT | EPOLLRDHUP);
 }
 
 void AdminServer::log_refusal(int fd, const std::string& why) const {
@@ -197,6 +241,8 @@ void AdminServer::on_event(int fd, uint32_t events) {
   auto it = conns_.find(fd);
   if (it == conns_.end()) return;
   Conn& c = it->second;
+  // Waiting on an async reply, the connection listens for a hang-up only.
+  if (c.waiting) return drop(fd);
   if (c.out.empty() && !read_request(fd, c, events)) return;
   while (c.sent < c.out.size()) {
     ssize_t n = send(fd, c.out.data() + c.sent, c.out.size() - c.sent, MSG_NOSIGNAL);

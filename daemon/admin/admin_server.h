@@ -21,6 +21,7 @@
 #include <chrono>
 #include <functional>
 #include <map>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -43,6 +44,8 @@ class AdminServer {
 
   explicit AdminServer(EventLoop& loop) : loop_(loop) {}
   ~AdminServer();
+  AdminServer(const AdminServer&) = delete;
+  AdminServer& operator=(const AdminServer&) = delete;
   Status listen(const AdminSocketOptions& options);
   void add(const std::string& command, Report report) { reports_[command] = std::move(report); }
   // "command ARG": ARG is the rest of the line after one space (printable,
@@ -50,6 +53,16 @@ class AdminServer {
   using ArgReport = std::function<std::string(const std::string& arg)>;
   void add_with_argument(const std::string& command, ArgReport report) {
     arg_reports_[command] = std::move(report);
+  }
+  // A command whose answer waits on something else (peers: `probe`): the
+  // handler gets the command's argument ("" when none) and a Reply to call
+  // once, now or later, on the event thread, with the JSON text. Nothing
+  // waits meanwhile; a client that goes away first is dropped, and its
+  // Reply then does nothing.
+  using Reply = std::function<void(const std::string& doc)>;
+  using AsyncReport = std::function<void(const std::string& arg, Reply reply)>;
+  void add_async(const std::string& command, AsyncReport report) {
+    async_reports_[command] = std::move(report);
   }
   // The reply to one command; unknown commands get {"error": "..."}.
   std::string reply(const std::string& command) const;
@@ -62,18 +75,28 @@ class AdminServer {
   struct Conn {
     std::string in, out;
     size_t sent = 0;
+    uint64_t serial = 0;   // tells a reused fd's connections apart
+    bool waiting = false;  // an async command's reply is due
   };
   static bool group_of(const std::string& path, const std::string& group, gid_t* gid);
   Status set_group(const std::string& group, gid_t gid) const;
   void accept_all();
   void on_event(int fd, uint32_t events);
   bool read_request(int fd, Conn& c, uint32_t events);
+  // Starts c's command if it is an async one; false if it is not.
+  bool start_async(int fd, Conn& c, bool closed);
+  void deliver(int fd, uint64_t serial, const std::string& doc);
   void log_refusal(int fd, const std::string& why) const;
   void drop(int fd);
 
   EventLoop& loop_;
   std::map<std::string, Report> reports_;
   std::map<std::string, ArgReport> arg_reports_;
+  std::map<std::string, AsyncReport> async_reports_;
+  uint64_t next_serial_ = 1;
+  // Replies still out hold a weak reference: after the server is gone,
+  // they do nothing.
+  std::shared_ptr<AdminServer*> self_ = std::make_shared<AdminServer*>(this);
   int listen_fd_ = -1;
   std::string path_;
   std::unordered_map<int, Conn> conns_;
