@@ -132,6 +132,16 @@ void Gsyncd::register_reports() {
     return json_text(
         nlohmann::json{{"cluster", nullptr}, {"epoch", 0}, {"peers", nlohmann::json::array()}});
   });
+  // gsyncctl doctor's latency, bandwidth and clock figures: answered once
+  // every up peer has (cluster/probe.h), never blocking the loop.
+  admin_.add_async("probe", [this](const std::string& arg, AdminServer::Reply reply) {
+    if (!arg.empty())
+      return reply(json_text(nlohmann::json{{"error", "probe takes no argument"}}));
+    if (!control_)
+      return reply(json_text(nlohmann::json{{"probe", nullptr}, {"self", nullptr},
+                                            {"peers", nlohmann::json::array()}}));
+    control_->probe({}, [reply](const nlohmann::json& report) { reply(json_text(report)); });
+  });
   register_tuning();
 }
 

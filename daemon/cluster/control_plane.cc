@@ -19,6 +19,8 @@ ControlPlane::ControlPlane(const DaemonConfig& cfg, ClusterFile cluster, EventLo
   recv_meter_.resize(n);
   last_sent_.assign(n, 0);
   last_recv_.assign(n, 0);
+  peer_builds_.resize(n);
+  prober_ = std::make_unique<Prober>(*this);
 }
 
 ControlPlane::~ControlPlane() = default;
@@ -83,6 +85,12 @@ Status ControlPlane::start() {
         });
   }
   loop_.every(std::chrono::milliseconds(1000), [this] { sample_rates(); });
+  loop_.every(
+      std::chrono::milliseconds(50),
+      [this] {
+        if (prober_->running()) prober_->tick(Clock::now());
+      },
+      "probe deadlines");
   log_started();
   return Status::ok();
 }
@@ -186,6 +194,13 @@ void ControlPlane::on_control(int peer, std::string_view msg) {
     case kLeaseDrop:
       if (on_lease_message) on_lease_message(peer, msg);
       return;
+    case kHostInfo:
+      on_host_info(peer, msg);
+      return;
+    case kProbe:
+    case kProbeReply:
+      prober_->on_message(peer, msg);
+      return;
     default:
       break;
   }
@@ -235,6 +250,7 @@ void ControlPlane::on_peer_up(int peer) {
   const auto& h = cluster_.hosts[size_t(peer)];
   spdlog::info("peer {} ({}:{}, rack {}) is up; cluster epoch {}", h.id, h.address, h.port, h.rack,
                epoch_);
+  send_host_info(peer);
   for (const auto& [job, wr] : members_.local())
     net_->send_control(peer, encode_announce(job, wr.first, wr.second));
 }
@@ -245,6 +261,7 @@ void ControlPlane::on_peer_down(int peer, const Status& why) {
   std::string what = fmt::format("lost host {} ({}:{}, rack {}): {}; cluster epoch {}", h.id,
                                  h.address, h.port, h.rack, why.message(), epoch_);
   spdlog::warn("{}", what);
+  prober_->peer_down(peer, Status(GSYNC_ERR_HOST_LOST, what));
   if (traffic_) traffic_->on_peer_lost(peer, Status(GSYNC_ERR_HOST_LOST, what));
   if (ps_traffic_) ps_traffic_->on_peer_lost(peer, Status(GSYNC_ERR_HOST_LOST, what));
   if (on_lease_peer_lost) on_lease_peer_lost(peer, Status(GSYNC_ERR_HOST_LOST, what));

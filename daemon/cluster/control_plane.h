@@ -22,6 +22,7 @@
 #include "daemon/cluster/cluster_file.h"
 #include "daemon/cluster/membership.h"
 #include "daemon/cluster/messages.h"
+#include "daemon/cluster/probe.h"
 #include "daemon/config/config.h"
 #include "daemon/core/clock.h"
 #include "daemon/core/event_loop.h"
@@ -113,6 +114,9 @@ class ControlPlane {
 
   // gsyncctl peers (peer_report.cc).
   nlohmann::json peers_report() const;
+  // The admin request `probe` (gsyncctl doctor; probe.h): done gets the
+  // report once every up peer answered, failed or the deadline passed.
+  void probe(const ProbeOptions& options, Prober::Done done);
 
  private:
   void on_control(int peer, std::string_view msg);
@@ -120,6 +124,10 @@ class ControlPlane {
   void on_leave(int peer, std::string_view msg);
   void on_peer_up(int peer);
   void on_peer_down(int peer, const Status& why);
+  // HostInfo: ours to a peer whose link came up, theirs into peer_builds_
+  // (peer_report.cc).
+  void send_host_info(int peer);
+  void on_host_info(int peer, std::string_view msg);
   // The cluster key ([cluster] key_file) for the transport.
   Status load_key(std::string* key) const;
   void bump_epoch();
@@ -136,6 +144,14 @@ class ControlPlane {
   Membership members_;
   std::vector<RateMeter> sent_meter_, recv_meter_;
   std::vector<uint64_t> last_sent_, last_recv_;
+  // What each peer said it runs (HostInfo); kept after its link goes down.
+  struct PeerBuild {
+    bool known = false;
+    std::string version, build_id;
+    uint32_t pid = 0;
+  };
+  std::vector<PeerBuild> peer_builds_;
+  std::unique_ptr<Prober> prober_;
 };
 
 }  // namespace gsync::cluster

@@ -35,7 +35,9 @@ namespace gsync::cluster {
 //    from; PsCheckpoint (type 9) asks every shard for one at a clock;
 //    PsNorm (type 10) carries a shard's part of a clock's gradient norm.
 // 8: batch leases (types 11-14, daemon/leases/messages.h).
-constexpr uint32_t kProtocolVersion = 8;
+// 9: HostInfo (type 15: a daemon's version and build id, sent when a link
+//    comes up) and the probe's messages (types 16-17, cluster/probe.h).
+constexpr uint32_t kProtocolVersion = 9;
 
 enum MsgType : uint8_t {
   kJobAnnounce = 1,
@@ -54,6 +56,11 @@ enum MsgType : uint8_t {
   kLeaseGrant = 12,
   kLeaseSettle = 13,
   kLeaseDrop = 14,
+  // A daemon's version and build id; the probe gsyncctl doctor asks for
+  // (daemon/cluster/probe_messages.h).
+  kHostInfo = 15,
+  kProbe = 16,
+  kProbeReply = 17,
 };
 // Writes and their cookies with this bit set belong to the parameter
 // server, the others to the op engine.

@@ -1,13 +1,49 @@
 // SPDX-License-Identifier: Apache-2.0
 //
 // The peer links as gsyncctl peers sees them: state and traffic each way per
-// peer, sampled once a second.
+// peer, sampled once a second, and what each peer runs (HostInfo); the
+// probe gsyncctl doctor asks for.
+#include <unistd.h>
+
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
 
 #include "daemon/cluster/control_plane.h"
+#include "daemon/cluster/probe_messages.h"
+#include "daemon/core/build_id.h"
+#include "gsync_build_config.h"
 
 namespace gsync::cluster {
+
+void ControlPlane::send_host_info(int peer) {
+  HostInfo m;
+  m.pid = static_cast<uint32_t>(getpid());
+  set_field(m.version, sizeof m.version, GSYNC_VERSION_STRING);
+  set_field(m.build_id, sizeof m.build_id, build_id());
+  net_->send_control(peer, as_bytes(m));
+}
+
+void ControlPlane::on_host_info(int peer, std::string_view msg) {
+  HostInfo m;
+  if (!decode_exact(msg, &m)) {
+    spdlog::error("host {}: malformed HostInfo ({} bytes); ignored", host_id(peer), msg.size());
+    return;
+  }
+  PeerBuild& b = peer_builds_[size_t(peer)];
+  b.known = true;
+  b.version = field(m.version, sizeof m.version);
+  b.build_id = field(m.build_id, sizeof m.build_id);
+  b.pid = m.pid;
+  if (b.build_id != build_id())
+    spdlog::warn("host {} runs gsyncd {} build {}, this daemon {} build {}", host_id(peer),
+                 b.version, b.build_id.empty() ? "(none)" : b.build_id, GSYNC_VERSION_STRING,
+                 build_id().empty() ? "(none)" : build_id());
+}
+
+void ControlPlane::probe(const ProbeOptions& options, Prober::Done done) {
+  prober_->start(options, std::move(done));
+}
 
 void ControlPlane::sample_rates() {
   auto now = Clock::now();
@@ -29,6 +65,7 @@ nlohmann::json ControlPlane::peers_report() const {
     if (h == cluster_.self) continue;
     const auto& host = cluster_.hosts[size_t(h)];
     auto st = net_->stats(h);
+    const PeerBuild& b = peer_builds_[size_t(h)];
     const char* state = st.state == transport::PeerState::kUp       ? "up"
                         : st.state == transport::PeerState::kDown ? "down"
                                                                    : "connecting";
@@ -48,6 +85,11 @@ nlohmann::json ControlPlane::peers_report() const {
                      {"send_gbps", sent_meter_[size_t(h)].rate(now) / 1e9},
                      {"recv_gbps", recv_meter_[size_t(h)].rate(now) / 1e9},
                      {"connects", st.connects},
+                     // What the peer said it runs when its link last came
+                     // up (HostInfo); null before it has said.
+                     {"version", b.known ? json(b.version) : json(nullptr)},
+                     {"build_id", b.known ? json(b.build_id) : json(nullptr)},
+                     {"pid", b.known ? json(b.pid) : json(nullptr)},
                      {"last_error", st.last_error},
                      // Seconds since last_error happened; null when there is none.
                      {"last_error_age_s",
@@ -65,7 +107,8 @@ nlohmann::json ControlPlane::peers_report() const {
   const auto& me = cluster_.hosts[size_t(cluster_.self)];
   return json{{"cluster", cluster_.name},
               {"self", {{"host", me.id}, {"address", fmt::format("{}:{}", me.address, me.port)},
-                        {"rack", me.rack}}},
+                        {"rack", me.rack}, {"version", GSYNC_VERSION_STRING},
+                        {"build_id", build_id()}, {"pid", getpid()}}},
               {"epoch", epoch_},
               {"peers", peers}};
 }

@@ -18,12 +18,17 @@
 // hosts cover its world once, and then none is missing; an OpAbort's
 // status carries an error code and who sent it; an OpData the checks let
 // through lands inside the op's scratch or tensor, in a phase of the
-// schedule that expects it.
+// schedule that expects it. A Probe the checks let through fits its burst,
+// and its answer (a ping's, a burst's last chunk's, no other) is a
+// ProbeReply the asker's checks take, echoing the probe; the clock
+// estimate of any reply is finite; HostInfo's strings stay in their fields.
 #include <algorithm>
+#include <cmath>
 #include <set>
 
 #include "daemon/cluster/membership.h"
 #include "daemon/cluster/messages.h"
+#include "daemon/cluster/probe_messages.h"
 #include "daemon/collective/op_checks.h"
 #include "daemon/collective/plan.h"
 #include "tests/fuzz/fuzz_target.h"
@@ -140,6 +145,53 @@ void check_op(const Scenario& sc, std::string_view msg) {
                                             static_cast<uint64_t>(plan->slots) * bytes);
 }
 
+void check_probe(std::string_view msg) {
+  Probe p;
+  size_t payload = 0;
+  std::string why;
+  if (!decode_probe(msg, &p, &payload, &why)) {
+    FUZZ_CHECK(!why.empty());
+    return;
+  }
+  FUZZ_CHECK(payload == msg.size() - sizeof p && payload <= kProbeChunkBytes);
+  if (p.kind == kProbePing)
+    FUZZ_CHECK(payload == 0 && p.offset == 0 && p.total == 0);
+  else
+    FUZZ_CHECK(p.kind == kProbeData && payload > 0 && p.total <= kMaxProbeBytes &&
+               p.offset + payload <= p.total);
+  auto r = answer_probe(p, payload, 11, 12);
+  FUZZ_CHECK(r.has_value() == (p.kind == kProbePing || p.offset + payload == p.total));
+  if (!r) return;
+  ProbeReply back;
+  FUZZ_CHECK(decode_probe_reply(as_bytes(*r), &back, &why));
+  FUZZ_CHECK(back.id == p.id && back.seq == p.seq && back.sent_ns == p.sent_ns &&
+             back.kind == p.kind && back.received_ns == 11 && back.replied_ns == 12);
+}
+
+void check_probe_reply(std::string_view msg) {
+  ProbeReply r;
+  std::string why;
+  if (!decode_probe_reply(msg, &r, &why)) {
+    FUZZ_CHECK(!why.empty());
+    return;
+  }
+  FUZZ_CHECK(msg.size() == sizeof r && r.bytes <= kMaxProbeBytes);
+  FUZZ_CHECK((r.kind == kProbeData) == (r.bytes > 0));
+  // Any timestamps a peer sends: the estimate is defined and finite.
+  ClockSample s = midpoint(r.sent_ns, r.received_ns, r.replied_ns, r.sent_ns ^ r.replied_ns);
+  FUZZ_CHECK(std::isfinite(s.offset_ns) && std::isfinite(s.rtt_ns));
+}
+
+void check_host_info(std::string_view msg) {
+  HostInfo m;
+  if (!decode_exact(msg, &m)) {
+    FUZZ_CHECK(msg.size() != sizeof m);
+    return;
+  }
+  FUZZ_CHECK(field(m.version, sizeof m.version).size() <= sizeof m.version);
+  FUZZ_CHECK(field(m.build_id, sizeof m.build_id).size() <= sizeof m.build_id);
+}
+
 }  // namespace
 
 GSYNC_FUZZ_TARGET(control_messages) {
@@ -166,6 +218,15 @@ GSYNC_FUZZ_TARGET(control_messages) {
     case kOpReady:
     case kOpData:
       check_op(sc, msg);
+      break;
+    case kProbe:
+      check_probe(msg);
+      break;
+    case kProbeReply:
+      check_probe_reply(msg);
+      break;
+    case kHostInfo:
+      check_host_info(msg);
       break;
     default:
       break;

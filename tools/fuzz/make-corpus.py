@@ -70,6 +70,19 @@ def op_abort(job, key, step, code, message):
         cstr(message, 240)
 
 
+# gsyncctl doctor's messages (daemon/cluster/probe_messages.h).
+def probe(kind, seq, id, sent_ns, offset=0, total=0, payload=0):
+    return struct.pack("<BBxxIQqQQ", 16, kind, seq, id, sent_ns, offset, total) + bytes(payload)
+
+
+def probe_reply(kind, seq, id, sent_ns, received_ns, replied_ns, nbytes=0):
+    return struct.pack("<BBxxIQqqqQ", 17, kind, seq, id, sent_ns, received_ns, replied_ns, nbytes)
+
+
+def host_info(pid, version, build):
+    return struct.pack("<B3xI", 15, pid) + cstr(version, 32) + cstr(build, 80)
+
+
 # Batch leases' messages (daemon/leases/messages.h), each with the length
 # byte the leases target reads first.
 def lease_ask(job, rank, id, epoch, batches, clock):
@@ -211,6 +224,15 @@ SEEDS = {
         "data-tree": scenario(4, 0, 1, 4, 2, 4) + op_ready(5, 4, 1, 0, 0, 256, 1024) + bytes(1024),
         "data-doubling": scenario(4, 1, 0, 5, 0, 4) + op_ready(5, 5, 1, 1, 1, 100, 200) +
         bytes(200),
+        "probe-ping": scenario(2, 0, 0, 0, 1, 2) + probe(0, 1, 7, 1700000000000000000),
+        "probe-ping-with-payload": scenario(2, 0, 0, 0, 1, 2) + probe(0, 1, 7, 5, payload=8),
+        "probe-data-last": scenario(2, 0, 0, 0, 1, 2) + probe(1, 17, 7, 5, 64, 128, 64),
+        "probe-data-middle": scenario(2, 0, 0, 0, 1, 2) + probe(1, 17, 7, 5, 0, 128, 64),
+        "probe-data-past-its-burst": scenario(2, 0, 0, 0, 1, 2) + probe(1, 17, 7, 5, 96, 128, 64),
+        "probe-reply-ping": scenario(2, 0, 0, 0, 1, 2) + probe_reply(0, 3, 7, 100, 160, 170),
+        "probe-reply-data": scenario(2, 0, 0, 0, 1, 2) + probe_reply(1, 80, 7, 100, 160, 170,
+                                                                    4 << 20),
+        "host-info": scenario(2, 0, 0, 0, 1, 2) + host_info(4242, "0.1.0", "7ae47e692ddc07b5"),
     },
     "leases": {
         "an-epoch": b"".join(lease_ask("j", r % 2, r, 0, 3, r // 2) for r in range(4)) +
@@ -219,6 +241,15 @@ SEEDS = {
         "a-drop": lease_ask("j", 0, 1, 1, 4, 0) + lease_ask("j", 1, 2, 1, 4, 0) +
         lease_settle("j", 1, 0, mtype=14) + lease_ask("j", 0, 3, 1, 4, 1),
         "grant": lease_grant(5, -8, 0, "job j: rank 1 leases from epoch 0 of 4 batches"),
+    },
+    # The tuning table's file (daemon/tuning/tune_table.h), as gsync-perf
+    # --tune writes it, and one that repeats a band.
+    "tuning": {
+        "table": b'{"format": 1, "entries": [{"hosts": ["h1", "h2"], "bytes": 4096, '
+                 b'"algorithm": "direct", "chunk_bytes": 0, "us": 45.3}, {"hosts": ["h1", "h2"], '
+                 b'"bytes": 67108864, "algorithm": "ring", "chunk_bytes": 1048576, "us": 9e4}]}',
+        "two-of-a-band": b'{"format": 1, "entries": [{"hosts": ["a"], "bytes": 8, "algorithm": '
+                         b'"tree"}, {"hosts": ["a"], "bytes": 7, "algorithm": "doubling"}]}',
     },
 }
 
@@ -238,12 +269,3 @@ def main():
 
 if __name__ == "__main__":
     main()
-    # The tuning table's file (daemon/tuning/tune_table.h), as gsync-perf
-    # --tune writes it, and one that repeats a band.
-    "tuning": {
-        "table": b'{"format": 1, "entries": [{"hosts": ["h1", "h2"], "bytes": 4096, '
-                 b'"algorithm": "direct", "chunk_bytes": 0, "us": 45.3}, {"hosts": ["h1", "h2"], '
-                 b'"bytes": 67108864, "algorithm": "ring", "chunk_bytes": 1048576, "us": 9e4}]}',
-        "two-of-a-band": b'{"format": 1, "entries": [{"hosts": ["a"], "bytes": 8, "algorithm": '
-                         b'"tree"}, {"hosts": ["a"], "bytes": 7, "algorithm": "doubling"}]}',
-    },
