@@ -710,6 +710,23 @@ INSTANTIATE_TEST_SUITE_P(
                       Unproved{"WriteAfterAnAuthOfAnotherKey", true, true, tcp::FrameType::kWrite}),
     [](const auto& info) { return std::string(info.param.name); });
 
+// A connection that sends nothing and closes (gsyncctl doctor's reach
+// check, a load balancer's port check) is one info line, not an error.
+TEST(TcpTransport, APortCheckIsNotAnError) {
+  LogCapture log;
+  Cluster c(2, 1);
+  c.start(1);
+  {
+    RawPeer raw;
+    ASSERT_TRUE(raw.connect_to(c.options(1).hosts[1].port));
+  }  // closed, nothing sent
+  ASSERT_TRUE(c.pump([&] {
+    return !log.lines_with("info", "closed before sending anything (a port check?)").empty();
+  })) << log.text();
+  EXPECT_TRUE(log.lines_with("error", "dropping the connection").empty()) << log.text();
+  EXPECT_FALSE(c[1].ctx->peer_up(0));
+}
+
 // --- A misbehaving peer ------------------------------------------------------
 
 // Host 0 is a raw socket; hosts 1 and 2 are real contexts. The raw peer is

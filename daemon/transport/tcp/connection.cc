@@ -133,6 +133,7 @@ void Connection::post_recv() {
 Connection::RecvResult Connection::on_recv(int res, bool region_gone) {
   if (res == 0) return RecvResult::kEof;
   if (res < 0 && res != -EINTR && res != -EAGAIN) return RecvResult::kError;
+  received_any_ |= res > 0;
   if (stage_recv_) {
     if (res > 0) stage_tail_ += static_cast<uint32_t>(res);
     take_staged();

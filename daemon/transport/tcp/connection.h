@@ -114,6 +114,8 @@ class Connection {
     return {reinterpret_cast<const char*>(rx_small_.data()), rx_small_.size()};
   }
   RxStage rx_stage() const { return rx_stage_; }
+  // Whether the other end ever sent a byte (a port check sends none).
+  bool received_any() const { return received_any_; }
   uint32_t rx_region() const { return rx_region_; }
   // A payload recv into this region is in flight.
   bool receiving_into(uint32_t region) const {
@@ -181,6 +183,7 @@ class Connection {
   uint64_t rx_len_ = 0, rx_done_ = 0;
   uint32_t rx_region_ = 0;
   bool recv_posted_ = false;
+  bool received_any_ = false;
   bool stage_recv_ = false;  // the recv in flight reads ahead into the stage
   bool ready_ = false;
   std::unique_ptr<uint8_t[]> stage_;

@@ -398,6 +398,13 @@ void TcpContext::on_connection_error(Connection* c, const std::string& what) {
     spdlog::debug("tcp transport: the connection from {} ended before its AUTH: {}", c->remote(),
                   what);
     drop_unidentified(c, "");
+  } else if (!c->received_any() && !c->close_after_send) {
+    // Nothing sent, then gone: a port check (gsyncctl doctor's reach
+    // check, a load balancer's), not a daemon that failed its handshake.
+    spdlog::info("tcp transport: a connection from {} closed before sending anything (a port "
+                 "check?): {}",
+                 c->remote(), what);
+    drop_unidentified(c, "");
   } else {
     drop_unidentified(c, c->close_after_send ? "" : what);
   }
