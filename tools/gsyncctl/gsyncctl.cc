@@ -26,6 +26,7 @@
 #include "daemon/cluster/cluster_key.h"
 #include "gsync_build_config.h"
 #include "tools/gsyncctl/admin_client.h"
+#include "tools/gsyncctl/doctor.h"
 #include "tools/gsyncctl/render.h"
 #include "tools/gsyncctl/report.h"
 #include "tools/gsyncctl/trace.h"
@@ -219,6 +220,14 @@ int main(int argc, char** argv) {
   CLI::App* checkpoint_cmd = app.add_subcommand(
       "checkpoint", "ask every shard of a parameter-server job for a checkpoint now");
   checkpoint_cmd->add_option("job", checkpoint_job, "the job id")->required();
+  gsync::cli::DoctorOptions doctor;
+  CLI::App* doctor_cmd = app.add_subcommand(
+      "doctor", "pre-flight checks of this host and its cluster, each ok, warn or fail with the "
+                "fix; exit status 1 when one fails");
+  doctor_cmd->add_option("--connect-timeout-ms", doctor.connect_timeout_ms,
+                         "give up on a TCP connection to a peer after this long")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 60000));
 
   gsync::cli::TuneCommand tune;
   gsync::cli::add_tune_command(app, &tune);
@@ -229,6 +238,11 @@ int main(int argc, char** argv) {
   }
 
   if (keygen_cmd->parsed()) return keygen(key_path);
+  if (doctor_cmd->parsed()) {
+    doctor.socket = socket_path;
+    doctor.timeout_ms = timeout_ms;
+    return gsync::cli::run_doctor(doctor, as_json);
+  }
   for (FileCommand* f : {&trace, &report})
   if (tune.cmd->parsed()) return gsync::cli::run_tune(tune, socket_path, timeout_ms);
     if (f->cmd->parsed() && f->sockets.empty()) f->sockets.push_back(socket_path);
