@@ -71,13 +71,17 @@ void Engine::maybe_run(XOp& x) {
 void Engine::issue_sends(XOp& x, size_t c, const Phase& ph, const uint8_t* src, uint64_t len) {
   const Plan& p = x.p();
   x.chunks[c].pending_sends = static_cast<int>(ph.sends.size());
+  const Clock::time_point now = x.wire ? Clock::now() : Clock::time_point{};
   for (const auto& t : ph.sends) {
     const cluster::OpReady& r = x.ready[size_t(t.peer)].msg;
     bool into_data = t.kind == Xfer::kCopy && !ph.packed;
     uint32_t region = into_data ? r.data_region : r.scratch_region;
     uint64_t roff = into_data ? c * p.chunk_bytes : p.land_offset(t.kind, t.slot, c, r.slot_bytes);
-    net_.write(p.hosts[size_t(t.peer)], src, len, region, roff, imm_of(r.token, c, t.kind, t.slot),
-               (uint64_t{x.token} << 32) | c);
+    const int host = p.hosts[size_t(t.peer)];
+    // Its completion (on_write_done) finds the log's entry by the cookie.
+    uint32_t ref = x.wire ? x.wire->add(true, host, uint32_t(c), xfer_name(t.kind), now) : 0;
+    net_.write(host, src, len, region, roff, imm_of(r.token, c, t.kind, t.slot),
+               xop::cookie_of(x.token, ref, c));
     count_sent(p.hosts[size_t(t.peer)], len,
                ph.packed ? (t.kind == Xfer::kMaxima ? 0 : p.chunk_len(c)) : len);
   }
@@ -243,6 +247,7 @@ void Engine::on_write(int peer, uint32_t region, uint64_t offset, uint64_t len, 
     return;
   }
   x.chunks[c].arrived.push_back({arrival_code(j, kind, slot), len, into_data});
+  if (x.wire) x.wire->add(false, peer, uint32_t(c), xfer_name(kind), Clock::now());
   if (x.running) {
     auto keep = x.hold();
     progress(x, c);
@@ -260,7 +265,8 @@ void Engine::on_write_done(int peer, uint64_t cookie, const Status& st) {
          true);
     return;
   }
-  size_t c = cookie & 0xffffffff;
+  if (x.wire) x.wire->done(xop::cookie_wire_ref(cookie), Clock::now());
+  size_t c = xop::cookie_chunk(cookie);
   if (c >= x.p().nchunks) return;
   if (--x.chunks[c].pending_sends == 0) progress(x, c);
 }

@@ -40,10 +40,13 @@ void Engine::send_eager(XOp& x, const Phase& p) {
   cluster::OpReady m = op_message(x, cluster::kOpData, x.weight_acc);
   std::string msg(cluster::as_bytes(m));
   msg.append(reinterpret_cast<const char*>(x.data), x.p().shape.bytes());
+  const Clock::time_point now = x.wire ? Clock::now() : Clock::time_point{};
   for (const auto& t : p.sends) {
     msg[offsetof(cluster::OpReady, xfer)] = static_cast<char>(t.kind);
     msg[offsetof(cluster::OpReady, slot)] = static_cast<char>(t.slot);
     cp_.send(x.p().hosts[size_t(t.peer)], msg);
+    // A message has no completion: the log has when it was handed over.
+    if (x.wire) x.wire->add(true, x.p().hosts[size_t(t.peer)], 0, xfer_name(t.kind), now);
   }
 }
 
@@ -80,6 +83,7 @@ void Engine::on_eager_data(XOp& x, int peer, const cluster::OpReady& m, std::str
   }
   x.ready[size_t(j)] = XOp::PeerReady{true, m};
   ch.arrived.push_back({code, data.size()});
+  if (x.wire) x.wire->add(false, peer, 0, xfer_name(at.kind), Clock::now());
   if (x.running) {
     auto keep = x.hold();
     progress(x, 0);

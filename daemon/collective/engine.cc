@@ -148,6 +148,7 @@ void Engine::begin(const EngineOp& op, EngineCallbacks cb) {
   x->weight_local = op.weight_local;
   x->cb = std::move(cb);
   x->started = Clock::now();
+  x->wire = op.wire;
   const Plan& p = *op.plan;
   x->ready.resize(p.hosts.size());
   x->chunks.resize(p.nchunks);
@@ -271,6 +272,7 @@ std::vector<cluster::OpKey> Engine::open_ops(std::string_view job) const {
 void Engine::complete(XOp& x, const Status& st) {
   if (x.finished) return;
   x.finished = true;
+  x.wire = nullptr;  // the stage's: it may go once the op is reported
   by_token_.erase(x.token);
   auto self = x.hold();
   // Only this op's entry: never one that took its key since.

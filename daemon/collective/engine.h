@@ -35,6 +35,7 @@
 #include "daemon/core/clock.h"
 #include "daemon/core/event_loop.h"
 #include "daemon/core/status.h"
+#include "daemon/core/wire_log.h"
 #include "protocol/ops.h"
 
 namespace gsync::collective {
@@ -57,6 +58,9 @@ struct EngineOp {
   std::shared_ptr<Plan> plan;  // prepared; exclusively this op's until done
   uint8_t* data = nullptr;  // the host's contribution, reduced in place
   double weight_local = 0;  // this host's share of the weights
+  // Where the op's transfers are recorded (null: ops are not recorded);
+  // the caller's, alive until done has run.
+  WireLog* wire = nullptr;
 };
 
 class Engine final : public cluster::OpTraffic {

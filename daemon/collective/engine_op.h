@@ -33,6 +33,17 @@ constexpr bool imm_kind(uint64_t imm, Xfer* out) {
   *out = static_cast<Xfer>(k);
   return true;
 }
+// The cookie of a write: the sender's op token (bits 32-62), the ref of
+// the write in the op's wire log (22-31; 0: not recorded) and the chunk
+// (0-21, as in the immediate).
+static_assert(WireLog::kMaxEvents < (1u << 10), "a wire log ref has 10 bits of the cookie");
+constexpr uint64_t cookie_of(uint32_t token, uint32_t wire_ref, size_t chunk) {
+  return (uint64_t{token} << 32) | (uint64_t{wire_ref & 0x3ffu} << 22) | (chunk & 0x3fffff);
+}
+constexpr size_t cookie_chunk(uint64_t cookie) { return cookie & 0x3fffff; }
+constexpr uint32_t cookie_wire_ref(uint64_t cookie) {
+  return static_cast<uint32_t>((cookie >> 22) & 0x3ff);
+}
 // A transfer that landed, as a chunk's `arrived` list keeps it.
 constexpr uint32_t arrival_code(int peer, Xfer kind, uint8_t slot) {
   return (static_cast<uint32_t>(peer) << 10) | (uint32_t{static_cast<uint8_t>(kind)} << 8) | slot;
@@ -87,6 +98,7 @@ struct Engine::XOp : std::enable_shared_from_this<Engine::XOp> {
   size_t done_prefix = 0;
   EngineCallbacks cb;
   Clock::time_point started;
+  WireLog* wire = nullptr;  // EngineOp::wire; null once the op is complete
 
   const Plan& p() const { return *plan; }
   std::string describe() const {

@@ -158,11 +158,20 @@ nlohmann::json JobManager::ops_report() const {
       in_flight.push_back(std::move(row));
     }
   }
+  std::vector<std::string> hosts;
+  if (control_)
+    for (const auto& h : control_->cluster().hosts) hosts.push_back(h.id);
   // [trace]: whether ops are recorded, and how many of them are kept.
+  // realtime_ns beside now_ns: gsyncctl trace puts the ops of daemons on
+  // other machines on one clock with the probe's CLOCK_REALTIME offsets.
+  const int64_t now_ns = monotonic_ns(Clock::now());
+  const int64_t realtime = realtime_ns();
   return json{{"in_flight", in_flight},
               {"recording", {{"on", history_.recording()}, {"ring_ops", history_.capacity()}}},
-              {"recent", history_.report()},
-              {"now_ns", monotonic_ns(Clock::now())}};
+              {"recent", history_.report(hosts, control_ ? control_->self() : -1)},
+              {"host", control_ ? json(control_->self_id()) : json(nullptr)},
+              {"now_ns", now_ns},
+              {"realtime_ns", realtime}};
 }
 
 void JobManager::note_arrivals(Job& job, const JobOp& op) {

@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "daemon/jobs/op_history.h"
 
+#include <time.h>
+
 #include <algorithm>
 
 #include <nlohmann/json.hpp>
@@ -10,6 +12,12 @@ namespace gsync {
 int64_t monotonic_ns(Clock::time_point t) {
   if (t == Clock::time_point{}) return 0;
   return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
+}
+
+int64_t realtime_ns() {
+  timespec ts{};
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return int64_t{ts.tv_sec} * 1000000000 + ts.tv_nsec;
 }
 
 OpHistory::OpHistory(size_t capacity, bool record)
@@ -22,7 +30,40 @@ OpHistoryEntry& OpHistory::next() {
   return e;
 }
 
-nlohmann::json OpHistory::report() const {
+namespace {
+
+// An op's transfers by peer link, each [chunk, what, ns, done_ns] in the
+// order they happened: a link from this host holds the sends (issued,
+// completion seen; done_ns 0 for a message, which has none), a link to it
+// what arrived (seen; done_ns 0).
+nlohmann::json wire_report(const WireLog& log, const std::vector<std::string>& hosts, int self) {
+  using nlohmann::json;
+  auto name = [&](int h) {
+    return h >= 0 && size_t(h) < hosts.size() ? hosts[size_t(h)] : "host " + std::to_string(h);
+  };
+  struct Link {
+    int peer;
+    bool sent;
+    json chunks;
+  };
+  std::vector<Link> links;  // a few: two per peer
+  for (const WireEvent& e : log.events()) {
+    auto it = std::find_if(links.begin(), links.end(),
+                           [&](const Link& l) { return l.peer == e.peer && l.sent == e.sent; });
+    if (it == links.end()) it = links.insert(links.end(), Link{e.peer, e.sent, json::array()});
+    it->chunks.push_back({e.chunk, e.what, monotonic_ns(e.at), monotonic_ns(e.done)});
+  }
+  json out = json::array();
+  for (auto& l : links)
+    out.push_back({{"from", name(l.sent ? self : l.peer)},
+                   {"to", name(l.sent ? l.peer : self)},
+                   {"chunks", std::move(l.chunks)}});
+  return {{"links", std::move(out)}, {"dropped", log.dropped()}, {"limit", WireLog::kMaxEvents}};
+}
+
+}  // namespace
+
+nlohmann::json OpHistory::report(const std::vector<std::string>& hosts, int self) const {
   using nlohmann::json;
   json list = json::array();
   // Oldest first: from the slot next() hands out next, round the ring.
@@ -51,6 +92,7 @@ nlohmann::json OpHistory::report() const {
                     {"started_ns", monotonic_ns(e.pipeline.started)},
                     {"stages", stages},
                     {"plan", e.pipeline.plan},
+                    {"wire", wire_report(e.pipeline.wire, hosts, self)},
                     {"finished_ns", monotonic_ns(e.finished)}});
   }
   return list;

@@ -12,7 +12,9 @@
 // The ring's slots are reused in place: once it has gone round, an op is
 // recorded into the oldest slot over the strings and vectors it already
 // holds, so recording allocates nothing per op in the steady state
-// (docs/performance.md, "What recording ops costs").
+// (docs/performance.md, "What recording ops costs"). A cross-host op also
+// has its transfers on each peer link (core/wire_log.h), at most
+// WireLog::kMaxEvents of them, the rest counted.
 #pragma once
 
 #include <cstdint>
@@ -50,8 +52,10 @@ class OpHistory {
   // the oldest op's once the ring is full, its contents still there to be
   // overwritten (assign every field). Only while recording().
   OpHistoryEntry& next();
-  // The ops kept, oldest first (gsyncctl ops' "recent").
-  nlohmann::json report() const;
+  // The ops kept, oldest first (gsyncctl ops' "recent"). hosts: the
+  // cluster's host ids by index, self: this host's index, to name the
+  // peer links of the ops' transfers (none: "host 2").
+  nlohmann::json report(const std::vector<std::string>& hosts = {}, int self = -1) const;
 
  private:
   size_t capacity_;
@@ -62,5 +66,8 @@ class OpHistory {
 
 // CLOCK_MONOTONIC nanoseconds of t (0 for a time never set).
 int64_t monotonic_ns(Clock::time_point t);
+// CLOCK_REALTIME nanoseconds now: how this machine's monotonic times map
+// to the wall clock, which the probe compares between hosts.
+int64_t realtime_ns();
 
 }  // namespace gsync

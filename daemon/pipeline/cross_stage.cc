@@ -7,8 +7,8 @@
 namespace gsync::pipeline {
 
 CrossStage::CrossStage(StageLink link, collective::Engine& engine, PlanCache& plans,
-                       PlanLease lease)
-    : Stage(link), engine_(engine), plans_(plans), lease_(std::move(lease)) {}
+                       PlanLease lease, WireLog* wire)
+    : Stage(link), engine_(engine), plans_(plans), lease_(std::move(lease)), wire_(wire) {}
 
 CrossStage::~CrossStage() {
   // An op that never began (it failed before) still gives its plan back.
@@ -30,6 +30,7 @@ void CrossStage::begin() {
   op.token = token();
   op.plan = lease_.plan;
   op.data = host_buffer(r).ptr;
+  op.wire = wire_;
   for (const auto& c : r.locals) op.weight_local += c.weight;
   begun_ = true;
   collective::EngineCallbacks cb;

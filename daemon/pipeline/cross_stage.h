@@ -20,7 +20,9 @@ namespace gsync::pipeline {
 
 class CrossStage final : public Stage {
  public:
-  CrossStage(StageLink link, collective::Engine& engine, PlanCache& plans, PlanLease lease);
+  // wire: where the engine records the op's transfers (null: not recorded).
+  CrossStage(StageLink link, collective::Engine& engine, PlanCache& plans, PlanLease lease,
+             WireLog* wire = nullptr);
   ~CrossStage() override;
   const char* name() const override { return "cross-host"; }
   void begin() override;
@@ -39,6 +41,7 @@ class CrossStage final : public Stage {
   collective::Engine& engine_;
   PlanCache& plans_;
   PlanLease lease_;
+  WireLog* wire_;
   bool begun_ = false, ended_ = false;
   uint64_t ready_upto_ = 0;
 };

@@ -17,6 +17,12 @@
 
 namespace gsync::pipeline {
 
+namespace {
+// Wire logs kept for reuse: as many as cross-host ops usually end in one
+// turn of the loop; more in flight at once take fresh ones.
+constexpr size_t kSpareWireLogs = 64;
+}  // namespace
+
 // The pipeline's record of one op.
 class Op {
  public:
@@ -44,6 +50,7 @@ class Op {
   Clock::time_point started;
 
   std::string plan;  // OpTimes::plan
+  WireLog wire;      // OpTimes::wire; the cross-host stage records into it
   StageLink link(int index) { return StageLink(*this, index); }
   // The first stage not finished; -1 when all are.
   int current() const {
@@ -214,8 +221,17 @@ const char* Pipeline::choose_plan(const OpRequest& r, collective::PlanInputs* in
   if (fold)
     op.stages.push_back(
         std::make_unique<FoldStage>(op.link(at++), pool_, options_.inline_bytes, unit));
+  WireLog* wire = nullptr;
+  if (options_.record) {
+    if (!spare_wire_.empty()) {
+      op.wire = std::move(spare_wire_.back());
+      spare_wire_.pop_back();
+    }
+    op.wire.reset();
+    wire = &op.wire;
+  }
   op.stages.push_back(
-      std::make_unique<CrossStage>(op.link(at++), *engine_, *plans_, std::move(lease)));
+      std::make_unique<CrossStage>(op.link(at++), *engine_, *plans_, std::move(lease), wire));
   if (declare) op.stages.push_back(std::make_unique<PsDeclareStage>(op.link(at++), *ps_, control_->self()));
   if (GuardStage::wanted(r))
     op.stages.push_back(std::make_unique<GuardStage>(op.link(at++), pool_, guards_));
@@ -313,8 +329,12 @@ void Pipeline::reap() {
     for (size_t i = 0; i < op->stages.size() && options_.record; i++)
     times.plan = std::move(op->plan);
       times.stages.push_back({op->stages[i]->name(), op->states[i].times});
+    times.wire = std::move(op->wire);
     op.reset();  // stages go first: a cached plan is back before the next step starts
     if (done) done(serial, st, times);
+    // Kept, not freed: the next cross-host op records into it.
+    if (times.wire.reserved() && spare_wire_.size() < kSpareWireLogs)
+      spare_wire_.push_back(std::move(times.wire));
   }
 }
 

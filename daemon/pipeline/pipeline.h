@@ -32,6 +32,7 @@
 #include "daemon/core/event_loop.h"
 #include "daemon/core/status.h"
 #include "daemon/core/guard_book.h"
+#include "daemon/core/wire_log.h"
 #include "daemon/pipeline/op.h"
 #include "daemon/pipeline/stage.h"
 #include "daemon/pipeline/work_pool.h"
@@ -87,6 +88,8 @@ struct OpTimes {
   std::vector<Stage> stages;
   uint64_t value = 0;  // the op's result beside its data (StageLink::set_value)
   OpRoute route;       // kept whether or not ops are recorded
+  // Its transfers on each peer link (recorded ops only; empty otherwise).
+  WireLog wire;
 };
 
 // What the admin reports show of a running op.
@@ -172,6 +175,9 @@ class Pipeline {
   bool reap_scheduled_ = false;
   std::vector<WorkPool::Progress> progress_;
   std::vector<WorkPool::Finished> finished_;
+  // Wire logs of ended ops, their memory reserved, for the next ones
+  // (recorded cross-host ops take one each).
+  std::vector<WireLog> spare_wire_;
 };
 
 }  // namespace gsync::pipeline

@@ -19,6 +19,7 @@
 #include <filesystem>
 #include <functional>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -26,6 +27,7 @@
 #include "daemon/cluster/control_plane.h"
 #include "daemon/collective/engine.h"
 #include "daemon/core/event_loop.h"
+#include "daemon/core/wire_log.h"
 #include "daemon/pipeline/plan_cache.h"
 #include "tests/util/transport_harness.h"
 
@@ -127,8 +129,10 @@ class PlanCacheTest : public ::testing::Test {
 
   // One allreduce (sum) of data[i] on both hosts with plans from their
   // caches; returns the leases (still held) after checking the sums.
+  // wire: each host's log of the op's transfers (none: not recorded).
   std::vector<PlanLease> step(uint64_t s, const std::vector<Mem*>& data,
-                              const std::vector<uint64_t>& arenas, uint64_t key = 1) {
+                              const std::vector<uint64_t>& arenas, uint64_t key = 1,
+                              const std::vector<WireLog*>& wire = {}) {
     std::vector<PlanLease> leases(2);
     std::vector<int> done(2, 0);
     for (int i = 0; i < 2; i++) {
@@ -148,6 +152,7 @@ class PlanCacheTest : public ::testing::Test {
       op.token = static_cast<uint32_t>(1000 + s);
       op.plan = leases[size_t(i)].plan;
       op.data = data[size_t(i)]->p;
+      op.wire = wire.empty() ? nullptr : wire[size_t(i)];
       collective::EngineCallbacks cb;
       cb.done = [&done, i](const Status& st, double) {
         EXPECT_TRUE(st) << st.message();
@@ -273,6 +278,74 @@ TEST_F(PlanCacheTest, AFailedOpEvictsItsPlanAndReleasesOnlyOnceRetired) {
   EXPECT_EQ(h(0).plans->stats().idle, 0u);
   EXPECT_EQ(h(0).plans->stats().evictions, 1u);
   EXPECT_EQ(h(0).plans->stats().retiring, 0u);
+}
+
+// Each host's wire log (core/wire_log.h) of a 4-chunk ring op: a send of
+// each chunk to the peer, completed, and an arrival of each chunk from it,
+// all between the op's start and its end; an op given no log runs the same.
+TEST_F(PlanCacheTest, TheEngineLogsEachChunkOnTheWire) {
+  Mem a(kBytes), b(kBytes);
+  WireLog logs[2];
+  for (auto& l : logs) l.reset();
+  const auto before = Clock::now();
+  auto leases = step(0, {&a, &b}, {1, 2}, 1, {&logs[0], &logs[1]});
+  const auto after = Clock::now();
+  const size_t chunks = leases[0].plan->nchunks;
+  EXPECT_EQ(chunks, 4u);
+  for (int i = 0; i < 2; i++) {
+    std::set<uint32_t> sent, arrived;
+    for (const WireEvent& e : logs[i].events()) {
+      EXPECT_EQ(e.peer, 1 - i) << "host " << i;
+      EXPECT_GE(e.at, before);
+      EXPECT_LE(e.at, after);
+      const std::string what = e.what;
+      EXPECT_TRUE(what == "partial sum" || what == "final sum") << what;
+      if (e.sent) {
+        sent.insert(e.chunk);
+        EXPECT_GE(e.done, e.at) << "host " << i << " chunk " << e.chunk << ": no completion";
+        EXPECT_LE(e.done, after);
+      } else {
+        arrived.insert(e.chunk);
+        EXPECT_EQ(e.done, Clock::time_point{});
+      }
+    }
+    EXPECT_EQ(logs[i].events().size(), 2 * chunks) << "host " << i;
+    EXPECT_EQ(sent.size(), chunks) << "host " << i;
+    EXPECT_EQ(arrived.size(), chunks) << "host " << i;
+    EXPECT_EQ(logs[i].dropped(), 0u);
+  }
+  for (int i = 0; i < 2; i++) h(i).plans->give_back(std::move(leases[size_t(i)]), true, nullptr);
+  // Without a log (ops not recorded) the next step runs and the logs stay as they were.
+  leases = step(1, {&a, &b}, {1, 2});
+  EXPECT_EQ(logs[0].events().size(), 2 * chunks);
+  for (int i = 0; i < 2; i++) h(i).plans->give_back(std::move(leases[size_t(i)]), true, nullptr);
+}
+
+// The bound: the first kMaxEvents transfers kept, the rest counted; a
+// reset empties the log and keeps its memory.
+TEST(WireLog, KeepsItsBoundAndCountsTheRest) {
+  WireLog log;
+  EXPECT_FALSE(log.reserved());
+  log.reset();
+  EXPECT_TRUE(log.reserved());
+  const auto t0 = Clock::now();
+  uint32_t last = 0;
+  for (uint32_t c = 0; c < WireLog::kMaxEvents + 88; c++) {
+    uint32_t ref = log.add(true, 1, c, "partial sum", t0);
+    EXPECT_EQ(ref, c < WireLog::kMaxEvents ? c + 1 : 0u) << c;
+    if (ref) last = ref;
+  }
+  EXPECT_EQ(log.events().size(), WireLog::kMaxEvents);
+  EXPECT_EQ(log.dropped(), 88u);
+  log.done(last, t0 + std::chrono::microseconds(3));
+  log.done(0, t0);  // a dropped send's completion: nothing
+  EXPECT_EQ(log.events().back().done, t0 + std::chrono::microseconds(3));
+  EXPECT_EQ(log.events().back().chunk, WireLog::kMaxEvents - 1);
+  const void* memory = log.events().data();
+  log.reset();
+  EXPECT_TRUE(log.events().empty());
+  EXPECT_EQ(log.dropped(), 0u);
+  EXPECT_EQ(log.events().data(), memory);
 }
 
 }  // namespace
