@@ -30,6 +30,7 @@
 #include "tools/gsyncctl/render.h"
 #include "tools/gsyncctl/report.h"
 #include "tools/gsyncctl/trace.h"
+#include "tools/gsyncctl/trace_clock.h"
 
 #include "tools/gsyncctl/tune.h"
 namespace {
@@ -108,7 +109,8 @@ int write_file(const std::string& path, const std::string& text) {
   return kExitCantCreate;
 }
 
-// gsyncctl trace: every daemon's `ops`, then one file.
+// gsyncctl trace: every daemon's `ops`, the first one's `probe` when
+// another is on a different host (trace_clock.h), then one file.
 int write_trace(const std::vector<std::string>& sockets, const std::string& out,
                 const std::string& job, double seconds, int timeout_ms) {
   std::vector<gsync::cli::TraceSource> sources;
@@ -117,14 +119,22 @@ int write_trace(const std::vector<std::string>& sockets, const std::string& out,
     if (int rc = query_json(s, "ops", timeout_ms, &j); rc != 0) return rc;
     sources.push_back({s, std::move(j)});
   }
+  // A failed probe costs only the offsets: each daemon is drawn on its own
+  // clock, and the file and the summary say why.
+  nlohmann::json probe;
+  if (gsync::cli::needs_probe(sources) &&
+      query_json(sockets.front(), "probe", timeout_ms, &probe) != 0 && !probe.contains("error"))
+    probe = {{"error", "no reply"}};
+  const auto shifts = gsync::cli::clock_shifts(sources, probe);
   size_t ops = 0;
   const std::string text =
-      gsync::cli::chrome_trace(sources, job, seconds, &ops)
+      gsync::cli::chrome_trace(sources, job, seconds, &ops, shifts)
           .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) +
       "\n";
   if (int rc = write_file(out, text); rc != 0) return rc;
-  std::printf("%s: %zu ops of %zu daemon%s (open it in ui.perfetto.dev or chrome://tracing)\n",
-              out.c_str(), ops, sources.size(), sources.size() == 1 ? "" : "s");
+  std::printf("%s: %zu ops of %zu daemon%s (open it in ui.perfetto.dev or chrome://tracing)\n%s",
+              out.c_str(), ops, sources.size(), sources.size() == 1 ? "" : "s",
+              gsync::cli::clock_summary(sources, shifts).c_str());
   return 0;
 }
 

@@ -5,6 +5,8 @@
 
 #include <map>
 
+#include "tools/gsyncctl/trace_clock.h"
+
 namespace gsync::cli {
 
 namespace {
@@ -37,6 +39,8 @@ const json& array_of(const json& j, const char* key) {
   return it != j.end() && it->is_array() ? *it : kEmpty;
 }
 
+void read_wire(const json& op, OpTimeline* t);
+
 OpTimeline timeline_of(const json& op) {
   OpTimeline t;
   t.job = str_of(op, "job");
@@ -58,12 +62,55 @@ OpTimeline timeline_of(const json& op) {
     if (st.is_object())
       t.stages.push_back(
           {str_of(st, "stage", "stage"), int_of(st, "begun_ns"), int_of(st, "finished_ns")});
+  read_wire(op, &t);
   return t;
 }
 
-// Track ids within a process: ops, then a stage each, then a rank each.
+// An op's "wire": {"links": [{"from", "to", "chunks": [[chunk, what, ns,
+// done_ns], ...]}], "dropped": n} (daemon/jobs/op_history.cc).
+void read_wire(const json& op, OpTimeline* t) {
+  auto w = op.find("wire");
+  if (w == op.end() || !w->is_object()) return;
+  t->wire_dropped = uint_of(*w, "dropped");
+  for (const json& l : array_of(*w, "links")) {
+    if (!l.is_object()) continue;
+    OpTimeline::Link link{str_of(l, "from", "?"), str_of(l, "to", "?"), {}};
+    for (const json& c : array_of(l, "chunks")) {
+      if (!c.is_array() || c.size() < 4 || !c[0].is_number_integer() || c[0].get<int64_t>() < 0 ||
+          !c[1].is_string() || !c[2].is_number_integer() || !c[3].is_number_integer())
+        continue;
+      link.chunks.push_back(
+          {c[0].get<uint64_t>(), c[1].get<std::string>(), c[2].get<int64_t>(), c[3].get<int64_t>()});
+    }
+    t->links.push_back(std::move(link));
+  }
+}
+
+// Every time of t moved by d onto another clock (0, a time never set, stays).
+void shift_times(OpTimeline* t, int64_t d) {
+  if (d == 0) return;
+  auto move = [d](int64_t& v) {
+    if (v != 0) v += d;
+  };
+  move(t->begin_ns);
+  move(t->end_ns);
+  for (auto& a : t->arrivals) move(a.ns);
+  for (auto& st : t->stages) {
+    move(st.begun_ns);
+    move(st.finished_ns);
+  }
+  for (auto& l : t->links)
+    for (auto& c : l.chunks) {
+      move(c.ns);
+      move(c.done_ns);
+    }
+}
+
+// Track ids within a process: ops, then a stage each, a peer link each,
+// a rank each.
 constexpr int kOpsTid = 1;
 constexpr int kStageTid = 100;
+constexpr int kLinkTid = 5000;
 constexpr int kRankTid = 10000;
 
 void name_track(json* events, int pid, int tid, const std::string& name, int sort) {
@@ -82,13 +129,88 @@ void name_track(json* events, int pid, int tid, const std::string& name, int sor
 // One daemon's tracks: which are named already.
 struct Tracks {
   std::map<std::string, int> stage_tids;
+  std::map<std::string, int> link_tids;
   std::map<int64_t, bool> ranks_named;
 };
+
+// The sends of every daemon on the trace's one clock, to draw each
+// arrival from when its sender issued it: a transfer is named by its op,
+// its link, its chunk and what it carried, and by how many such came
+// before it on the link (a ring sends a chunk's partial sums to the same
+// peer several times, in order).
+using SendIndex = std::map<std::string, int64_t>;
+
+struct Counted {
+  std::map<std::string, int> seen;
+  std::string key(const std::string& job, const OpTimeline& t, const OpTimeline::Link& l,
+                  const OpTimeline::WireChunk& c) {
+    std::string k = fmt::format("{}\x1f{}\x1f{}\x1f{}\x1f{}\x1f{}", job, t.what(), l.from,
+                                l.to, c.chunk, c.what);
+    return fmt::format("{}\x1f{}", k, seen[k]++);
+  }
+};
+
+void index_sends(const OpTimeline& t, const std::string& host, SendIndex* sends) {
+  Counted n;
+  for (const auto& l : t.links) {
+    if (l.from != host) continue;
+    for (const auto& c : l.chunks) (*sends)[n.key(t.job, t, l, c)] = c.ns;
+  }
+}
+
+// One daemon's view of an op's transfers: a track per link. Its sends are
+// spans from issue to completion (a message, which has none, an instant);
+// what arrived is a span from when the peer issued it (sends: both daemons
+// in the trace, on one clock) to when it was seen here, else an instant.
+void add_links(json* events, int pid, const OpTimeline& t, const std::string& host,
+               const SendIndex* sends, Tracks* tracks) {
+  Counted n;
+  for (const auto& l : t.links) {
+    const std::string name = l.from + " -> " + l.to;
+    auto [it, fresh] = tracks->link_tids.emplace(name, kLinkTid + int(tracks->link_tids.size()));
+    if (fresh) name_track(events, pid, it->second, name, it->second);
+    const bool out = l.from == host;
+    for (const auto& c : l.chunks) {
+      json e = {{"pid", pid},
+                {"tid", it->second},
+                {"name", fmt::format("chunk {} {}", c.chunk, c.what)},
+                {"cat", "wire"},
+                {"args", {{"job", t.job}, {"op", t.what()}, {"chunk", c.chunk}, {"what", c.what},
+                          {"from", l.from}, {"to", l.to}}}};
+      int64_t begin = c.ns, end = out ? c.done_ns : c.ns;
+      e["args"][out ? "issued_us" : "seen_us"] = us(c.ns);
+      if (out && c.done_ns > 0) e["args"]["completed_us"] = us(c.done_ns);
+      if (!out && sends) {
+        // Seen before it was issued only by the clocks' uncertainty: an
+        // instant then, with both times.
+        auto s = sends->find(n.key(t.job, t, l, c));
+        if (s != sends->end()) e["args"]["issued_us"] = us(s->second);
+        if (s != sends->end() && s->second <= c.ns) begin = s->second;
+      }
+      if (end > begin) {
+        e["ph"] = "X";
+        e["ts"] = us(begin);
+        e["dur"] = us(end - begin);
+      } else {
+        e["ph"] = "i";
+        e["s"] = "t";
+        e["ts"] = us(c.ns);
+      }
+      events->push_back(std::move(e));
+    }
+  }
+}
 
 void add_op(json* events, int pid, const OpTimeline& t, Tracks* tracks) {
   const std::string what = t.what();
   json args = {{"job", t.job}, {"bytes", t.bytes}, {"code", t.code}};
   if (!t.error.empty()) args["error"] = t.error;
+  if (!t.links.empty() || t.wire_dropped > 0) {
+    size_t kept = 0;
+    for (const auto& l : t.links) kept += l.chunks.size();
+    args["transfers"] = kept;
+    args["transfers_dropped"] = t.wire_dropped;
+  }
   events->push_back({{"ph", "X"},
                      {"pid", pid},
                      {"tid", kOpsTid},
@@ -146,23 +268,47 @@ std::vector<OpTimeline> recent_ops(const json& ops_reply, const std::string& job
 }
 
 json chrome_trace(const std::vector<TraceSource>& sources, const std::string& job, double seconds,
-                  size_t* ops) {
+                  size_t* ops, const std::vector<ClockShift>& shifts) {
   json events = json::array();
   *ops = 0;
+  // Every daemon's ops on the trace's clock first: an arrival is drawn
+  // from its sender's issue, which may be another daemon's.
+  std::vector<std::vector<OpTimeline>> timelines;
+  std::vector<std::string> hosts;
+  SendIndex sends;
+  for (size_t p = 0; p < sources.size(); p++) {
+    const bool shifted = p < shifts.size() && shifts[p].applied;
+    timelines.push_back(recent_ops(sources[p].ops, job, seconds));
+    hosts.push_back(str_of(sources[p].ops, "host"));
+    for (OpTimeline& t : timelines.back()) {
+      if (shifted) shift_times(&t, shifts[p].shift_ns);
+      if (shifted) index_sends(t, hosts.back(), &sends);
+    }
+  }
   for (size_t p = 0; p < sources.size(); p++) {
     const int pid = int(p) + 1;
+    const bool shifted = p < shifts.size() && shifts[p].applied;
+    const std::string host = hosts[p].empty() ? "" : " (host " + hosts[p] + ")";
     events.push_back({{"ph", "M"},
                       {"pid", pid},
                       {"name", "process_name"},
-                      {"args", {{"name", "gsyncd " + sources[p].name}}}});
+                      {"args", {{"name", "gsyncd " + sources[p].name + host}}}});
+    if (p < shifts.size())
+      events.push_back({{"ph", "M"},
+                        {"pid", pid},
+                        {"name", "process_labels"},
+                        {"args", {{"labels", "clock: " + shifts[p].how}}}});
     name_track(&events, pid, kOpsTid, "ops", 0);
     Tracks tracks;
-    for (const OpTimeline& t : recent_ops(sources[p].ops, job, seconds)) {
+    for (const OpTimeline& t : timelines[p]) {
       add_op(&events, pid, t, &tracks);
+      add_links(&events, pid, t, hosts[p], shifted ? &sends : nullptr, &tracks);
       (*ops)++;
     }
   }
-  return json{{"traceEvents", events}, {"displayTimeUnit", "ms"}};
+  json out = {{"traceEvents", events}, {"displayTimeUnit", "ms"}};
+  if (!shifts.empty()) out["metadata"] = clock_metadata(sources, shifts);
+  return out;
 }
 
 }  // namespace gsync::cli
