@@ -81,6 +81,12 @@ Status JobManager::check_join(const JoinRequest& r) {
     return {GSYNC_ERR_REFUSED, fmt::format("job {} has the anomaly guard {}, but rank {} says {}",
                                            r.job_id, proto::describe(job.guard), r.rank,
                                            proto::describe(guard))};
+  proto::PlanChoice plan;
+  proto::from_wire_plan(r.plan, &plan);  // check_join_request took it
+  if (!(plan == job.plan))
+    return {GSYNC_ERR_REFUSED, fmt::format("job {} chose the plan '{}', but rank {} says '{}'",
+                                           r.job_id, proto::describe(job.plan), r.rank,
+                                           proto::describe(plan))};
   if (job.slots[static_cast<size_t>(r.local_rank)].departed)
     return {GSYNC_ERR_REFUSED,
             fmt::format("job {}: local rank {} left a job that leases batches, which went on "
@@ -94,12 +100,6 @@ Status JobManager::check_join(const JoinRequest& r) {
       return {GSYNC_ERR_REFUSED, fmt::format("job {} local rank {} is already held by {}",
                                              r.job_id, r.local_rank, s->describe())};
     if (s->rank == r.rank)
-  proto::PlanChoice plan;
-  proto::from_wire_plan(r.plan, &plan);  // check_join_request took it
-  if (!(plan == job.plan))
-    return {GSYNC_ERR_REFUSED, fmt::format("job {} chose the plan '{}', but rank {} says '{}'",
-                                           r.job_id, proto::describe(job.plan), r.rank,
-                                           proto::describe(plan))};
       return {GSYNC_ERR_REFUSED,
               fmt::format("job {} rank {} is already held by {}", r.job_id, r.rank, s->describe())};
   }
@@ -114,6 +114,8 @@ void JobManager::attach(const std::shared_ptr<Session>& s) {
     job = std::make_unique<Job>(s->job_id, s->world_size, s->local_size, sync);
     leases_.job_opened(s->job_id);
     proto::from_wire_guard(s->guard, &job->guard);  // checked at join
+    proto::from_wire_plan(s->plan, &job->plan);     // checked at join
+    job->tuning = tuning_;  // fixed for the job's life: its results' bits do not move
     spdlog::info("job {}: created by {} (world_size {}, local_size {}, {})", s->job_id,
                  s->describe(), s->world_size, s->local_size, proto::describe(job->sync));
   }
@@ -127,8 +129,6 @@ void JobManager::attach(const std::shared_ptr<Session>& s) {
     for (const auto& sl : job->slots) ranks.push_back(sl.session->rank);
     control_->local_job_complete(job->id, job->world_size, std::move(ranks));
   }
-    proto::from_wire_plan(s->plan, &job->plan);     // checked at join
-    job->tuning = tuning_;  // fixed for the job's life: its results' bits do not move
 }
 
 bool JobManager::cross_ready(Job& job) {
@@ -343,6 +343,8 @@ pipeline::OpRequest JobManager::request(const Job& job, const JobOp& op) const {
   }
   r.sync = job.sync;
   r.guard = job.guard;
+  r.plan = job.plan;
+  r.tuning = job.tuning;
   return r;
 }
 
@@ -356,8 +358,6 @@ void JobManager::run(Job& job, JobOp& op) {
   });
 }
 
-  r.plan = job.plan;
-  r.tuning = job.tuning;
 void JobManager::op_done(const std::string& job_id, const OpId& id, uint64_t serial,
                          const Status& st, const pipeline::OpTimes& times) {
   auto jit = jobs_.find(job_id);

@@ -87,6 +87,10 @@ class JobManager final : public ClientSink {
   // with their timelines.
   nlohmann::json jobs_report() const;
   nlohmann::json ops_report() const;
+  // The tuning table jobs created from now on plan with (null: none);
+  // jobs already running keep theirs.
+  void set_tuning(std::shared_ptr<const tuning::TuneTable> table) { tuning_ = std::move(table); }
+  const std::shared_ptr<const tuning::TuneTable>& tuning() const { return tuning_; }
 
  private:
   Status validate(const Session& s, const Job& job, const proto::SubmitEntry& e,
@@ -104,10 +108,6 @@ class JobManager final : public ClientSink {
   void job_ready(const std::string& job_id);
   void job_broken(const std::string& job_id, const Status& why);
   void rank_died(Job& job, const Session& s, const std::string& reason);
-  // The tuning table jobs created from now on plan with (null: none);
-  // jobs already running keep theirs.
-  void set_tuning(std::shared_ptr<const tuning::TuneTable> table) { tuning_ = std::move(table); }
-  const std::shared_ptr<const tuning::TuneTable>& tuning() const { return tuning_; }
   void finish(Job& job, const OpId& id, const Status& st, const pipeline::OpTimes* times = nullptr);
   void fail_pending(Job& job, const Status& st);
   void reply(const std::shared_ptr<Session>& s, uint64_t tag, const Status& st,
@@ -137,7 +137,7 @@ class JobManager final : public ClientSink {
   GlobalStats stats_;
   OpHistory history_;
   leases::LeaseService leases_;
+  std::shared_ptr<const tuning::TuneTable> tuning_;
 };
 
 }  // namespace gsync
-  std::shared_ptr<const tuning::TuneTable> tuning_;

@@ -48,9 +48,9 @@ class Op {
   uint64_t value = 0;
   OpRoute route;
   Clock::time_point started;
-
   std::string plan;  // OpTimes::plan
   WireLog wire;      // OpTimes::wire; the cross-host stage records into it
+
   StageLink link(int index) { return StageLink(*this, index); }
   // The first stage not finished; -1 when all are.
   int current() const {
@@ -162,7 +162,6 @@ void Pipeline::add_ps_stages(Op& op) {
     op.stages.push_back(std::make_unique<StoreStage>(op.link(at++), pool_, inline_bytes));
 }
 
-void Pipeline::add_cross_stage(Op& op) {
 // First the job's own choice, then the daemon's config, then the tuning
 // table the job started with, then the built-in rule (build_plan). Every
 // host of the op sees the same job, config and table, so they agree; if
@@ -186,6 +185,7 @@ const char* Pipeline::choose_plan(const OpRequest& r, collective::PlanInputs* in
   return "tuned";
 }
 
+void Pipeline::add_cross_stage(Op& op) {
   const OpRequest& r = op.req;
   const bool declare = r.shape.opcode == proto::Opcode::kPsDeclare;
   collective::PlanInputs in;
@@ -213,8 +213,8 @@ const char* Pipeline::choose_plan(const OpRequest& r, collective::PlanInputs* in
   // Compressed only when packed: a small op that goes eagerly goes raw.
   op.route = {collective::algo_name(plan.algo),
               plan.packed ? plan.codec.codec : proto::Codec::kNone};
-  bool fold = FoldStage::needed(r);
   op.plan = fmt::format("{}; {}", plan.describe(), source);
+  bool fold = FoldStage::needed(r);
   bool store = r.shape.opcode != proto::Opcode::kBarrier && r.shape.count > 0;
   int at = 0;
   uint64_t unit = !plan.eager && plan.nchunks > 1 ? plan.chunk_elems : 0;
@@ -327,8 +327,8 @@ void Pipeline::reap() {
     times.value = op->value;
     times.route = op->route;
     for (size_t i = 0; i < op->stages.size() && options_.record; i++)
-    times.plan = std::move(op->plan);
       times.stages.push_back({op->stages[i]->name(), op->states[i].times});
+    times.plan = std::move(op->plan);
     times.wire = std::move(op->wire);
     op.reset();  // stages go first: a cached plan is back before the next step starts
     if (done) done(serial, st, times);

@@ -88,6 +88,9 @@ struct OpTimes {
   std::vector<Stage> stages;
   uint64_t value = 0;  // the op's result beside its data (StageLink::set_value)
   OpRoute route;       // kept whether or not ops are recorded
+  // A cross-host op's plan and who chose it: "ring, 8 chunks of 1048576
+  // bytes; tuned" (job, config, tuned or rule); "" for an op on one host.
+  std::string plan;
   // Its transfers on each peer link (recorded ops only; empty otherwise).
   WireLog wire;
 };
@@ -97,9 +100,6 @@ struct OpView {
   uint64_t serial = 0;
   std::string stage;  // the first stage not finished
   std::string waiting_for;
-  // A cross-host op's plan and who chose it: "ring, 8 chunks of 1048576
-  // bytes; tuned" (job, config, tuned or rule); "" for an op on one host.
-  std::string plan;
   Clock::time_point started{};
 };
 
@@ -150,6 +150,8 @@ class Pipeline {
   Clock::time_point stamp() const;
   void build_stages(Op& op);
   void add_cross_stage(Op& op);
+  // Fills in's algorithm and chunk size; says who chose them.
+  const char* choose_plan(const OpRequest& r, collective::PlanInputs* in) const;
   void add_ps_stages(Op& op);
   void run(Op& op);
   void emit(Op& op, int stage, uint64_t begin, uint64_t end);
@@ -157,8 +159,6 @@ class Pipeline {
   void stage_failed(Op& op, int stage, const Status& st);
   void stage_quiet(Op& op, int stage);
   void maybe_end(Op& op);
-  // Fills in's algorithm and chunk size; says who chose them.
-  const char* choose_plan(const OpRequest& r, collective::PlanInputs* in) const;
   void reap();
 
   EventLoop& loop_;

@@ -31,8 +31,8 @@
 #include "tools/gsyncctl/report.h"
 #include "tools/gsyncctl/trace.h"
 #include "tools/gsyncctl/trace_clock.h"
-
 #include "tools/gsyncctl/tune.h"
+
 namespace {
 
 constexpr const char* kDefaultAdminSocket = "/run/gsync/gsyncd-admin.sock";
@@ -238,9 +238,9 @@ int main(int argc, char** argv) {
                          "give up on a TCP connection to a peer after this long")
       ->capture_default_str()
       ->check(CLI::Range(1, 60000));
-
   gsync::cli::TuneCommand tune;
   gsync::cli::add_tune_command(app, &tune);
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -253,8 +253,8 @@ int main(int argc, char** argv) {
     doctor.timeout_ms = timeout_ms;
     return gsync::cli::run_doctor(doctor, as_json);
   }
-  for (FileCommand* f : {&trace, &report})
   if (tune.cmd->parsed()) return gsync::cli::run_tune(tune, socket_path, timeout_ms);
+  for (FileCommand* f : {&trace, &report})
     if (f->cmd->parsed() && f->sockets.empty()) f->sockets.push_back(socket_path);
   if (trace.cmd->parsed())
     return write_trace(trace.sockets, trace.out, trace.job, trace.seconds, timeout_ms);
