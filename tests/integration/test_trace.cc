@@ -197,6 +197,19 @@ TEST(Trace, EachChunkOnTheWireIsDrawnOnItsPeerLinkOnOneClock) {
                                     e["args"]};
     if (e.value("cat", "") == "wire") wire.push_back(e);
   }
+  // A link's spans follow one another (Perfetto draws no overlapping
+  // spans on one track).
+  std::map<std::pair<int, int>, std::vector<std::pair<double, double>>> spans_on;
+  for (const auto& e : wire)
+    if (e["ph"] == "X")
+      spans_on[{e["pid"], e["tid"]}].push_back(
+          {e["ts"].get<double>(), e["ts"].get<double>() + e["dur"].get<double>()});
+  for (auto& [track, spans] : spans_on) {
+    std::sort(spans.begin(), spans.end());
+    for (size_t i = 1; i < spans.size(); i++)
+      EXPECT_LE(spans[i - 1].second, spans[i].first + 1e-3)
+          << "pid " << track.first << " tid " << track.second << ": span " << i;
+  }
   std::map<std::pair<int, std::string>, int> per_op, arrivals_matched;
   for (const auto& e : wire) {
     const int pid = e["pid"];

@@ -81,6 +81,11 @@ std::vector<json> events_named(const json& trace, int pid, const std::string& na
 
 TEST(TraceClock, AnotherMachinesTimesGoOnTheFirstOnesClock) {
   auto sources = two_hosts();
+  // h1 also sends chunk 1, issued 1 us after chunk 0 and done 10 us after
+  // it: on the link it follows chunk 0.
+  const int64_t a = kMono1 + 1'000'000;
+  sources[0].ops["recent"][0]["wire"]["links"][0]["chunks"].push_back(
+      {1, "partial sum", a + 11'000, a + 25'000});
   EXPECT_TRUE(needs_probe(sources));
   auto shifts = clock_shifts(sources, probe_of_h1(250.0));
   ASSERT_EQ(shifts.size(), 2u);
@@ -95,14 +100,13 @@ TEST(TraceClock, AnotherMachinesTimesGoOnTheFirstOnesClock) {
   json t = chrome_trace(sources, "", 0, &ops, shifts);
   EXPECT_EQ(ops, 2u);
   // h2's op span begins 2 us after h1's, on h1's clock.
-  const int64_t a = kMono1 + 1'000'000;
   auto op1 = events_named(t, 1, "allreduce key 1 step 0");
   auto op2 = events_named(t, 2, "allreduce key 1 step 0");
   ASSERT_EQ(op1.size(), 1u);
   ASSERT_EQ(op2.size(), 1u);
   EXPECT_DOUBLE_EQ(op1[0]["ts"].get<double>(), double(a) / 1e3);
   EXPECT_DOUBLE_EQ(op2[0]["ts"].get<double>(), double(a + 2'000) / 1e3);
-  EXPECT_EQ(op1[0]["args"]["transfers"], 2);
+  EXPECT_EQ(op1[0]["args"]["transfers"], 3);
   EXPECT_EQ(op1[0]["args"]["transfers_dropped"], 3);
   // h1's send: a span from issue to completion on its link's track.
   auto send = events_named(t, 1, "chunk 0 partial sum");
@@ -110,6 +114,12 @@ TEST(TraceClock, AnotherMachinesTimesGoOnTheFirstOnesClock) {
   EXPECT_EQ(send[0]["ph"], "X");
   EXPECT_DOUBLE_EQ(send[0]["ts"].get<double>(), double(a + 10'000) / 1e3);
   EXPECT_DOUBLE_EQ(send[0]["dur"].get<double>(), 5.0);
+  auto next = events_named(t, 1, "chunk 1 partial sum");
+  ASSERT_EQ(next.size(), 1u);
+  EXPECT_DOUBLE_EQ(next[0]["ts"].get<double>(), double(a + 15'000) / 1e3);
+  EXPECT_DOUBLE_EQ(next[0]["dur"].get<double>(), 10.0);
+  EXPECT_DOUBLE_EQ(next[0]["args"]["queued_us"].get<double>(), 4.0);
+  EXPECT_DOUBLE_EQ(next[0]["args"]["issued_us"].get<double>(), double(a + 11'000) / 1e3);
   // h1's arrival of h2's final sum: from h2's issue (A+20us) to when h1
   // saw it (A+50us); h2's of h1's partial sum: A+10us to A+40us.
   auto got1 = events_named(t, 1, "chunk 0 final sum");

@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <map>
 
 #include "tools/gsyncctl/trace_clock.h"
@@ -129,7 +130,6 @@ void name_track(json* events, int pid, int tid, const std::string& name, int sor
 // One daemon's tracks: which are named already.
 struct Tracks {
   std::map<std::string, int> stage_tids;
-  std::map<std::string, int> link_tids;
   std::map<int64_t, bool> ranks_named;
 };
 
@@ -158,44 +158,79 @@ void index_sends(const OpTimeline& t, const std::string& host, SendIndex* sends)
   }
 }
 
-// One daemon's view of an op's transfers: a track per link. Its sends are
-// spans from issue to completion (a message, which has none, an instant);
-// what arrived is a span from when the peer issued it (sends: both daemons
-// in the trace, on one clock) to when it was seen here, else an instant.
-void add_links(json* events, int pid, const OpTimeline& t, const std::string& host,
-               const SendIndex* sends, Tracks* tracks) {
+// One daemon's transfers on its links, gathered op by op and drawn once
+// all are in (a link's spans follow one another across ops).
+struct Transfer {
+  const OpTimeline* op;
+  const OpTimeline::Link* link;
+  const OpTimeline::WireChunk* chunk;
+  bool out;             // a send of this daemon's; else an arrival
+  int64_t issued = 0;   // a send's; an arrival's by its sender (0: not known)
+  int64_t ended = 0;    // a send's completion (0: none, a message); an arrival's seen
+  int64_t at() const { return ended > 0 ? ended : issued; }
+};
+struct LinkTransfers {
+  std::string name;  // "h1 -> h2"
+  std::vector<Transfer> transfers;
+};
+
+void collect_links(const OpTimeline& t, const std::string& host, const SendIndex* sends,
+                   std::vector<LinkTransfers>* links) {
   Counted n;
   for (const auto& l : t.links) {
     const std::string name = l.from + " -> " + l.to;
-    auto [it, fresh] = tracks->link_tids.emplace(name, kLinkTid + int(tracks->link_tids.size()));
-    if (fresh) name_track(events, pid, it->second, name, it->second);
+    auto it = std::find_if(links->begin(), links->end(),
+                           [&](const LinkTransfers& x) { return x.name == name; });
+    if (it == links->end()) it = links->insert(links->end(), {name, {}});
     const bool out = l.from == host;
     for (const auto& c : l.chunks) {
-      json e = {{"pid", pid},
-                {"tid", it->second},
-                {"name", fmt::format("chunk {} {}", c.chunk, c.what)},
-                {"cat", "wire"},
-                {"args", {{"job", t.job}, {"op", t.what()}, {"chunk", c.chunk}, {"what", c.what},
-                          {"from", l.from}, {"to", l.to}}}};
-      int64_t begin = c.ns, end = out ? c.done_ns : c.ns;
-      e["args"][out ? "issued_us" : "seen_us"] = us(c.ns);
-      if (out && c.done_ns > 0) e["args"]["completed_us"] = us(c.done_ns);
+      Transfer x{&t, &l, &c, out, out ? c.ns : 0, out ? c.done_ns : c.ns};
       if (!out && sends) {
-        // Seen before it was issued only by the clocks' uncertainty: an
-        // instant then, with both times.
         auto s = sends->find(n.key(t.job, t, l, c));
-        if (s != sends->end()) e["args"]["issued_us"] = us(s->second);
-        if (s != sends->end() && s->second <= c.ns) begin = s->second;
+        if (s != sends->end()) x.issued = s->second;
       }
-      if (end > begin) {
-        e["ph"] = "X";
-        e["ts"] = us(begin);
-        e["dur"] = us(end - begin);
+      it->transfers.push_back(x);
+    }
+  }
+}
+
+// A track per link. A link carries one chunk after another, so a chunk's
+// span is its time at the head of the link: from when it was issued, or
+// when the chunk before it on the link was done if that was later (the
+// wait is its `queued_us`), to its completion (a send) or to when it was
+// seen here (an arrival, when its sender's issue is known: both daemons in
+// the trace, on one clock). A message (no completion) and an arrival of
+// unknown issue are instants.
+void draw_links(json* events, int pid, std::vector<LinkTransfers>* links) {
+  for (size_t i = 0; i < links->size(); i++) {
+    auto& [name, transfers] = (*links)[i];
+    const int tid = kLinkTid + int(i);
+    name_track(events, pid, tid, name, tid);
+    std::stable_sort(transfers.begin(), transfers.end(),
+                     [](const Transfer& a, const Transfer& b) { return a.at() < b.at(); });
+    int64_t free_at = 0;  // when the chunk before was done
+    for (const Transfer& x : transfers) {
+      const auto& c = *x.chunk;
+      json args = {{"job", x.op->job}, {"op", x.op->what()}, {"chunk", c.chunk},
+                   {"what", c.what},   {"from", x.link->from}, {"to", x.link->to}};
+      if (x.issued > 0) args["issued_us"] = us(x.issued);
+      if (x.ended > 0) args[x.out ? "completed_us" : "seen_us"] = us(x.ended);
+      json e = {{"pid", pid},
+                {"tid", tid},
+                {"name", fmt::format("chunk {} {}", c.chunk, c.what)},
+                {"cat", "wire"}};
+      // Seen before it was issued only by the clocks' uncertainty: an
+      // instant then, with both times.
+      const bool span = x.issued > 0 && x.ended > x.issued;
+      if (span) {
+        const int64_t begin = std::min(std::max(x.issued, free_at), x.ended);
+        args["queued_us"] = us(begin - x.issued);
+        e.update({{"ph", "X"}, {"ts", us(begin)}, {"dur", us(x.ended - begin)}});
       } else {
-        e["ph"] = "i";
-        e["s"] = "t";
-        e["ts"] = us(c.ns);
+        e.update({{"ph", "i"}, {"s", "t"}, {"ts", us(x.at())}});
       }
+      if (x.ended > 0) free_at = std::max(free_at, x.ended);
+      e["args"] = std::move(args);
       events->push_back(std::move(e));
     }
   }
@@ -300,11 +335,13 @@ json chrome_trace(const std::vector<TraceSource>& sources, const std::string& jo
                         {"args", {{"labels", "clock: " + shifts[p].how}}}});
     name_track(&events, pid, kOpsTid, "ops", 0);
     Tracks tracks;
+    std::vector<LinkTransfers> links;
     for (const OpTimeline& t : timelines[p]) {
       add_op(&events, pid, t, &tracks);
-      add_links(&events, pid, t, hosts[p], shifted ? &sends : nullptr, &tracks);
+      collect_links(t, hosts[p], shifted ? &sends : nullptr, &links);
       (*ops)++;
     }
+    draw_links(&events, pid, &links);
   }
   json out = {{"traceEvents", events}, {"displayTimeUnit", "ms"}};
   if (!shifts.empty()) out["metadata"] = clock_metadata(sources, shifts);
