@@ -25,17 +25,32 @@ namespace gsync {
 namespace {
 using nlohmann::json;
 
-// The whole of a regular file of at most tuning::kMaxFileBytes; *missing
-// when there is none (a daemon never tuned starts quietly).
-Status read_table_file(const std::string& path, std::string* out, bool* missing = nullptr) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-  if (fd < 0) {
-    if (missing) *missing = errno == ENOENT;
+// The whole of a regular file of at most tuning::kMaxFileBytes; *err the
+// errno of a file that cannot be opened (ENOENT: a daemon never tuned).
+// Looked at before it is opened for reading (O_PATH), so that a FIFO cannot
+// block the event loop nor a device be opened; then read non-blocking.
+Status read_table_file(const std::string& path, std::string* out, int* err = nullptr) {
+  if (path.empty() || path[0] != '/')
+    return {GSYNC_ERR_INVALID, fmt::format("tuning table '{}': not an absolute path", path)};
+  int at = ::open(path.c_str(), O_PATH | O_CLOEXEC);
+  struct stat st{};
+  if (at < 0 || ::fstat(at, &st) != 0) {
+    if (err) *err = errno;
+    Status s{GSYNC_ERR_INVALID, fmt::format("tuning table {}: {}", path, std::strerror(errno))};
+    if (at >= 0) ::close(at);
+    return s;
+  }
+  int fd = -1;
+  if (S_ISREG(st.st_mode))
+    fd = ::open(fmt::format("/proc/self/fd/{}", at).c_str(),
+                O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+  ::close(at);
+  if (S_ISREG(st.st_mode) && fd < 0) {
+    if (err) *err = errno;
     return {GSYNC_ERR_INVALID, fmt::format("tuning table {}: {}", path, std::strerror(errno))};
   }
-  struct stat st{};
   Status result;
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+  if (fd < 0 || ::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
     result = {GSYNC_ERR_INVALID, fmt::format("tuning table {}: not a regular file", path)};
   } else if (static_cast<uint64_t>(st.st_size) > tuning::kMaxFileBytes) {
     result = {GSYNC_ERR_INVALID, fmt::format("tuning table {}: {} bytes, over the {} allowed", path,
@@ -54,7 +69,7 @@ Status read_table_file(const std::string& path, std::string* out, bool* missing 
       got += static_cast<size_t>(n);
     }
   }
-  ::close(fd);
+  if (fd >= 0) ::close(fd);
   return result;
 }
 
@@ -91,9 +106,17 @@ json error_doc(const Status& st) { return json{{"error", st.message()}}; }
 Status Gsyncd::load_tuning() {
   if (cfg_.tuning_table.empty()) return Status::ok();
   std::string text;
-  bool missing = false;
-  if (Status st = read_table_file(cfg_.tuning_table, &text, &missing); !st)
-    return missing ? Status::ok() : st;
+  int err = 0;
+  if (Status st = read_table_file(cfg_.tuning_table, &text, &err); !st) {
+    if (err == ENOENT) return Status::ok();
+    // Unreadable (a daemon not run as root, say): no table; a load says
+    // why it cannot keep one. A table that is there but wrong stops it.
+    if (err != 0) {
+      spdlog::warn("{}; planning by the built-in rule", st.message());
+      return Status::ok();
+    }
+    return st;
+  }
   auto table = std::make_shared<tuning::TuneTable>();
   if (Status st = tuning::TuneTable::parse(text, table.get()); !st)
     return {st.code(), fmt::format("{}: {}", cfg_.tuning_table, st.message())};

@@ -122,9 +122,11 @@ void ControlPlane::send_all(std::string_view msg) {
 
 // ---------------------------------------------------------------- jobs
 
-void ControlPlane::local_job_complete(const std::string& job, int world, std::vector<int> ranks) {
-  send_all(encode_announce(job, world, ranks));
+void ControlPlane::local_job_complete(const std::string& job, int world, std::vector<int> ranks,
+                                      uint32_t tuning) {
+  send_all(encode_announce(job, world, ranks, tuning));
   members_.set_local(job, world, std::move(ranks));
+  members_.set_tuning(job, cluster_.self, tuning);
   if (job_ready(job, world) && on_job_ready) on_job_ready(job);
 }
 
@@ -219,6 +221,7 @@ void ControlPlane::on_announce(int peer, std::string_view msg) {
   spdlog::info("job {}: host {} has {} ranks of {}", job, host_id(peer), ranks.size(),
                a.world_size);
   members_.set_remote(job, peer, a.world_size, std::move(ranks));
+  members_.set_tuning(job, peer, announce_tuning(a));
   if (members_.has_local(job) && on_job_ready) on_job_ready(job);
 }
 

@@ -90,7 +90,11 @@ class ControlPlane {
 
   // --- Jobs: the cluster-wide rank map.
   // All local ranks of the job are connected: tell every peer.
-  void local_job_complete(const std::string& job, int world, std::vector<int> ranks);
+  // tuning: the digest of the tuning table the job plans with (0: none).
+  void local_job_complete(const std::string& job, int world, std::vector<int> ranks,
+                          uint32_t tuning = 0);
+  // Whether every host of the job plans it with the same tuning table.
+  bool job_tuning_agrees(const std::string& job) const { return members_.tuning_agrees(job); }
   // A local rank left (died or closed): tell every peer, with the ops this
   // host has begun and still finishes.
   void local_rank_left(const std::string& job, int rank, pid_t pid, const std::string& reason);

@@ -19,12 +19,22 @@ void Membership::set_remote(const std::string& job, int host, int world, std::ve
 
 void Membership::clear_remote(const std::string& job, int host) {
   if (auto it = remote_.find(job); it != remote_.end()) it->second.hosts.erase(host);
+  if (auto it = tuning_.find(job); it != tuning_.end()) it->second.erase(host);
+}
+
+bool Membership::tuning_agrees(const std::string& job) const {
+  auto it = tuning_.find(job);
+  if (it == tuning_.end()) return true;
+  for (const auto& [host, digest] : it->second)
+    if (digest != it->second.begin()->second) return false;
+  return true;
 }
 
 std::vector<std::string> Membership::remove_host(int host) {
   std::vector<std::string> jobs;
   for (auto& [job, r] : remote_)
     if (r.hosts.erase(host)) jobs.push_back(job);
+  for (auto& [job, t] : tuning_) t.erase(host);
   return jobs;
 }
 

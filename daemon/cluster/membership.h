@@ -6,6 +6,7 @@
 // the participants of its ops. Plain data, owned by the event thread.
 #pragma once
 
+#include <cstdint>
 #include <map>
 #include <string>
 #include <vector>
@@ -24,6 +25,11 @@ class Membership {
 
   void set_remote(const std::string& job, int host, int world, std::vector<int> ranks);
   void clear_remote(const std::string& job, int host);
+  // The digest of the tuning table each host's job plans with
+  // (tuning::TuneTable::digest; 0: none), as JobAnnounce carries it.
+  void set_tuning(const std::string& job, int host, uint32_t digest) { tuning_[job][host] = digest; }
+  // Whether every host that announced the job plans it with the same table.
+  bool tuning_agrees(const std::string& job) const;
   // A host is gone: forget its ranks everywhere; returns the jobs it was in.
   std::vector<std::string> remove_host(int host);
 
@@ -45,6 +51,7 @@ class Membership {
   int self_;
   std::map<std::string, std::pair<int, std::vector<int>>> local_;
   std::map<std::string, Remote> remote_;
+  std::map<std::string, std::map<int, uint32_t>> tuning_;  // by job, by host (self too)
 };
 
 }  // namespace gsync::cluster

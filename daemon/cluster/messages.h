@@ -37,7 +37,8 @@ namespace gsync::cluster {
 // 8: batch leases (types 11-14, daemon/leases/messages.h).
 // 9: HostInfo (type 15: a daemon's version and build id, sent when a link
 //    comes up) and the probe's messages (types 16-17, cluster/probe.h).
-constexpr uint32_t kProtocolVersion = 9;
+// 10: JobAnnounce's padding carries the digest of the job's tuning table.
+constexpr uint32_t kProtocolVersion = 10;
 
 enum MsgType : uint8_t {
   kJobAnnounce = 1,
@@ -71,7 +72,11 @@ constexpr size_t kMaxRanksPerHost = 4096;
 
 struct JobAnnounce {
   uint8_t type = kJobAnnounce;
-  uint8_t pad[3] = {};
+  // The digest of the tuning table the host's job plans with, 24 bits
+  // little-endian (tuning::TuneTable::digest; 0: none). Hosts whose jobs
+  // hold different tables plan by the built-in rule (docs/algorithms.md,
+  // "Tuning"); a collision only leaves the rendezvous check to catch it.
+  uint8_t tuning[3] = {};
   int32_t world_size = 0;
   int32_t nranks = 0;  // followed by nranks int32 global ranks
   char job[kJobMax] = {};
@@ -155,8 +160,10 @@ inline void set_field(char* dst, size_t n, const std::string& s) {
   std::memcpy(dst, s.data(), std::min(s.size(), n - 1));
 }
 
-inline std::string encode_announce(const std::string& job, int world, const std::vector<int>& ranks) {
+inline std::string encode_announce(const std::string& job, int world, const std::vector<int>& ranks,
+                                   uint32_t tuning = 0) {
   JobAnnounce a;
+  for (int i = 0; i < 3; i++) a.tuning[i] = static_cast<uint8_t>(tuning >> (8 * i));
   a.world_size = world;
   a.nranks = static_cast<int32_t>(ranks.size());
   set_field(a.job, sizeof a.job, job);
@@ -164,6 +171,10 @@ inline std::string encode_announce(const std::string& job, int world, const std:
   if (!ranks.empty())
     out.append(reinterpret_cast<const char*>(ranks.data()), ranks.size() * sizeof(int));
   return out;
+}
+
+inline uint32_t announce_tuning(const JobAnnounce& a) {
+  return uint32_t{a.tuning[0]} | uint32_t{a.tuning[1]} << 8 | uint32_t{a.tuning[2]} << 16;
 }
 
 inline bool decode_announce(std::string_view msg, JobAnnounce* a, std::vector<int>* ranks) {

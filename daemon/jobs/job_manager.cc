@@ -127,7 +127,8 @@ void JobManager::attach(const std::shared_ptr<Session>& s) {
   if (control_ && job->multi_host() && job->live_ranks() == job->local_size) {
     std::vector<int> ranks;
     for (const auto& sl : job->slots) ranks.push_back(sl.session->rank);
-    control_->local_job_complete(job->id, job->world_size, std::move(ranks));
+    control_->local_job_complete(job->id, job->world_size, std::move(ranks),
+                                 job->tuning ? job->tuning->digest() : 0);
   }
 }
 

@@ -176,6 +176,9 @@ const char* Pipeline::choose_plan(const OpRequest& r, collective::PlanInputs* in
   }
   if (in->algorithm != "auto" || in->chunk_bytes != 0) return "config";
   if (!r.tuning || r.tuning->empty()) return "rule";
+  // A host whose job holds another table (loaded on some hosts only, or a
+  // job made again on one host after a new load): all plan by the rule.
+  if (!control_->job_tuning_agrees(r.job)) return "rule (the hosts' tuning tables differ)";
   std::vector<std::string> hosts;
   for (const auto& p : in->parts) hosts.push_back(control_->host_id(p.host));
   auto tuned = r.tuning->lookup(hosts, in->shape.bytes());

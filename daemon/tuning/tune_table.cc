@@ -4,9 +4,12 @@
 #include <algorithm>
 #include <bit>
 #include <cmath>
+#include <map>
+#include <utility>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
+#include <xxhash.h>
 
 #include "daemon/core/json_text.h"
 
@@ -16,6 +19,7 @@ namespace {
 using nlohmann::json;
 constexpr int kFormat = 1;
 constexpr size_t kMaxHosts = 4096, kMaxHostId = 255;
+constexpr uint64_t kMaxBytes = uint64_t{1} << 62;  // its band, 62, still shifts
 
 Status bad(size_t i, const std::string& what) {
   return {GSYNC_ERR_INVALID, fmt::format("tuning table entry {}: {}", i, what)};
@@ -33,8 +37,9 @@ Status parse_entry(const json& e, size_t i, TuneEntry* out) {
     out->hosts.push_back(h.get<std::string>());
   }
   auto bytes = e.find("bytes");
-  if (bytes == e.end() || !bytes->is_number_unsigned() || bytes->get<uint64_t>() == 0)
-    return bad(i, "\"bytes\" must be a positive integer");
+  if (bytes == e.end() || !bytes->is_number_unsigned() || bytes->get<uint64_t>() == 0 ||
+      bytes->get<uint64_t>() > kMaxBytes)
+    return bad(i, "\"bytes\" must be a positive integer up to 2^62");
   out->band = size_band(bytes->get<uint64_t>());
   auto algo = e.find("algorithm");
   if (algo == e.end() || !algo->is_string() ||
@@ -62,6 +67,13 @@ bool before(const TuneEntry& a, const TuneEntry& b) {
 }
 }  // namespace
 
+uint32_t TuneTable::digest() const {
+  if (entries_.empty()) return 0;
+  const std::string text = to_json();
+  uint32_t d = static_cast<uint32_t>(XXH64(text.data(), text.size(), 0) & 0xffffff);
+  return d == 0 ? 1 : d;
+}
+
 uint8_t size_band(uint64_t bytes) {
   return bytes <= 1 ? 0 : static_cast<uint8_t>(std::bit_width(bytes - 1));
 }
@@ -83,17 +95,18 @@ Status TuneTable::parse(std::string_view text, TuneTable* out) {
     return {GSYNC_ERR_INVALID, fmt::format("tuning table has {} entries, over the {} allowed",
                                            entries->size(), kMaxEntries)};
   TuneTable t;
+  std::map<std::pair<std::vector<std::string>, uint8_t>, size_t> seen;
   for (size_t i = 0; i < entries->size(); i++) {
     TuneEntry e;
     if (Status st = parse_entry((*entries)[i], i, &e); !st) return st;
+    // Named by index: the file's text is not quoted back.
+    auto [at, fresh] = seen.emplace(std::make_pair(e.hosts, e.band), i);
+    if (!fresh)
+      return bad(i, fmt::format("the same hosts and size band (sizes up to {} bytes) as entry {}",
+                                uint64_t{1} << e.band, at->second));
     t.entries_.push_back(std::move(e));
   }
   std::stable_sort(t.entries_.begin(), t.entries_.end(), before);
-  for (size_t i = 1; i < t.entries_.size(); i++)
-    if (!before(t.entries_[i - 1], t.entries_[i]))
-      return {GSYNC_ERR_INVALID,
-              fmt::format("tuning table has two entries for hosts {} at sizes up to {} bytes",
-                          fmt::join(t.entries_[i].hosts, ","), uint64_t{1} << t.entries_[i].band)};
   *out = std::move(t);
   return Status::ok();
 }

@@ -54,6 +54,9 @@ class TuneTable {
   // or nothing when the table has none for them.
   std::optional<proto::PlanChoice> lookup(const std::vector<std::string>& hosts,
                                           uint64_t bytes) const;
+  // 24 bits of the table's text's hash, never 0 (0 means "no table"), for
+  // daemons to tell whether their jobs plan with the same table.
+  uint32_t digest() const;
   size_t size() const { return entries_.size(); }
   bool empty() const { return entries_.empty(); }
 

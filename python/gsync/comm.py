@@ -86,11 +86,12 @@ class Comm:
         "direct", "tree", "doubling"; None: the daemon chooses; 0: chunks per
         tensor; docs/algorithms.md, "Choosing per job")."""
         L = _lib.lib()
-        cfg = _lib.GsyncConfig()
-        L.gsync_config_init(ctypes.byref(cfg))
+        # gsync_config_init writes the library's whole struct: into room for
+        # any size first, so that a newer library cannot write past ours.
+        room = (ctypes.c_uint8 * 4096)()
+        L.gsync_config_init(ctypes.cast(room, ctypes.POINTER(_lib.GsyncConfig)))
+        cfg = _lib.GsyncConfig.from_buffer_copy(room)
         if cfg.struct_size != ctypes.sizeof(cfg):
-            # gsync_config_init wrote the library's struct into ours: a
-            # binding and a library of different versions.
             raise RuntimeError(f"libgsync's gsync_config_t is {cfg.struct_size} bytes but this "
                                f"binding's is {ctypes.sizeof(cfg)}: python/gsync and libgsync "
                                f"are of different versions")

@@ -220,6 +220,24 @@ TEST(Tuning, ALoadedTablePlansNewJobsOnlyAndOutlivesARestart) {
             "ring, 16 chunks of 262144 bytes; rule");
 }
 
+// A table on one host only (loaded there alone): the hosts' jobs announce
+// different tables, so both plan by the rule and the ops run.
+TEST(Tuning, HostsWhoseTablesDifferPlanByTheRule) {
+  const char* ctl = std::getenv("GSYNCCTL");
+  if (!ctl) GTEST_SKIP() << "SKIPPED: GSYNCCTL not set (run through meson test)";
+  auto bed = make_bed({2}, "auto", 20000);
+  ASSERT_TRUE(bed);
+  const std::string file = bed->dir() + "/table.json";
+  write(file, table_for(*bed));
+  std::string out = run_command(fmt::format("{} -s {} tune load {} 2>&1", ctl, bed->admin_socket(0), file));
+  ASSERT_NE(out.find("loaded 2 entries"), std::string::npos) << out;
+  auto res = run_ranks(2, [&](int r) { return run_job(*bed, "half", r); });
+  for (auto& c : res) ASSERT_EQ(c.code, 0) << c.output;
+  EXPECT_EQ(plans_of(bed->admin_socket(0), "half")[1],
+            "ring, 16 chunks of 262144 bytes; rule (the hosts' tuning tables differ)");
+  EXPECT_EQ(plans_of(bed->admin_socket(1), "half")[1], "ring, 16 chunks of 262144 bytes; rule");
+}
+
 // Where the daemon cannot keep a new table (its folder is a file), the
 // load fails saying so and the table in force does not change.
 TEST(Tuning, ATableThatCannotBeKeptIsNotLoaded) {

@@ -27,6 +27,7 @@ TEST(SizeBand, IsTheCeilingOfLog2) {
   EXPECT_EQ(size_band(4096), 12);
   EXPECT_EQ(size_band(4097), 13);
   EXPECT_EQ(size_band(uint64_t{256} << 20), 28);
+  EXPECT_EQ(size_band(uint64_t{1} << 62), 62);
 }
 
 TEST(TuneTable, LooksUpTheNearestBandForExactlyTheseHosts) {
@@ -49,6 +50,20 @@ TEST(TuneTable, LooksUpTheNearestBandForExactlyTheseHosts) {
   EXPECT_EQ(t.lookup({"h1", "h2", "h3"}, 1 << 30)->algo, 4);
   EXPECT_FALSE(t.lookup({"h2", "h1"}, 4096));
   EXPECT_FALSE(t.lookup({"h1"}, 4096));
+}
+
+TEST(TuneTable, ItsDigestTellsTablesApartAndNoneIsZero) {
+  TuneTable t, same, other, none;
+  ASSERT_TRUE(TuneTable::parse(kTable, &t));
+  ASSERT_TRUE(TuneTable::parse(t.to_json(), &same));
+  std::string changed = kTable;
+  changed.replace(changed.find("\"tree\""), 6, "\"ring\"");
+  ASSERT_TRUE(TuneTable::parse(changed, &other));
+  EXPECT_EQ(none.digest(), 0u);
+  EXPECT_NE(t.digest(), 0u);
+  EXPECT_LT(t.digest(), 1u << 24);
+  EXPECT_EQ(t.digest(), same.digest());
+  EXPECT_NE(t.digest(), other.digest());
 }
 
 TEST(TuneTable, WritesWhatItReads) {
@@ -87,9 +102,12 @@ TEST(TuneTable, RefusesWhatIsWrongNamingTheEntryAndNotQuotingTheFile) {
       {R"({"format": 1, "entries": [{"hosts": ["a"], "bytes": 8, "algorithm": "ring",
           "us": -1}]})",
        "\"us\" must be a number >= 0"},
-      {R"({"format": 1, "entries": [{"hosts": ["a"], "bytes": 8, "algorithm": "ring"},
-          {"hosts": ["a"], "bytes": 7, "algorithm": "tree"}]})",
-       "two entries for hosts a"},
+      {R"({"format": 1, "entries": [{"hosts": ["secret"], "bytes": 8, "algorithm": "ring"},
+          {"hosts": ["secret"], "bytes": 7, "algorithm": "tree"}]})",
+       "entry 1: the same hosts and size band (sizes up to 8 bytes) as entry 0"},
+      {R"({"format": 1, "entries": [{"hosts": ["a"], "bytes": 9223372036854775808,
+          "algorithm": "ring"}]})",
+       "up to 2^62"},
   };
   for (const Case& c : cases) {
     TuneTable t;

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "tools/common/procs.h"
 
+#include <algorithm>
 #include <fcntl.h>
 #include <grp.h>
 #include <poll.h>
@@ -12,6 +13,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cerrno>
@@ -119,6 +121,9 @@ DaemonProcess::DaemonProcess(std::vector<std::string> extra_args, const std::str
     args.push_back("--config");
     args.push_back(cfg);
   }
+  // Its own tuning table, not the machine's (/var/lib/gsync).
+  if (std::find(extra_args.begin(), extra_args.end(), "--tuning-table") == extra_args.end())
+    args.insert(args.end(), {"--tuning-table", dir_ + "/tuning.json"});
   args.insert(args.end(), extra_args.begin(), extra_args.end());
   if (run_as_uid != 0 && chown(dir_.c_str(), run_as_uid, run_as_gid) != 0)
     throw std::runtime_error("chown " + dir_ + ": " + strerror(errno));

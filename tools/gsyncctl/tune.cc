@@ -94,12 +94,17 @@ std::string render_tuning(const json& tuning) {
     return fmt::format("  no tuning table (kept in {}): plans by the built-in rule\n", file);
   std::vector<Row> rows;
   for (const json& e : entries) {
+    if (!e.is_object()) continue;
     std::string hosts;
-    for (const json& h : e.value("hosts", json::array()))
+    const json list = e.value("hosts", json::array());
+    for (const json& h : list.is_array() ? list : json::array())
       hosts += (hosts.empty() ? "" : ",") + (h.is_string() ? h.get<std::string>() : "?");
     uint64_t chunk = num(e, "chunk_bytes");
     rows.push_back({hosts, format_bytes(num(e, "bytes")), str(e, "algorithm"),
-                    chunk ? format_bytes(chunk) : "rule", fmt::format("{:.1f}", e.value("us", 0.0))});
+                    chunk ? format_bytes(chunk) : "rule",
+                    e.contains("us") && e["us"].is_number()
+                        ? fmt::format("{:.1f}", e["us"].get<double>())
+                        : std::string("-")});
   }
   std::string text = format_table({{"hosts"}, {"sizes up to", Align::kRight}, {"algorithm"},
                                    {"chunks", Align::kRight}, {"measured us", Align::kRight}},

@@ -105,11 +105,14 @@ int main(int argc, char** argv) {
                "fastest per size as a tuning table (--tune-out) and load it into the daemons");
   app.add_flag("--autotune-check", o.autotune_check,
                "--tune, then run the sweep on the tuned daemons and print each size's time "
-               "against the best and worst candidate (exit 3 if one is over 5% slower)");
+               "against the winners and the rule's picks, measured again (exit 3 if one is over 5% "
+               "slower, 1 if an op of it was not planned by the table)");
   app.add_option("--tune-out", o.tune_out, "where --tune writes the table")->capture_default_str();
   app.add_option("--tune-rounds", o.tune_rounds,
                  "rounds of --tune: each candidate once per round, in turn; medians")
       ->check(CLI::Range(1, 100))
+      ->capture_default_str();
+  app.add_option("--tune-seed", o.tune_seed, "seed of the rounds' shuffled order")
       ->capture_default_str();
   app.add_option("--plot", o.plot,
                  "draw busbw by message size, gsync's and the peers' (--compare), to this PNG "

@@ -70,6 +70,7 @@ struct Options {
   // run ("" and 0: the daemons choose), job_tag: its job id's suffix.
   bool tune = false, autotune_check = false;
   int tune_rounds = 3;
+  uint32_t tune_seed = 1;
   std::string tune_out = "gsync-tuning.json";
   std::vector<std::string> host_ids;
   std::string plan_algo, job_tag;

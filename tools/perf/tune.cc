@@ -9,17 +9,21 @@
 // after that plans its ops with it.
 //
 // --autotune-check then runs the sweep once more as a job that chooses
-// nothing, so the daemons plan by the table, and prints per size the
-// tuned time against the best and the worst candidate measured above.
+// nothing, so the daemons plan by the table, interleaved with the winners
+// and the rule's picks measured again, and prints per size the tuned time
+// against the best of those fixed plans.
 #include <algorithm>
 #include <climits>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <numeric>
+#include <random>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "daemon/collective/schedule.h"
 #include "tools/common/procs.h"
 #include "tools/perf/perf.h"
 
@@ -59,19 +63,20 @@ struct Measured {
 };
 
 // Each candidate (plan; empty algo: the daemons choose) over every size,
-// in rounds - every candidate once per round, in turn, each round from the
-// next one - so that a slow
-// spell of this shared machine falls on all of them alike; the median
-// over the rounds.
+// in rounds - every candidate once per round, in an order shuffled anew
+// each round (seeded: --tune-seed) - so that a slow spell of this shared
+// machine falls on all of them alike and none always follows the same
+// one; the median over the rounds.
 bool measure_rounds(const Options& o, const std::vector<Candidate>& cands,
                     const std::vector<uint64_t>& sizes, const std::string& tag, Measured* m) {
   std::vector<std::vector<std::vector<double>>> runs(
       cands.size(), std::vector<std::vector<double>>(sizes.size()));
+  std::mt19937 rng(o.tune_seed);
+  std::vector<size_t> order(cands.size());
   for (int round = 0; round < o.tune_rounds; round++) {
-    // Each round starts with another candidate: none is always the first
-    // after a pause (or always right after the largest sizes).
-    for (size_t i = 0; i < cands.size(); i++) {
-      const size_t c = (i + size_t(round)) % cands.size();
+    std::iota(order.begin(), order.end(), size_t{0});
+    std::shuffle(order.begin(), order.end(), rng);
+    for (size_t c : order) {
       Options oc = o;
       oc.plan_algo = cands[c].algo;
       oc.plan_chunk = cands[c].chunk;
@@ -97,6 +102,28 @@ bool measure_rounds(const Options& o, const std::vector<Candidate>& cands,
     m->best.push_back(best);
   }
   return true;
+}
+
+// The candidate the daemons' built-in rule would pick at this size.
+size_t rule_candidate(const Options& o, const std::vector<Candidate>& cands, uint64_t bytes) {
+  std::vector<collective::Participant> parts;
+  for (int h = 0; h < o.hosts; h++) parts.push_back({h, o.racks_of[size_t(h)]});
+  const std::string algo = collective::algo_name(collective::choose_algo(parts, bytes));
+  for (size_t c = 0; c < cands.size(); c++)
+    if (cands[c].algo == algo && cands[c].chunk == 0) return c;
+  return 0;
+}
+
+// A winner must beat the rule by more than kMargin to replace it: what is
+// within the noise of this machine stays as the daemons would do anyway.
+constexpr double kMargin = 0.03;
+
+void prefer_rule(const Options& o, const std::vector<Candidate>& cands,
+                 const std::vector<uint64_t>& sizes, Measured* m) {
+  for (size_t s = 0; s < sizes.size(); s++) {
+    const size_t rule = rule_candidate(o, cands, sizes[s]);
+    if (m->us[rule][s] <= (1 + kMargin) * m->us[m->best[s]][s]) m->best[s] = rule;
+  }
 }
 
 json table_of(const Options& o, const std::vector<Candidate>& cands,
@@ -154,10 +181,11 @@ void print_tuned(const Options& o, const std::vector<Candidate>& cands,
 // Whether the daemons did plan the tuned runs' ops by the table: of the
 // tuned job's ops still in host 1's recent ops, those whose plan says
 // "tuned" (docs/operations.md, "gsyncctl ops").
-void print_tuned_ops(const Options& o) {
-  if (o.places.empty() || o.places[0].admin.empty()) return;
+// true when every one of them was (or there is no admin socket to ask).
+bool print_tuned_ops(const Options& o) {
+  if (o.places.empty() || o.places[0].admin.empty()) return true;
   json ops = json::parse(tools::admin_query(o.places[0].admin, "ops"), nullptr, false);
-  if (!ops.is_object() || !ops["recent"].is_array()) return;
+  if (!ops.is_object() || !ops["recent"].is_array()) return false;
   size_t seen = 0, tuned = 0;
   for (const auto& e : ops["recent"]) {
     const std::string job = e.value("job", ""), plan = e.value("plan", "");
@@ -165,8 +193,10 @@ void print_tuned_ops(const Options& o) {
     seen++;
     if (plan.size() >= 7 && plan.compare(plan.size() - 7, 7, "; tuned") == 0) tuned++;
   }
-  std::printf("# host 1 planned %zu of the tuned runs' last %zu allreduces by its tuning table\n",
-              tuned, seen);
+  if (!o.json_out)
+    std::printf("# host 1 planned %zu of the tuned runs' last %zu allreduces by its tuning table\n",
+                tuned, seen);
+  return seen > 0 && tuned == seen;
 }
 
 // The tuned daemons against the winners of the tuning, measured again in
@@ -175,14 +205,20 @@ void print_tuned_ops(const Options& o) {
 int check(const Options& o, const std::vector<Candidate>& cands, const std::vector<uint64_t>& sizes,
           const Measured& tuned_by) {
   std::vector<Candidate> again = {{"", 0}};  // first: the tuned daemons choose
-  for (size_t b : tuned_by.best) {
+  std::vector<size_t> fixed = tuned_by.best;  // the winners, and what the rule picks
+  for (uint64_t bytes : sizes) fixed.push_back(rule_candidate(o, cands, bytes));
+  for (size_t b : fixed) {
     bool seen = false;
     for (const auto& c : again) seen |= c.algo == cands[b].algo && c.chunk == cands[b].chunk;
     if (!seen) again.push_back(cands[b]);
   }
   Measured m;
   if (!measure_rounds(o, again, sizes, "check", &m)) return 1;
-  if (!o.json_out) print_tuned_ops(o);
+  if (!print_tuned_ops(o)) {
+    std::fprintf(stderr, "gsync-perf --autotune-check: the daemons did not plan every op of the "
+                         "tuned run by the table\n");
+    return 1;
+  }
   int outside = 0;
   if (!o.json_out)
     std::printf("# autotune check: %12s %-14s %-14s %10s %10s %9s\n", "bytes", "tuned plan",
@@ -225,6 +261,7 @@ int run_tune(const Options& o) {
                 sizes.size(), o.hosts, o.ranks);
   Measured m;
   if (!measure_rounds(o, cands, sizes, "tune", &m)) return 1;
+  prefer_rule(o, cands, sizes, &m);
   print_tuned(o, cands, sizes, m);
   std::ofstream out(o.tune_out);
   out << table_of(o, cands, sizes, m).dump(1) << "\n";
