@@ -244,8 +244,9 @@ void Pipeline::add_cross_stage(Op& op) {
 
 void Pipeline::run(Op& op) {
   // Last first: each stage's downstream is ready before it produces (the
-  // cross-host stage's rendezvous goes out before the fold starts).
-  auto now = stamp();
+  // cross-host stage's rendezvous goes out before the fold starts). The
+  // stages begin when the pipeline took the op: its start time, read once.
+  const Clock::time_point now = options_.record ? op.started : Clock::time_point{};
   for (int i = static_cast<int>(op.stages.size()) - 1; i >= 0 && !op.failing; i--) {
     op.states[size_t(i)].state = Op::State::kActive;
     op.states[size_t(i)].times.begun = now;
@@ -324,14 +325,18 @@ void Pipeline::reap() {
     ops_.erase(it);
     Done done = std::move(op->done);
     Status st = op->status;
-    OpTimes times;
+    // One OpTimes for every op, each field set here: the memory of its
+    // stages stays, so recording allocates nothing for them per op.
+    OpTimes& times = reaped_;
     times.started = op->started;
     times.ended = Clock::now();
     times.value = op->value;
     times.route = op->route;
-    for (size_t i = 0; i < op->stages.size() && options_.record; i++)
-      times.stages.push_back({op->stages[i]->name(), op->states[i].times});
     times.plan = std::move(op->plan);
+    // Moved, not copied: the op goes next.
+    times.stages.clear();
+    for (size_t i = 0; i < op->stages.size() && options_.record; i++)
+      times.stages.push_back({op->stages[i]->name(), std::move(op->states[i].times)});
     times.wire = std::move(op->wire);
     op.reset();  // stages go first: a cached plan is back before the next step starts
     if (done) done(serial, st, times);

@@ -175,6 +175,7 @@ class Pipeline {
   bool reap_scheduled_ = false;
   std::vector<WorkPool::Progress> progress_;
   std::vector<WorkPool::Finished> finished_;
+  OpTimes reaped_;  // what reap() hands on, reused op after op
   // Wire logs of ended ops, their memory reserved, for the next ones
   // (recorded cross-host ops take one each).
   std::vector<WireLog> spare_wire_;
