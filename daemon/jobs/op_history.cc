@@ -4,6 +4,7 @@
 #include <time.h>
 
 #include <algorithm>
+#include <cstdint>
 
 #include <nlohmann/json.hpp>
 
@@ -23,10 +24,35 @@ int64_t realtime_ns() {
 OpHistory::OpHistory(size_t capacity, bool record)
     : capacity_(std::max<size_t>(capacity, 1)), record_(record) {}
 
+namespace {
+// The cache lines of n T at p, for writing.
+template <typename T>
+void prefetch(const T* p, size_t n) {
+  if (n == 0) return;
+  const uintptr_t end = reinterpret_cast<uintptr_t>(p + n);
+  for (uintptr_t at = reinterpret_cast<uintptr_t>(p) & ~uintptr_t{63}; at < end; at += 64)
+    __builtin_prefetch(reinterpret_cast<const void*>(at), 1);
+}
+}  // namespace
+
 OpHistoryEntry& OpHistory::next() {
   if (slots_.size() < capacity_) return slots_.emplace_back();
   OpHistoryEntry& e = slots_[next_];
   next_ = (next_ + 1) % capacity_;
+  // A full ring's slots were written ring_ops ops ago: cold, and the copy
+  // into them waited on each miss (most of what recording cost a small
+  // op). So what the next ops will write is fetched ahead, each step
+  // reading only pointers the step before fetched an op earlier: the slot
+  // three on; the blocks of the slot two on; the marks of the next one's
+  // stages.
+  prefetch(&slots_[(next_ + 2) % capacity_], 1);
+  const OpHistoryEntry& two = slots_[(next_ + 1) % capacity_];
+  prefetch(two.arrivals.data(), two.arrivals.size());
+  prefetch(two.pipeline.stages.data(), two.pipeline.stages.size());
+  prefetch(two.pipeline.plan.data(), two.pipeline.plan.size());
+  prefetch(two.pipeline.wire.events().data(), two.pipeline.wire.events().size());
+  for (const auto& st : slots_[next_].pipeline.stages)
+    prefetch(st.times.marks.data(), st.times.marks.size());
   return e;
 }
 
