@@ -42,6 +42,24 @@ void lag_family(metrics::Exposition& m, const nlohmann::json& jobs) {
   }
 }
 
+// Each named job's hosts (this one included): their lag behind the job's
+// first host ready, on this daemon's clock; hosts are the cluster file's.
+void host_lag_family(metrics::Exposition& m, const nlohmann::json& jobs) {
+  m.family("gsync_host_arrival_lag_seconds", "gauge",
+           "A host's lag behind its job's first host ready over the last ops (median, p99)");
+  size_t named = 0;
+  for (const auto& j : jobs) {
+    if (named++ >= kMaxJobs) break;
+    if (!j.contains("stragglers")) continue;
+    const std::string name = j.value("job", "");
+    for (const auto& h : j["stragglers"].value("hosts", nlohmann::json::array())) {
+      const std::string host = h.value("host", "");
+      m.sample({{"job", name}, {"host", host}, {"quantile", "0.5"}}, num(h, "lag_median_s"));
+      m.sample({{"job", name}, {"host", host}, {"quantile", "0.99"}}, num(h, "lag_p99_s"));
+    }
+  }
+}
+
 // The ops ended and the bytes reduced by dtype, cross-host algorithm and
 // codec (OpLabels: names of enums, so at most a few hundred series).
 void ops_by_labels(metrics::Exposition& m, const GlobalStats& g) {
@@ -186,6 +204,7 @@ void Gsyncd::metrics_jobs(metrics::Exposition& m) const {
            "Jobs beyond the 64 named ones, summed under job=\"_other\"");
   m.sample({}, double(folded));
   lag_family(m, jobs);
+  host_lag_family(m, jobs);
 }
 
 // Peers: one per host of the cluster file.

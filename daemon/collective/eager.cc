@@ -50,7 +50,8 @@ void Engine::send_eager(XOp& x, const Phase& p) {
   }
 }
 
-void Engine::on_eager_data(XOp& x, int peer, const cluster::OpReady& m, std::string_view data) {
+void Engine::on_eager_data(XOp& x, int peer, const cluster::OpReady& m, std::string_view data,
+                           Clock::time_point came) {
   const Plan& p = x.p();
   std::string op = x.describe();
   OpParty who{op, host_id(peer), cp_.self_id()};
@@ -84,6 +85,11 @@ void Engine::on_eager_data(XOp& x, int peer, const cluster::OpReady& m, std::str
   x.ready[size_t(j)] = XOp::PeerReady{true, m};
   ch.arrived.push_back({code, data.size()});
   if (x.wire) x.wire->add(false, peer, 0, xfer_name(at.kind), Clock::now());
+  // The straggler report's host lag: a transfer that a phase of step 0
+  // takes left its host as soon as that host's part was ready (it waited
+  // on no one), so when it came is the host's rendezvous. A later one
+  // (a tree's inner node, a doubling's second round) carries others' lag.
+  if (x.hosts && x.sched->chunks[0][at.phase].step == 0) x.hosts->add(peer, came);
   if (x.running) {
     auto keep = x.hold();
     progress(x, 0);

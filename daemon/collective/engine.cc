@@ -149,6 +149,8 @@ void Engine::begin(const EngineOp& op, EngineCallbacks cb) {
   x->cb = std::move(cb);
   x->started = Clock::now();
   x->wire = op.wire;
+  x->hosts = op.hosts;
+  if (x->hosts) x->hosts->set_self(x->started);
   const Plan& p = *op.plan;
   x->ready.resize(p.hosts.size());
   x->chunks.resize(p.nchunks);
@@ -186,7 +188,7 @@ void Engine::replay_early(XOp& x) {
   }
   for (auto& [host, msg] : e.ready) {
     if (x.finished) return;
-    on_op_message(host, msg);
+    on_message(host, msg.bytes, msg.at);
   }
 }
 
@@ -273,6 +275,7 @@ void Engine::complete(XOp& x, const Status& st) {
   if (x.finished) return;
   x.finished = true;
   x.wire = nullptr;  // the stage's: it may go once the op is reported
+  x.hosts = nullptr;
   by_token_.erase(x.token);
   auto self = x.hold();
   // Only this op's entry: never one that took its key since.
@@ -313,6 +316,10 @@ void Engine::expire_early() {
 // ---------------------------------------------------------------- control
 
 void Engine::on_op_message(int peer, std::string_view msg) {
+  on_message(peer, msg, Clock::now());
+}
+
+void Engine::on_message(int peer, std::string_view msg, Clock::time_point at) {
   if (msg.empty()) return;
   uint8_t type = static_cast<uint8_t>(msg[0]);
   if (type == cluster::kOpAbort) {
@@ -320,24 +327,25 @@ void Engine::on_op_message(int peer, std::string_view msg) {
     if (cluster::decode(msg, &m)) return on_abort(peer, m);
   } else {
     cluster::OpReady m;
-    if (cluster::decode(msg, &m)) return on_ready(peer, m, msg);
+    if (cluster::decode(msg, &m)) return on_ready(peer, m, msg, at);
   }
   spdlog::error("host {}: malformed control message (type {}, {} bytes); ignored", host_id(peer),
                 static_cast<int>(type), msg.size());
 }
 
-void Engine::on_ready(int peer, const cluster::OpReady& m, std::string_view msg) {
+void Engine::on_ready(int peer, const cluster::OpReady& m, std::string_view msg,
+                      Clock::time_point at) {
   std::string_view job(m.job, strnlen(m.job, sizeof m.job));
   proto::OpId id{m.key, m.step};
   XOp* x = find(job, id);
   if (!x) {
     auto& e = early_[OpKey{std::string(job), id}];
-    e.ready[peer] = std::string(msg);
+    e.ready[peer] = {std::string(msg), at};
     e.expires = Clock::now() + kEarlyLife;
     return;
   }
   if (m.type == cluster::kOpData) {
-    on_eager_data(*x, peer, m, msg.substr(sizeof m));
+    on_eager_data(*x, peer, m, msg.substr(sizeof m), at);
     return;
   }
   int j = x->participant_of(peer);
@@ -352,6 +360,7 @@ void Engine::on_ready(int peer, const cluster::OpReady& m, std::string_view msg)
   }
   x->ready[size_t(j)] = XOp::PeerReady{true, m};
   x->ready_count++;
+  if (x->hosts) x->hosts->add(peer, at);
   maybe_run(*x);
 }
 

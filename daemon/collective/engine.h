@@ -34,6 +34,7 @@
 #include "daemon/collective/scratch_pool.h"
 #include "daemon/core/clock.h"
 #include "daemon/core/event_loop.h"
+#include "daemon/core/host_arrivals.h"
 #include "daemon/core/status.h"
 #include "daemon/core/wire_log.h"
 #include "protocol/ops.h"
@@ -61,6 +62,10 @@ struct EngineOp {
   // Where the op's transfers are recorded (null: ops are not recorded);
   // the caller's, alive until done has run.
   WireLog* wire = nullptr;
+  // When this host's part and each peer's were ready, for the straggler
+  // report (kept whether or not ops are recorded); the caller's, alive
+  // until done has run. Null: not kept.
+  HostArrivals* hosts = nullptr;
 };
 
 class Engine final : public cluster::OpTraffic {
@@ -113,7 +118,10 @@ class Engine final : public cluster::OpTraffic {
   Status prepare_packed(Plan& plan);
 
   // Rendezvous (engine.cc).
-  void on_ready(int peer, const cluster::OpReady& m, std::string_view msg);
+  // A message that came at `at` (a rendezvous kept from before the op
+  // began here keeps when it came).
+  void on_message(int peer, std::string_view msg, Clock::time_point at);
+  void on_ready(int peer, const cluster::OpReady& m, std::string_view msg, Clock::time_point at);
   void on_abort(int peer, const cluster::OpAbort& m);
   cluster::OpReady op_message(const XOp& x, uint8_t type, double weight) const;
   void send_ready(XOp& x);
@@ -145,7 +153,8 @@ class Engine final : public cluster::OpTraffic {
 
   // Eager ops (eager.cc).
   void send_eager(XOp& x, const Phase& p);
-  void on_eager_data(XOp& x, int peer, const cluster::OpReady& m, std::string_view data);
+  void on_eager_data(XOp& x, int peer, const cluster::OpReady& m, std::string_view data,
+                     Clock::time_point at);
   bool eager_waits_on(const XOp& x, int participant) const;
   std::string eager_waiting_for(const XOp& x) const;
   std::chrono::milliseconds eager_timeout_grace(const XOp& x) const;
@@ -172,7 +181,11 @@ class Engine final : public cluster::OpTraffic {
   std::unordered_map<uint32_t, XOp*> by_token_;
   // Rendezvous and aborts that came before this host began the op.
   struct Early {
-    std::map<int, std::string> ready;  // whole messages (eager ones carry data)
+    struct Message {
+      std::string bytes;  // whole (eager ones carry data)
+      Clock::time_point at;
+    };
+    std::map<int, Message> ready;
     std::unique_ptr<Status> abort;
     Clock::time_point expires;
   };

@@ -99,6 +99,7 @@ struct Engine::XOp : std::enable_shared_from_this<Engine::XOp> {
   EngineCallbacks cb;
   Clock::time_point started;
   WireLog* wire = nullptr;  // EngineOp::wire; null once the op is complete
+  HostArrivals* hosts = nullptr;  // EngineOp::hosts; null once the op is complete
 
   const Plan& p() const { return *plan; }
   std::string describe() const {

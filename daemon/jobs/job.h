@@ -122,6 +122,8 @@ struct Job {
   uint64_t departures = 0;
   // Who arrives last, over the last ops all local ranks joined.
   StragglerBook stragglers;
+  // Which host is ready last, over the last cross-host ops.
+  HostLagBook host_lags;
 
   uint64_t ops_completed = 0, ops_failed = 0, bytes_reduced = 0;
   RateMeter meter;

@@ -385,6 +385,7 @@ void JobManager::finish(Job& job, const OpId& id, const Status& st,
   OpCounts& counts = stats_.by_labels[op_labels(job, op->shape, times)];
   if (st && op->shape.opcode == proto::Opcode::kPsDeclare) job.ps_keys.insert(id.key);
   if (st && op->arrived == job.local_size) note_arrivals(job, *op);
+  if (st && times && job.multi_host()) note_host_arrivals(job, times->hosts);
   if (st && job.leasing && proto::is_push(op->shape.opcode)) settle_pushes(job, *op);
   if (st) {
     job.ops_completed++;

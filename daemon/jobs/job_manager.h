@@ -125,8 +125,12 @@ class JobManager final : public ClientSink {
   void depart(Job& job, const Session& s, const std::string& reason);
   void settle_pushes(Job& job, const JobOp& op);
   // The straggler report (job_report.cc): an op's arrivals into its book,
-  // a warning when one rank is the straggler; per rank, its lags.
+  // a warning when one rank is the straggler; per rank, its lags; and
+  // per host of the job, its lags.
   void note_arrivals(Job& job, const JobOp& op);
+  // The same for a cross-host op's hosts (the job's HostLagBook).
+  void note_host_arrivals(Job& job, const HostArrivals& hosts);
+  nlohmann::json host_report(const Job& job) const;
   nlohmann::json straggler_report(const Job& job) const;
   void expire(Job& job, Clock::time_point now);
 

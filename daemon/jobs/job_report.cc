@@ -206,11 +206,45 @@ nlohmann::json JobManager::straggler_report(const Job& job) const {
                      {"last_share", lags[l].last_share}});
   }
   const int st = job.stragglers.straggler(lags);
-  return {{"ops", job.stragglers.ops()},
-          {"ranks", ranks},
-          {"straggler", st >= 0 && job.slots[size_t(st)].session
-                            ? nlohmann::json(job.slots[size_t(st)].session->rank)
-                            : nlohmann::json(nullptr)}};
+  nlohmann::json out = host_report(job);
+  out["ops"] = job.stragglers.ops();
+  out["ranks"] = std::move(ranks);
+  out["straggler"] = st >= 0 && job.slots[size_t(st)].session
+                         ? nlohmann::json(job.slots[size_t(st)].session->rank)
+                         : nlohmann::json(nullptr);
+  return out;
+}
+
+void JobManager::note_host_arrivals(Job& job, const HostArrivals& hosts) {
+  if (!control_) return;
+  job.host_lags.add(hosts, control_->self(), int(control_->cluster().hosts.size()));
+  // As note_arrivals: looked at every 16 ops.
+  if (job.host_lags.ops() % 16 != 0) return;
+  const auto lags = job.host_lags.lags();
+  const int i = job.host_lags.straggler(lags);
+  if (i < 0 || !job.host_lags.may_warn(lags[size_t(i)].host, Clock::now())) return;
+  const HostLag& l = lags[size_t(i)];
+  spdlog::warn("job {}: host {} is the straggler host: last in {:.0f}% of the last {} ops, by a "
+               "median {:.1f} ms behind the first host (p99 {:.1f} ms; on host {}'s clock)",
+               job.id, control_->host_id(l.host), 100 * l.last_share, job.host_lags.ops(),
+               1e3 * l.median_s, 1e3 * l.p99_s, control_->self_id());
+}
+
+// Per host of the job (this one included): its lag behind the first host
+// ready, on this daemon's clock ("Stragglers").
+nlohmann::json JobManager::host_report(const Job& job) const {
+  nlohmann::json hosts = nlohmann::json::array();
+  const auto lags = job.host_lags.lags();
+  const int st = job.host_lags.straggler(lags);
+  for (const auto& l : lags)
+    hosts.push_back({{"host", control_ ? control_->host_id(l.host) : std::to_string(l.host)},
+                     {"self", control_ && l.host == control_->self()},
+                     {"lag_median_s", l.median_s},
+                     {"lag_p99_s", l.p99_s},
+                     {"last_share", l.last_share}});
+  nlohmann::json who = nullptr;
+  if (st >= 0 && control_) who = control_->host_id(lags[size_t(st)].host);
+  return {{"host_ops", job.host_lags.ops()}, {"hosts", std::move(hosts)}, {"host_straggler", who}};
 }
 
 }  // namespace gsync

@@ -9,6 +9,11 @@
 // of more than kWarnLag, is the straggler: said once a minute in the log,
 // naming rank, host and pid. This host's ranks only (a rank on another host
 // is in that host's report). Event thread only.
+//
+// HostLagBook does the same for whole hosts, for a job on several: per op,
+// when this host's part was ready and when each peer's rendezvous came
+// (core/host_arrivals.h), each host's lag behind the first host ready,
+// this one included. Every time is this daemon's own clock.
 #pragma once
 
 #include <chrono>
@@ -18,6 +23,7 @@
 #include <vector>
 
 #include "daemon/core/clock.h"
+#include "daemon/core/host_arrivals.h"
 
 namespace gsync {
 
@@ -49,6 +55,33 @@ class StragglerBook {
   std::deque<std::vector<double>> ops_;  // per op, per local rank: seconds behind the first
   Clock::time_point warned_{};
   int warned_rank_ = -1;
+};
+
+struct HostLag {
+  int host = -1;  // a cluster index
+  double median_s = 0, p99_s = 0;
+  double last_share = 0;  // of the ops in the window it took part in
+};
+
+class HostLagBook {
+ public:
+  // One op of `hosts` cluster hosts, this host `self`. The ring is sized
+  // at the first op (kWindow ops x the cluster's hosts) and only reused.
+  void add(const HostArrivals& a, int self, int hosts);
+  // Per host heard from in the window, by cluster index.
+  std::vector<HostLag> lags() const;
+  // The straggler host's index into lags, or -1 (as StragglerBook).
+  int straggler(const std::vector<HostLag>& lags) const;
+  size_t ops() const { return ops_; }
+  bool may_warn(int host, Clock::time_point now);
+
+ private:
+  int hosts_ = 0;
+  size_t next_ = 0, ops_ = 0;  // the ring's next slot; ops in it (<= kWindow)
+  std::vector<float> lag_;     // slot * hosts_ + host: seconds behind the first; < 0: absent
+  std::vector<int16_t> last_;  // per slot: the last host
+  Clock::time_point warned_{};
+  int warned_host_ = -1;
 };
 
 }  // namespace gsync

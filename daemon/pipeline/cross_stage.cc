@@ -7,8 +7,13 @@
 namespace gsync::pipeline {
 
 CrossStage::CrossStage(StageLink link, collective::Engine& engine, PlanCache& plans,
-                       PlanLease lease, WireLog* wire)
-    : Stage(link), engine_(engine), plans_(plans), lease_(std::move(lease)), wire_(wire) {}
+                       PlanLease lease, WireLog* wire, HostArrivals* hosts)
+    : Stage(link),
+      engine_(engine),
+      plans_(plans),
+      lease_(std::move(lease)),
+      wire_(wire),
+      hosts_(hosts) {}
 
 CrossStage::~CrossStage() {
   // An op that never began (it failed before) still gives its plan back.
@@ -31,6 +36,7 @@ void CrossStage::begin() {
   op.plan = lease_.plan;
   op.data = host_buffer(r).ptr;
   op.wire = wire_;
+  op.hosts = hosts_;
   for (const auto& c : r.locals) op.weight_local += c.weight;
   begun_ = true;
   collective::EngineCallbacks cb;

@@ -20,9 +20,10 @@ namespace gsync::pipeline {
 
 class CrossStage final : public Stage {
  public:
-  // wire: where the engine records the op's transfers (null: not recorded).
+  // wire: where the engine records the op's transfers (null: not
+  // recorded); hosts: when each host's part was ready (null: not kept).
   CrossStage(StageLink link, collective::Engine& engine, PlanCache& plans, PlanLease lease,
-             WireLog* wire = nullptr);
+             WireLog* wire = nullptr, HostArrivals* hosts = nullptr);
   ~CrossStage() override;
   const char* name() const override { return "cross-host"; }
   void begin() override;
@@ -42,6 +43,7 @@ class CrossStage final : public Stage {
   PlanCache& plans_;
   PlanLease lease_;
   WireLog* wire_;
+  HostArrivals* hosts_;
   bool begun_ = false, ended_ = false;
   uint64_t ready_upto_ = 0;
 };

@@ -50,6 +50,7 @@ class Op {
   Clock::time_point started;
   std::string plan;  // OpTimes::plan
   WireLog wire;      // OpTimes::wire; the cross-host stage records into it
+  HostArrivals hosts;  // OpTimes::hosts; the cross-host stage records into it
 
   StageLink link(int index) { return StageLink(*this, index); }
   // The first stage not finished; -1 when all are.
@@ -234,7 +235,8 @@ void Pipeline::add_cross_stage(Op& op) {
     wire = &op.wire;
   }
   op.stages.push_back(
-      std::make_unique<CrossStage>(op.link(at++), *engine_, *plans_, std::move(lease), wire));
+      std::make_unique<CrossStage>(op.link(at++), *engine_, *plans_, std::move(lease), wire,
+                                   &op.hosts));
   if (declare) op.stages.push_back(std::make_unique<PsDeclareStage>(op.link(at++), *ps_, control_->self()));
   if (GuardStage::wanted(r))
     op.stages.push_back(std::make_unique<GuardStage>(op.link(at++), pool_, guards_));
@@ -338,6 +340,7 @@ void Pipeline::reap() {
     for (size_t i = 0; i < op->stages.size() && options_.record; i++)
       times.stages.push_back({op->stages[i]->name(), std::move(op->states[i].times)});
     times.wire = std::move(op->wire);
+    times.hosts = op->hosts;
     op.reset();  // stages go first: a cached plan is back before the next step starts
     if (done) done(serial, st, times);
     // Kept, not freed: the next cross-host op records into it.

@@ -32,6 +32,7 @@
 #include "daemon/core/event_loop.h"
 #include "daemon/core/status.h"
 #include "daemon/core/guard_book.h"
+#include "daemon/core/host_arrivals.h"
 #include "daemon/core/wire_log.h"
 #include "daemon/pipeline/op.h"
 #include "daemon/pipeline/stage.h"
@@ -93,6 +94,9 @@ struct OpTimes {
   std::string plan;
   // Its transfers on each peer link (recorded ops only; empty otherwise).
   WireLog wire;
+  // When this host's part and each peer's were ready (the straggler
+  // report's host lags): every cross-host op, recorded or not.
+  HostArrivals hosts;
 };
 
 // What the admin reports show of a running op.

@@ -349,6 +349,104 @@ TEST(Stragglers, TheDelayedRankIsNamedWithItsLag) {
       << scrape;
 }
 
+// Three hosts, a rank each, the rank on h2 40 ms late to every op: each
+// daemon's host lags (on its own clock) name h2, its median lag within 20%
+// of the 40 ms and last in nearly every op; h1's log says it, gsyncctl
+// prints the host table and the verdict, /metrics has the lag. Over `algo`:
+// ring (rendezvous: OpReady) and direct (small ops go eagerly: OpData);
+// the eager one with [trace] record off (the report keeps its own times).
+void host_lag_named(const std::string& algo, bool record) {
+  testbed::Options o;
+  o.rack_sizes = {3};
+  o.loopback = true;  // /metrics on 127.0.0.1 of this process
+  o.daemon_args = {"--algo", algo, "--metrics-listen", "127.0.0.1:0", "--trace-record",
+                   record ? "true" : "false"};
+  std::unique_ptr<testbed::Testbed> bed;
+  Status st = testbed::Testbed::create(o, &bed);
+  ASSERT_TRUE(st) << st.message();
+  constexpr int kOps = 60;
+  constexpr double kDelayS = 0.040;
+  const auto p = places({1, 1, 1});
+  int go[2];
+  ASSERT_EQ(pipe(go), 0);
+  std::vector<ChildResult> res;
+  std::thread ranks([&] {
+    res = run_ranks(3, [&](int r) {
+      gsync_comm_t* comm;
+      RANK_CHECK(connect_place(*bed, "hl", p, r, &comm) == 0, "{}", gsync_last_error());
+      std::vector<float> buf(256, 1.0f);
+      for (int s = 0; s < kOps; s++) {
+        if (r == 1) std::this_thread::sleep_for(std::chrono::duration<double>(kDelayS));
+        gsync_request_t* req;
+        RANK_CHECK(gsync_allreduce(comm, 1, uint64_t(s), buf.data(), buf.size(), GSYNC_FLOAT32,
+                                   GSYNC_SUM, 0, &req) == 0, "{}", gsync_last_error());
+        RANK_CHECK(gsync_wait(req, 20000) == 0, "{}", gsync_request_error(req));
+        gsync_request_free(req);
+      }
+      RANK_CHECK(read_byte(go[0], 60000), "no word to close");
+      gsync_close(comm);
+      return 0;
+    });
+  });
+  // Every daemon's report once it holds every op (they end a little apart).
+  std::vector<nlohmann::json> s(3);
+  const bool seen = wait_until([&] {
+    for (int h = 0; h < 3; h++) {
+      nlohmann::json row = job_row(bed->admin_socket(h), "hl");
+      if (row.is_object() && row["stragglers"].value("host_ops", 0) == kOps)
+        s[size_t(h)] = row["stragglers"];
+    }
+    return std::all_of(s.begin(), s.end(), [](const auto& j) { return j.is_object(); });
+  }, 60000);
+  std::string ctl_out, scrape;
+  if (seen) {
+    if (const char* ctl = std::getenv("GSYNCCTL"))
+      ctl_out = run_command(fmt::format("{} -s {} jobs --stragglers 2>&1", ctl,
+                                        bed->admin_socket(0)));
+    scrape = body_of(http(metrics_port(bed->daemon_log(0)), "GET /metrics HTTP/1.0\r\n\r\n"));
+  }
+  ASSERT_EQ(write(go[1], "xxx", 3), 3);
+  ranks.join();
+  for (auto& c : res) EXPECT_EQ(c.code, 0) << c.output;
+  ASSERT_TRUE(seen) << admin_query(bed->admin_socket(0), "jobs");
+  for (int h = 0; h < 3; h++) {
+    const auto& sh = s[size_t(h)];
+    EXPECT_EQ(sh["host_straggler"], "h2") << "on h" << h + 1 << ": " << sh.dump();
+    ASSERT_EQ(sh["hosts"].size(), 3u) << sh.dump();
+    for (const auto& row : sh["hosts"]) {
+      const double median = row["lag_median_s"].get<double>();
+      if (row["host"] == "h2") {
+        EXPECT_NEAR(median, kDelayS, 0.2 * kDelayS) << "on h" << h + 1 << ": " << sh.dump();
+        EXPECT_GE(row["last_share"].get<double>(), 0.9) << sh.dump();
+      } else {
+        EXPECT_LT(median, 0.2 * kDelayS) << "on h" << h + 1 << ": " << sh.dump();
+      }
+      EXPECT_EQ(row["self"], row["host"] == bed->host_id(h)) << sh.dump();
+    }
+    std::printf("[ measured ] %s, on h%d: h2 lag median %.1f ms\n", algo.c_str(), h + 1,
+                1e3 * sh["hosts"][1]["lag_median_s"].get<double>());
+  }
+  EXPECT_NE(bed->daemon_log(0).find("job hl: host h2 is the straggler host: last in"),
+            std::string::npos)
+      << bed->daemon_log(0);
+  if (std::getenv("GSYNCCTL")) {
+    EXPECT_NE(ctl_out.find("job hl: host h2 is last in"), std::string::npos) << ctl_out;
+    EXPECT_NE(ctl_out.find("  h1 (this)"), std::string::npos) << ctl_out;
+    EXPECT_NE(ctl_out.find("  h2 "), std::string::npos) << ctl_out;
+  }
+  std::string error;
+  auto m = parse(scrape, &error);
+  EXPECT_TRUE(error.empty()) << error;
+  EXPECT_NEAR(m["gsync_host_arrival_lag_seconds{job=\"hl\",host=\"h2\",quantile=\"0.5\"}"],
+              kDelayS, 0.2 * kDelayS)
+      << scrape;
+}
+
+TEST(Stragglers, TheLateHostIsNamedWithItsLagOverRendezvous) { host_lag_named("ring", true); }
+TEST(Stragglers, TheLateHostIsNamedWithItsLagOverEagerOpsUnrecorded) {
+  host_lag_named("direct", false);
+}
+
 // gsyncctl trace: the recent ops of two daemons as one Chrome trace file:
 // valid JSON with a process per daemon, an op span per op the test ran
 // (the right count, job, key and step), an arrival per rank and op, and
