@@ -87,19 +87,29 @@ inline int64_t job_count(const std::string& admin, const std::string& job,
     }                                                                           \
   } while (0)
 
-inline int connect_rank(const std::string& socket, const std::string& job, int world, int rank,
-                        gsync_comm_t** comm, uint64_t arena = 0, uint32_t timeout_ms = 0) {
+// Connects rank `rank` (local rank `local_rank` of `local_size` on this
+// daemon) of job; `set` fills in whatever else the test's job says.
+template <class Set>
+int connect_with(const std::string& socket, const std::string& job, int world, int rank,
+                 int local_rank, int local_size, gsync_comm_t** comm, Set set) {
   gsync_config_t cfg;
   gsync_config_init(&cfg);
   cfg.socket_path = socket.c_str();
   cfg.job_id = job.c_str();
   cfg.world_size = world;
   cfg.rank = rank;
-  cfg.local_rank = rank;
-  cfg.local_size = world;
-  cfg.arena_bytes = arena;
-  cfg.timeout_ms = timeout_ms;
+  cfg.local_rank = local_rank;
+  cfg.local_size = local_size;
+  set(cfg);
   return gsync_connect(&cfg, comm);
+}
+
+inline int connect_rank(const std::string& socket, const std::string& job, int world, int rank,
+                        gsync_comm_t** comm, uint64_t arena = 0, uint32_t timeout_ms = 0) {
+  return connect_with(socket, job, world, rank, rank, world, comm, [&](gsync_config_t& cfg) {
+    cfg.arena_bytes = arena;
+    cfg.timeout_ms = timeout_ms;
+  });
 }
 
 }  // namespace gsync::test

@@ -24,18 +24,12 @@ namespace {
 int connect_guarded(const std::string& socket, const std::string& job, int world, int rank,
                     int local_rank, int local_size, gsync_comm_t** comm, bool guard = true,
                     uint32_t sigmas = 0) {
-  gsync_config_t cfg;
-  gsync_config_init(&cfg);
-  cfg.socket_path = socket.c_str();
-  cfg.job_id = job.c_str();
-  cfg.world_size = world;
-  cfg.rank = rank;
-  cfg.local_rank = local_rank;
-  cfg.local_size = local_size;
-  cfg.timeout_ms = 60000;
-  cfg.anomaly_guard = guard ? 1 : 0;
-  cfg.anomaly_sigmas = sigmas;
-  return gsync_connect(&cfg, comm);
+  return connect_with(socket, job, world, rank, local_rank, local_size, comm,
+                      [&](gsync_config_t& cfg) {
+                        cfg.timeout_ms = 60000;
+                        cfg.anomaly_guard = guard ? 1 : 0;
+                        cfg.anomaly_sigmas = sigmas;
+                      });
 }
 
 // Rank r's gradient at step s: noise whose scale drifts down and jitters,

@@ -25,18 +25,12 @@ using tools::run_command;
 int connect_planned(const std::string& socket, const std::string& job, int world, int rank,
                     int local_rank, int local_size, const char* algo, uint64_t chunk,
                     gsync_comm_t** comm) {
-  gsync_config_t cfg;
-  gsync_config_init(&cfg);
-  cfg.socket_path = socket.c_str();
-  cfg.job_id = job.c_str();
-  cfg.world_size = world;
-  cfg.rank = rank;
-  cfg.local_rank = local_rank;
-  cfg.local_size = local_size;
-  cfg.timeout_ms = 20000;
-  cfg.algorithm = algo;
-  cfg.chunk_bytes = chunk;
-  return gsync_connect(&cfg, comm);
+  return connect_with(socket, job, world, rank, local_rank, local_size, comm,
+                      [&](gsync_config_t& cfg) {
+                        cfg.timeout_ms = 20000;
+                        cfg.algorithm = algo;
+                        cfg.chunk_bytes = chunk;
+                      });
 }
 
 // One rank's allreduce of n floats (its rank + 1 everywhere) at step s:
