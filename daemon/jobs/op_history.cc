@@ -43,16 +43,13 @@ OpHistoryEntry& OpHistory::next() {
   // into them waited on each miss (most of what recording cost a small
   // op). So what the next ops will write is fetched ahead, each step
   // reading only pointers the step before fetched an op earlier: the slot
-  // three on; the blocks of the slot two on; the marks of the next one's
-  // stages.
+  // three on, then the blocks of the slot two on.
   prefetch(&slots_[(next_ + 2) % capacity_], 1);
   const OpHistoryEntry& two = slots_[(next_ + 1) % capacity_];
   prefetch(two.arrivals.data(), two.arrivals.size());
   prefetch(two.pipeline.stages.data(), two.pipeline.stages.size());
   prefetch(two.pipeline.plan.data(), two.pipeline.plan.size());
   prefetch(two.pipeline.wire.events().data(), two.pipeline.wire.events().size());
-  for (const auto& st : slots_[next_].pipeline.stages)
-    prefetch(st.times.marks.data(), st.times.marks.size());
   return e;
 }
 

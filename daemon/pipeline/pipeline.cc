@@ -77,7 +77,7 @@ void StageLink::emit(uint64_t begin, uint64_t end) { op_.pipeline.emit(op_, inde
 void StageLink::finished() { op_.pipeline.stage_finished(op_, index_); }
 void StageLink::mark(const char* name) {
   if (op_.pipeline.options_.record)
-    op_.states[size_t(index_)].times.marks.emplace_back(name, Clock::now());
+    op_.states[size_t(index_)].times.marks.add(name, Clock::now());
 }
 void StageLink::failed(const Status& st) { op_.pipeline.stage_failed(op_, index_, st); }
 void StageLink::quiet() { op_.pipeline.stage_quiet(op_, index_); }

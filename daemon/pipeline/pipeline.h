@@ -20,7 +20,9 @@
 // "The op pipeline", has the state diagram.
 #pragma once
 
+#include <array>
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -62,12 +64,25 @@ struct PipelineOptions {
   bool record = true;                 // stage times kept ([trace] record); else OpTimes has none
 };
 
+// The moments of its own a stage marks (the cross-host stage:
+// "rendezvous", when every peer's part was known), held inline so that
+// recording them allocates nothing: at most kMax, later ones dropped.
+struct StageMarks {
+  static constexpr size_t kMax = 2;
+  std::array<std::pair<const char*, Clock::time_point>, kMax> at{};
+  size_t n = 0;
+  void add(const char* name, Clock::time_point t) {
+    if (n < kMax) at[n++] = {name, t};
+  }
+  auto begin() const { return at.begin(); }
+  auto end() const { return at.begin() + static_cast<std::ptrdiff_t>(n); }
+};
+
 // Times of one stage of one op, for the trace and the metrics: the three
-// every stage has, and the moments of its own it marks (the cross-host
-// stage: "rendezvous", when every peer's part was known).
+// every stage has, and its marks.
 struct StageTimes {
   Clock::time_point begun{}, first_input{}, finished{};
-  std::vector<std::pair<const char*, Clock::time_point>> marks;
+  StageMarks marks;
 };
 
 // How an op crossed between hosts, for the metrics' labels (both come
