@@ -254,8 +254,10 @@ void ControlPlane::on_peer_up(int peer) {
   spdlog::info("peer {} ({}:{}, rack {}) is up; cluster epoch {}", h.id, h.address, h.port, h.rack,
                epoch_);
   send_host_info(peer);
+  // Again with the job's table: a peer that came back must not read "none".
   for (const auto& [job, wr] : members_.local())
-    net_->send_control(peer, encode_announce(job, wr.first, wr.second));
+    net_->send_control(peer, encode_announce(job, wr.first, wr.second,
+                                             members_.tuning_of(job, cluster_.self)));
 }
 
 void ControlPlane::on_peer_down(int peer, const Status& why) {

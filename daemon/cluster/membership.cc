@@ -22,6 +22,13 @@ void Membership::clear_remote(const std::string& job, int host) {
   if (auto it = tuning_.find(job); it != tuning_.end()) it->second.erase(host);
 }
 
+uint32_t Membership::tuning_of(const std::string& job, int host) const {
+  auto it = tuning_.find(job);
+  if (it == tuning_.end()) return 0;
+  auto h = it->second.find(host);
+  return h == it->second.end() ? 0 : h->second;
+}
+
 bool Membership::tuning_agrees(const std::string& job) const {
   auto it = tuning_.find(job);
   if (it == tuning_.end()) return true;

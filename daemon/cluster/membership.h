@@ -30,6 +30,7 @@ class Membership {
   void set_tuning(const std::string& job, int host, uint32_t digest) { tuning_[job][host] = digest; }
   // Whether every host that announced the job plans it with the same table.
   bool tuning_agrees(const std::string& job) const;
+  uint32_t tuning_of(const std::string& job, int host) const;
   // A host is gone: forget its ranks everywhere; returns the jobs it was in.
   std::vector<std::string> remove_host(int host);
 
