@@ -27,10 +27,7 @@ void record(OpHistoryEntry& h, const std::string& job, const JobOp& op, const St
   for (const auto& a : op.arrivals)
     if (a.session) h.arrivals.emplace_back(a.session->rank, a.at);
   h.finished = now;
-  if (times)
-    h.pipeline = *times;
-  else
-    h.pipeline = pipeline::OpTimes{};
+  h.take_times(times);
 }
 
 OpLabels op_labels(const Job& job, const proto::OpShape& shape, const pipeline::OpTimes* times) {

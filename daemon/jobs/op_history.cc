@@ -21,6 +21,20 @@ int64_t realtime_ns() {
   return int64_t{ts.tv_sec} * 1000000000 + ts.tv_nsec;
 }
 
+void OpHistoryEntry::take_times(const PipelineTimes* times) {
+  if (!times) {
+    pipeline.started = {};
+    pipeline.stages.clear();
+    pipeline.plan.clear();
+    pipeline.wire = WireLog{};
+    return;
+  }
+  pipeline.started = times->started;
+  pipeline.stages = times->stages;
+  pipeline.plan = times->plan;
+  pipeline.wire = times->wire;
+}
+
 OpHistory::OpHistory(size_t capacity, bool record)
     : capacity_(std::max<size_t>(capacity, 1)), record_(record) {}
 

@@ -25,10 +25,13 @@
 #include <nlohmann/json_fwd.hpp>
 
 #include "daemon/core/clock.h"
+#include "daemon/core/wire_log.h"
 #include "daemon/pipeline/pipeline.h"
 #include "protocol/ops.h"
 
 namespace gsync {
+
+using PipelineTimes = pipeline::OpTimes;
 
 struct OpHistoryEntry {
   std::string job;
@@ -38,7 +41,18 @@ struct OpHistoryEntry {
   std::string error;   // its text, when it failed
   std::vector<std::pair<int, Clock::time_point>> arrivals;  // (global rank, when), by local rank
   Clock::time_point finished{};
-  pipeline::OpTimes pipeline;  // no stages when it never started
+  // What the history shows of the pipeline's times: not all of them (the
+  // straggler report's host arrivals are 650 bytes an op it never shows).
+  // No stages when the op never started.
+  struct Times {
+    Clock::time_point started{};
+    std::vector<PipelineTimes::Stage> stages;
+    std::string plan;
+    WireLog wire;
+  } pipeline;
+  // Its times from the pipeline's (null: the op never started), assigned
+  // over what the slot held, reusing its memory.
+  void take_times(const PipelineTimes* times);
 };
 
 class OpHistory {
