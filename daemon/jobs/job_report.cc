@@ -180,7 +180,9 @@ void JobManager::note_arrivals(Job& job, const JobOp& op) {
   for (const auto& a : op.arrivals) at.push_back(a.at);
   job.stragglers.add(at);
   // Looked at every 16 ops: the verdict moves slowly, and this is per op.
-  if (job.stragglers.ops() % 16 != 0) return;
+  // (seen, not ops: ops stays at the window's size once it is full, and
+  // then every op would sort the window.)
+  if (job.stragglers.seen() % 16 != 0) return;
   const auto lags = job.stragglers.lags();
   const int l = job.stragglers.straggler(lags);
   if (l < 0 || !job.slots[size_t(l)].session) return;
@@ -219,7 +221,7 @@ void JobManager::note_host_arrivals(Job& job, const HostArrivals& hosts) {
   if (!control_) return;
   job.host_lags.add(hosts, control_->self(), int(control_->cluster().hosts.size()));
   // As note_arrivals: looked at every 16 ops.
-  if (job.host_lags.ops() % 16 != 0) return;
+  if (job.host_lags.seen() % 16 != 0) return;
   const auto lags = job.host_lags.lags();
   const int i = job.host_lags.straggler(lags);
   if (i < 0 || !job.host_lags.may_warn(lags[size_t(i)].host, Clock::now())) return;

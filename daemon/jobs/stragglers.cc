@@ -13,6 +13,7 @@ void StragglerBook::add(const std::vector<Clock::time_point>& arrivals) {
   for (const auto& a : arrivals) lag.push_back(std::chrono::duration<double>(a - first).count());
   if (ops_.size() >= kWindow) ops_.pop_front();
   ops_.push_back(std::move(lag));
+  seen_++;
 }
 
 std::vector<RankLag> StragglerBook::lags() const {
@@ -75,6 +76,7 @@ void HostLagBook::add(const HostArrivals& a, int self, int hosts) {
   last_[next_] = int16_t(last_host);
   next_ = (next_ + 1) % StragglerBook::kWindow;
   ops_ = std::min(ops_ + 1, StragglerBook::kWindow);
+  seen_++;
 }
 
 std::vector<HostLag> HostLagBook::lags() const {

@@ -48,11 +48,14 @@ class StragglerBook {
   // The straggler's local rank, or -1 (none, or not enough ops yet).
   int straggler(const std::vector<RankLag>& lags) const;
   size_t ops() const { return ops_.size(); }
+  // Ops ever added (not capped at the window): when to look again.
+  uint64_t seen() const { return seen_; }
   // Whether a warning about local rank l may be logged now (once a minute).
   bool may_warn(int l, Clock::time_point now);
 
  private:
   std::deque<std::vector<double>> ops_;  // per op, per local rank: seconds behind the first
+  uint64_t seen_ = 0;
   Clock::time_point warned_{};
   int warned_rank_ = -1;
 };
@@ -73,11 +76,13 @@ class HostLagBook {
   // The straggler host's index into lags, or -1 (as StragglerBook).
   int straggler(const std::vector<HostLag>& lags) const;
   size_t ops() const { return ops_; }
+  uint64_t seen() const { return seen_; }  // as StragglerBook::seen
   bool may_warn(int host, Clock::time_point now);
 
  private:
   int hosts_ = 0;
   size_t next_ = 0, ops_ = 0;  // the ring's next slot; ops in it (<= kWindow)
+  uint64_t seen_ = 0;
   std::vector<float> lag_;     // slot * hosts_ + host: seconds behind the first; < 0: absent
   std::vector<int16_t> last_;  // per slot: the last host
   Clock::time_point warned_{};
