@@ -276,6 +276,21 @@ TEST(Metrics, CrossHostOpsAreCountedByDtypeAlgorithmAndCodec) {
   }
 }
 
+// A rank's `ops` allreduces of 256 floats (key 1, steps 0..), each after
+// `delay_s` seconds of sleep: what a slow data loader does to a rank.
+int late_allreduces(gsync_comm_t* comm, int ops, double delay_s) {
+  std::vector<float> buf(256, 1.0f);
+  for (int s = 0; s < ops; s++) {
+    if (delay_s > 0) std::this_thread::sleep_for(std::chrono::duration<double>(delay_s));
+    gsync_request_t* req;
+    RANK_CHECK(gsync_allreduce(comm, 1, uint64_t(s), buf.data(), buf.size(), GSYNC_FLOAT32,
+                               GSYNC_SUM, 0, &req) == 0, "{}", gsync_last_error());
+    RANK_CHECK(gsync_wait(req, 20000) == 0, "{}", gsync_request_error(req));
+    gsync_request_free(req);
+  }
+  return 0;
+}
+
 // Three ranks, the third 40 ms late to every op: the straggler report
 // names it with its lag (within 20% of the 40 ms), the log says so naming
 // its pid, gsyncctl prints it, and /metrics has its lag.
@@ -291,16 +306,7 @@ TEST(Stragglers, TheDelayedRankIsNamedWithItsLag) {
     res = run_ranks(3, [&](int r) {
       gsync_comm_t* comm;
       RANK_CHECK(connect_rank(d.socket(), "slow", 3, r, &comm) == 0, "{}", gsync_last_error());
-      std::vector<float> buf(256, 1.0f);
-      for (int s = 0; s < kOps; s++) {
-        // The injected delay: what a slow data loader does to a rank.
-        if (r == 2) std::this_thread::sleep_for(std::chrono::duration<double>(kDelayS));
-        gsync_request_t* req;
-        RANK_CHECK(gsync_allreduce(comm, 1, uint64_t(s), buf.data(), buf.size(), GSYNC_FLOAT32,
-                                   GSYNC_SUM, 0, &req) == 0, "{}", gsync_last_error());
-        RANK_CHECK(gsync_wait(req, 20000) == 0, "{}", gsync_request_error(req));
-        gsync_request_free(req);
-      }
+      if (late_allreduces(comm, kOps, r == 2 ? kDelayS : 0) != 0) return 1;
       report(fmt::format("pid {}\n", getpid()));
       RANK_CHECK(read_byte(go[0], 60000), "no word to close");
       gsync_close(comm);
@@ -374,15 +380,7 @@ void host_lag_named(const std::string& algo, bool record) {
     res = run_ranks(3, [&](int r) {
       gsync_comm_t* comm;
       RANK_CHECK(connect_place(*bed, "hl", p, r, &comm) == 0, "{}", gsync_last_error());
-      std::vector<float> buf(256, 1.0f);
-      for (int s = 0; s < kOps; s++) {
-        if (r == 1) std::this_thread::sleep_for(std::chrono::duration<double>(kDelayS));
-        gsync_request_t* req;
-        RANK_CHECK(gsync_allreduce(comm, 1, uint64_t(s), buf.data(), buf.size(), GSYNC_FLOAT32,
-                                   GSYNC_SUM, 0, &req) == 0, "{}", gsync_last_error());
-        RANK_CHECK(gsync_wait(req, 20000) == 0, "{}", gsync_request_error(req));
-        gsync_request_free(req);
-      }
+      if (late_allreduces(comm, kOps, r == 1 ? kDelayS : 0) != 0) return 1;
       RANK_CHECK(read_byte(go[0], 60000), "no word to close");
       gsync_close(comm);
       return 0;

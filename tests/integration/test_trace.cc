@@ -40,21 +40,15 @@ constexpr size_t kEagerCount = 256;
 void run_job(const testbed::Testbed& bed, const std::string& job, const char* algo,
              uint64_t chunk, const std::vector<std::pair<uint64_t, size_t>>& ops) {
   auto res = run_ranks(2, [&](int r) {
-    gsync_config_t cfg;
-    gsync_config_init(&cfg);
-    const std::string sock = bed.socket(r);
-    cfg.socket_path = sock.c_str();
-    cfg.job_id = job.c_str();
-    cfg.world_size = 2;
-    cfg.rank = r;
-    cfg.local_rank = 0;
-    cfg.local_size = 1;
-    cfg.timeout_ms = 30000;
-    cfg.arena_bytes = 64 << 20;
-    cfg.algorithm = algo;
-    cfg.chunk_bytes = chunk;
     gsync_comm_t* comm;
-    RANK_CHECK(gsync_connect(&cfg, &comm) == 0, "{}", gsync_last_error());
+    RANK_CHECK(connect_with(bed.socket(r), job, 2, r, 0, 1, &comm,
+                            [&](gsync_config_t& cfg) {
+                              cfg.timeout_ms = 30000;
+                              cfg.arena_bytes = 64 << 20;
+                              cfg.algorithm = algo;
+                              cfg.chunk_bytes = chunk;
+                            }) == 0,
+               "{}", gsync_last_error());
     uint64_t step = 0;
     for (const auto& [key, count] : ops) {
       std::vector<float> buf(count, float(r + 1));
