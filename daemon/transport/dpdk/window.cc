@@ -1,0 +1,205 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "daemon/transport/dpdk/window.h"
+
+#include <algorithm>
+#include <bit>
+
+namespace gsync::transport::dpdk {
+
+namespace {
+uint32_t ring_size(uint32_t window) { return std::bit_ceil(std::max<uint32_t>(window, 64)); }
+}  // namespace
+
+Sender::Sender(const SenderOptions& o)
+    : o_(o),
+      slots_(ring_size(o.window)),
+      mask_(ring_size(o.window) - 1),
+      base_(o.first_seq),
+      next_(o.first_seq),
+      peer_window_(o.window),
+      rto_(o.min_rto) {}
+
+void Sender::queue(const WriteReq& w) { writes_.push_back(Write{w, 0}); }
+
+OutFrame Sender::frame_of(uint32_t seq, bool resend) const {
+  const Slot& s = slot(seq);
+  OutFrame f;
+  f.seq = seq;
+  f.last = s.last;
+  f.region = s.w->req.region;
+  f.offset = s.w->req.offset + s.off;
+  f.length = s.len;
+  f.data = s.w->req.src + s.off;
+  if (s.last) {
+    f.write_len = s.w->req.len;
+    f.imm = s.w->req.imm;
+  }
+  f.resend = resend;
+  return f;
+}
+
+bool Sender::has_due(Clock::time_point now) const {
+  if (!lost_.empty()) return true;
+  if (in_flight() > 0 && now - slot(base_).sent >= rto_) return true;
+  return unframed_ < writes_.size() && in_flight() < std::min(o_.window, peer_window_);
+}
+
+void Sender::on_timeout(Clock::time_point now) {
+  // Everything outstanding that has not been acknowledged selectively and
+  // is a timeout old goes again, oldest first.
+  timeouts++;
+  for (uint32_t seq = base_; seq != next_; seq++) {
+    Slot& s = slot(seq);
+    if (s.sacked || s.queued || now - s.sent < rto_) continue;
+    s.queued = true;
+    lost_.push_back(seq);
+  }
+  rto_ = std::min(rto_ * 2, o_.max_rto);
+}
+
+size_t Sender::due(Clock::time_point now, OutFrame* out, size_t max) {
+  size_t n = 0;
+  if (in_flight() > 0 && now - slot(base_).sent >= rto_ && !slot(base_).queued) on_timeout(now);
+  while (n < max && !lost_.empty()) {
+    uint32_t seq = lost_.front();
+    lost_.pop_front();
+    if (!outstanding(seq)) continue;  // acknowledged since
+    Slot& s = slot(seq);
+    s.queued = false;
+    if (s.sacked) continue;
+    s.resent = true;
+    s.sent = now;
+    frames_resent++;
+    out[n++] = frame_of(seq, true);
+  }
+  uint32_t limit = std::min(o_.window, peer_window_);
+  while (n < max && unframed_ < writes_.size() && in_flight() < limit) {
+    Write& w = writes_[unframed_];
+    uint64_t len = std::min<uint64_t>(w.req.len - w.framed, o_.payload);
+    if (in_flight() == 0) progress_ = now;  // the wait starts with the first frame
+    Slot& s = slot(next_);
+    s = Slot{&w, w.framed, uint32_t(len), false, false, false, false, now};
+    w.framed += len;
+    s.last = w.framed == w.req.len;
+    if (s.last) unframed_++;
+    frames_sent++;
+    out[n++] = frame_of(next_++, false);
+  }
+  return n;
+}
+
+void Sender::advance(uint32_t cum, Clock::time_point now, std::vector<uint64_t>* done) {
+  for (; base_ != cum; base_++) {
+    Slot& s = slot(base_);
+    if (!s.resent) {
+      // Karn: only frames sent once say how long a round trip takes.
+      Clock::duration sample = now - s.sent;
+      srtt_ = srtt_.count() == 0 ? sample : (srtt_ * 7 + sample) / 8;
+    }
+    bytes_acked += s.len;
+    if (s.last) {
+      done->push_back(writes_.front().req.cookie);
+      writes_.pop_front();
+      unframed_--;
+    }
+    s = Slot{};
+  }
+  rto_ = std::clamp<Clock::duration>(srtt_ * 4, o_.min_rto, o_.max_rto);
+  progress_ = now;
+}
+
+void Sender::mark_lost(uint32_t cum, uint64_t sack, Clock::time_point now) {
+  // A frame below the highest one acknowledged selectively is missing: sent
+  // again once it is a round trip old (not again for every ack that shows
+  // the same hole).
+  int top = 63 - std::countl_zero(sack);  // bit of the highest frame seen
+  uint32_t end = cum + 1 + uint32_t(top);
+  Clock::duration age = std::max<Clock::duration>(srtt_ + srtt_ / 4, o_.min_rto / 8);
+  for (uint32_t seq = cum; seq != end; seq++) {
+    if (!outstanding(seq)) break;
+    Slot& s = slot(seq);
+    if (seq != cum && (sack >> (seq - cum - 1) & 1)) {
+      s.sacked = true;
+      continue;
+    }
+    if (s.sacked || s.queued || now - s.sent < age) continue;
+    s.queued = true;
+    lost_.push_back(seq);
+  }
+  for (uint32_t seq = end; seq != next_ && seq - cum <= 64; seq++) {
+    if (sack >> (seq - cum - 1) & 1) slot(seq).sacked = true;
+  }
+}
+
+bool Sender::on_ack(uint32_t cum, uint64_t sack, uint32_t window, Clock::time_point now,
+                    std::vector<uint64_t>* done) {
+  // cum must lie in [base_, next_]: an older one is a late ack (harmless),
+  // a newer one acknowledges what was never sent.
+  if (cum - base_ > in_flight()) {
+    if (base_ - cum < (1u << 31)) return true;  // late, superseded
+    bad_acks++;
+    return false;
+  }
+  peer_window_ = std::max<uint32_t>(window, 1);
+  if (cum != base_) advance(cum, now, done);
+  if (sack != 0 && in_flight() > 0) mark_lost(cum, sack, now);
+  return true;
+}
+
+void Sender::abandon(std::vector<uint64_t>* cookies) {
+  for (const Write& w : writes_) cookies->push_back(w.req.cookie);
+  writes_.clear();
+  lost_.clear();
+  unframed_ = 0;
+  std::fill(slots_.begin(), slots_.end(), Slot{});
+  base_ = next_;
+}
+
+Clock::time_point Sender::waiting_since() const {
+  return in_flight() > 0 ? progress_ : Clock::time_point{};
+}
+
+// ---------------------------------------------------------------- receiver
+
+Receiver::Receiver(uint32_t window, uint32_t first_seq)
+    : window_(window),
+      mask_(ring_size(window) - 1),
+      cum_(first_seq),
+      slots_(ring_size(window)) {}
+
+Receiver::Verdict Receiver::classify(uint32_t seq) const {
+  uint32_t ahead = seq - cum_;
+  if (ahead < window_) return slots_[seq & mask_].got ? Verdict::kDuplicate : Verdict::kNew;
+  // Behind what was delivered: the sender did not hear our ack. Anything
+  // else is not a frame of this window.
+  if (cum_ - seq <= window_ * 4u) return Verdict::kDuplicate;
+  return Verdict::kOutside;
+}
+
+void Receiver::accept(uint32_t seq, const Landing* last) {
+  Slot& s = slots_[seq & mask_];
+  s.got = true;
+  s.ends = last != nullptr;
+  if (last) s.landing = *last;
+  while (slots_[cum_ & mask_].got) {
+    Slot& c = slots_[cum_ & mask_];
+    if (c.ends) ready_.push_back(c.landing);
+    c = Slot{};
+    cum_++;
+  }
+}
+
+void Receiver::take(std::vector<Landing>* out) {
+  out->insert(out->end(), ready_.begin(), ready_.end());
+  ready_.clear();
+}
+
+uint64_t Receiver::sack() const {
+  uint64_t bits = 0;
+  uint32_t n = std::min<uint32_t>(64, window_ - 1);
+  for (uint32_t i = 0; i < n; i++)
+    if (slots_[(cum_ + 1 + i) & mask_].got) bits |= uint64_t(1) << i;
+  return bits;
+}
+
+}  // namespace gsync::transport::dpdk
