@@ -35,7 +35,10 @@ const StringFlag kStringFlags[] = {
      &gsync::DaemonConfig::cluster_key_file},
     {"--algo", "cross-host algorithm: auto ring hier direct tree doubling",
      &gsync::DaemonConfig::algorithm},
-    {"--transport", "daemon-to-daemon transport: auto tcp verbs", &gsync::DaemonConfig::transport},
+    {"--transport", "daemon-to-daemon transport: auto tcp verbs dpdk", &gsync::DaemonConfig::transport},
+    {"--dpdk-eal-args", "DPDK's EAL arguments, the port among them ([dpdk] eal_args)",
+     &gsync::DaemonConfig::dpdk_eal_args},
+    {"--dpdk-port", "the DPDK port by name ([dpdk] port)", &gsync::DaemonConfig::dpdk_port},
     {"--checkpoint-dir", "checkpoints folder ([checkpoint] dir)",
      &gsync::DaemonConfig::checkpoint_dir},
     {"--metrics-listen", "serve Prometheus metrics at HOST:PORT/metrics ([metrics] listen)",
@@ -55,6 +58,7 @@ int main(int argc, char** argv) {
   int tcp_streams_cross_rack = -1;
   int64_t tcp_buffer_kib = -1, poll_us = -1, trace_ring_ops = -1;
   std::string trace_record;
+  int64_t dpdk_window = -1, dpdk_drop_ppm = -1;
   bool print_config = false;
   auto* config_opt = app.add_option("-c,--config", config_path, "TOML config file");
   for (size_t i = 0; i < std::size(kStringFlags); i++)
@@ -72,6 +76,11 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(int64_t{0}, int64_t{UINT32_MAX}));
   app.add_option("--trace-record", trace_record, "record ops' timelines ([trace] record)")
       ->check(CLI::IsMember({"true", "false"}));
+  app.add_option("--dpdk-window", dpdk_window, "DPDK frames in flight per link ([dpdk] window)")
+      ->check(CLI::Range(int64_t{0}, int64_t{UINT32_MAX}));
+  app.add_option("--dpdk-drop-ppm", dpdk_drop_ppm,
+                 "test hook: DPDK frames dropped on receipt, per million ([dpdk] drop_ppm)")
+      ->check(CLI::Range(int64_t{0}, int64_t{UINT32_MAX}));
   app.add_flag("--print-config", print_config, "print the config in force as TOML and exit");
   app.set_version_flag("--version", GSYNC_VERSION_STRING);
   CLI11_PARSE(app, argc, argv);
@@ -95,6 +104,8 @@ int main(int argc, char** argv) {
   if (tcp_buffer_kib >= 0) cfg.tcp_buffer_kib = static_cast<uint32_t>(tcp_buffer_kib);
   if (trace_ring_ops >= 0) cfg.trace_ring_ops = static_cast<uint32_t>(trace_ring_ops);
   if (!trace_record.empty()) cfg.trace_record = trace_record == "true";
+  if (dpdk_window >= 0) cfg.dpdk_window = static_cast<uint32_t>(dpdk_window);
+  if (dpdk_drop_ppm >= 0) cfg.dpdk_drop_ppm = static_cast<uint32_t>(dpdk_drop_ppm);
   if (!chunk_bytes.empty() && !gsync::parse_byte_size(chunk_bytes, &cfg.chunk_bytes)) {
     spdlog::critical("--chunk-bytes '{}' is not a byte size", chunk_bytes);
     return 2;

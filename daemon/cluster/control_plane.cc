@@ -51,6 +51,15 @@ Status ControlPlane::start() {
   o.peer_timeout_ms = cfg_.peer_timeout_ms;
   o.heartbeat_ms = std::max<uint32_t>(cfg_.peer_timeout_ms / 10, 20);
   o.verbs.required = cfg_.transport == "verbs";
+  o.dpdk.wanted = cfg_.transport == "dpdk";
+  o.dpdk.required = o.dpdk.wanted;
+  o.dpdk.eal_args = cfg_.dpdk_eal_args;
+  o.dpdk.port = cfg_.dpdk_port;
+  o.dpdk.mbufs = cfg_.dpdk_mbufs;
+  o.dpdk.window = cfg_.dpdk_window;
+  o.dpdk.payload = cfg_.dpdk_payload;
+  o.dpdk.idle_poll_us = cfg_.dpdk_idle_poll_us;
+  o.dpdk.drop_ppm = cfg_.dpdk_drop_ppm;
   Status err;
   net_ = transport::make_context(o, cfg_.transport != "tcp", &err);
   if (!net_) return err;
@@ -100,9 +109,7 @@ void ControlPlane::log_started() const {
   spdlog::info("cluster {}: this daemon is {} ({}:{}, rack {}), {} hosts, links over {}, {} tcp "
                "streams per peer in the rack, {} across racks",
                cluster_.name, me.id, me.address, me.port, me.rack, cluster_.hosts.size(),
-               net_->self() >= 0 && cluster_.hosts.size() > 1
-                   ? net_->stats(cluster_.self == 0 ? 1 : 0).transport
-                   : std::string("tcp"),
+               net_->summary(),
                cfg_.tcp_streams,
                cfg_.tcp_streams_cross_rack ? cfg_.tcp_streams_cross_rack : cfg_.tcp_streams);
 }

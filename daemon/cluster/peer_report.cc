@@ -103,6 +103,22 @@ nlohmann::json ControlPlane::peers_report() const {
                     {"remote_qpn", st.verbs_remote_qpn},
                     {"completion_errors", st.verbs_completion_errors}};
     }
+    if (st.transport == "dpdk") {
+      const auto& d = st.dpdk;
+      peers.back()["dpdk"] = {{"port", d.port},
+                              {"mac", d.mac},
+                              {"remote_mac", d.remote_mac},
+                              {"link", d.link},
+                              {"remote_link", d.remote_link},
+                              {"frames_sent", d.frames_sent},
+                              {"frames_resent", d.frames_resent},
+                              {"timeouts", d.timeouts},
+                              {"frames_received", d.frames_received},
+                              {"duplicates", d.duplicates},
+                              {"port_dropped", d.dropped},
+                              {"srtt_us", d.srtt_us},
+                              {"rto_us", d.rto_us}};
+    }
   }
   const auto& me = cluster_.hosts[size_t(cluster_.self)];
   return json{{"cluster", cluster_.name},

@@ -50,10 +50,23 @@ struct DaemonConfig {
   uint32_t tcp_streams = 2;         // TCP connections per peer in this host's rack
   uint32_t tcp_streams_cross_rack = 1;  // ... per peer in another rack; 0: tcp_streams
   uint32_t tcp_buffer_kib = 256;    // socket buffers per connection; 0 = kernel autotuning
-  std::string transport = "auto";   // auto (verbs if an RDMA device works, else tcp) tcp verbs
+  std::string transport = "auto";   // auto (verbs if an RDMA device works, else tcp) tcp verbs dpdk
   uint32_t peer_timeout_ms = 3000;  // a silent peer is declared lost after this
   std::string algorithm = "auto";   // auto ring hier direct tree doubling
   uint64_t chunk_bytes = 0;         // pipelining unit; 0: chosen per op
+
+  // [dpdk] The DPDK provider ([cluster] transport = "dpdk";
+  // docs/transport.md, "The DPDK provider"): DPDK's own arguments (which
+  // port: a --vdev, or a PCI device), the port by name, the packet pool,
+  // frames in flight per link, bytes per frame (0: the port's MTU), how often
+  // an idle port is looked at, and the test hook that drops received frames.
+  std::string dpdk_eal_args;
+  std::string dpdk_port;
+  uint32_t dpdk_mbufs = 8191;
+  uint32_t dpdk_window = 512;
+  uint32_t dpdk_payload = 0;
+  uint32_t dpdk_idle_poll_us = 200;
+  uint32_t dpdk_drop_ppm = 0;
 
   // [checkpoint] The parameter server's checkpoints (docs/fault-tolerance.md):
   // a folder per job under dir; the newest `keep` per shard stay.

@@ -35,7 +35,7 @@ constexpr size_t kMaxGroupName = 32;
 constexpr uint32_t kMaxTraceRingOps = 1000000;
 constexpr std::array<std::string_view, 6> kAlgorithms = {"auto", "ring", "hier", "direct", "tree",
                                                           "doubling"};
-constexpr std::array<std::string_view, 3> kTransports = {"auto", "tcp", "verbs"};
+constexpr std::array<std::string_view, 4> kTransports = {"auto", "tcp", "verbs", "dpdk"};
 constexpr std::array<std::string_view, 2> kPollModes = {"auto", "always"};
 constexpr std::array<std::string_view, 7> kLogLevels = {"trace", "debug",    "info", "warn",
                                                         "error", "critical", "off"};
@@ -72,6 +72,13 @@ const ConfigField kFields[] = {
     {"checkpoint", "keep", ConfigKind::kCount, &DaemonConfig::checkpoint_keep},
     {"metrics", "listen", ConfigKind::kString, &DaemonConfig::metrics_listen},
     {"tuning", "table", ConfigKind::kString, &DaemonConfig::tuning_table},
+    {"dpdk", "eal_args", ConfigKind::kString, &DaemonConfig::dpdk_eal_args},
+    {"dpdk", "port", ConfigKind::kString, &DaemonConfig::dpdk_port},
+    {"dpdk", "mbufs", ConfigKind::kCount, &DaemonConfig::dpdk_mbufs},
+    {"dpdk", "window", ConfigKind::kCount, &DaemonConfig::dpdk_window},
+    {"dpdk", "payload", ConfigKind::kCount, &DaemonConfig::dpdk_payload},
+    {"dpdk", "idle_poll_us", ConfigKind::kCount, &DaemonConfig::dpdk_idle_poll_us},
+    {"dpdk", "drop_ppm", ConfigKind::kCount, &DaemonConfig::dpdk_drop_ppm},
     {"trace", "ring_ops", ConfigKind::kCount, &DaemonConfig::trace_ring_ops},
     {"trace", "record", ConfigKind::kBool, &DaemonConfig::trace_record},
 };
@@ -139,6 +146,30 @@ std::optional<ConfigProblem> trace_problem(const DaemonConfig& cfg) {
   return std::nullopt;
 }
 
+std::optional<ConfigProblem> dpdk_problem(const DaemonConfig& cfg) {
+  if (cfg.dpdk_window < 2 || cfg.dpdk_window > 32768)
+    return ConfigProblem{{"dpdk.window"},
+                         fmt::format("must be 2 to 32768 frames in flight, got {}", cfg.dpdk_window)};
+  if (cfg.dpdk_mbufs < 1024)
+    return ConfigProblem{{"dpdk.mbufs"}, fmt::format("must be at least 1024, got {}", cfg.dpdk_mbufs)};
+  if (cfg.dpdk_payload != 0 && (cfg.dpdk_payload < 64 || cfg.dpdk_payload > 9000))
+    return ConfigProblem{{"dpdk.payload"},
+                         fmt::format("must be 0 (the port's MTU) or 64 to 9000 bytes, got {}",
+                                     cfg.dpdk_payload)};
+  if (cfg.dpdk_idle_poll_us < 10 || cfg.dpdk_idle_poll_us > 100000)
+    return ConfigProblem{{"dpdk.idle_poll_us"},
+                         fmt::format("must be 10 to 100000, got {}", cfg.dpdk_idle_poll_us)};
+  if (cfg.dpdk_drop_ppm > 500000)
+    return ConfigProblem{{"dpdk.drop_ppm"},
+                         fmt::format("must be at most 500000 (half the frames), got {}",
+                                     cfg.dpdk_drop_ppm)};
+  if (cfg.transport == "dpdk" && cfg.dpdk_eal_args.empty())
+    return ConfigProblem{{"dpdk.eal_args"},
+                         "transport \"dpdk\" needs the port in [dpdk] eal_args (e.g. "
+                         "\"--no-huge --no-pci -m 256 --vdev=net_af_packet0,iface=eth0\")"};
+  return std::nullopt;
+}
+
 // Who may connect to the sockets: their modes and the admin socket's group.
 std::optional<ConfigProblem> access_problem(const DaemonConfig& cfg) {
   for (auto [key, mode] : {std::pair{"daemon.socket_mode", cfg.socket_mode},
@@ -201,9 +232,8 @@ std::optional<ConfigProblem> find_config_problem(const DaemonConfig& cfg) {
         {"daemon.admin_socket", "daemon.socket"},
         fmt::format("must differ from daemon.socket (both are \"{}\")", cfg.socket_path)};
   }
-  if (auto p = access_problem(cfg)) return p;
-  if (auto p = metrics_problem(cfg)) return p;
-  if (auto p = trace_problem(cfg)) return p;
+  for (auto section : {access_problem, metrics_problem, trace_problem, dpdk_problem})
+    if (auto p = section(cfg)) return p;
   if (std::find(kLogLevels.begin(), kLogLevels.end(), cfg.log_level) == kLogLevels.end()) {
     return problem("daemon.log_level",
                    fmt::format("\"{}\" is not one of {}", cfg.log_level,

@@ -17,11 +17,34 @@
 #if GSYNC_HAVE_VERBS
 #include "daemon/transport/verbs/context.h"
 #endif
+#include "daemon/transport/composite/context.h"
 
 namespace gsync::transport {
 
+
 std::unique_ptr<Context> make_context(const ContextOptions& options, bool prefer_verbs,
                                       Status* err) {
+  if (options.dpdk.wanted) {
+#if GSYNC_HAVE_DPDK
+    return make_dpdk_context(options, err);
+#else
+    std::string why = "built without DPDK (meson feature dpdk)";
+    if (options.dpdk.required) {
+      if (err != nullptr)
+        *err = Status(GSYNC_ERR_UNSUPPORTED,
+                      fmt::format("transport dpdk is required but unusable: {}", why));
+      return nullptr;
+    }
+    // The composite's protocol with no fast link, so daemons with DPDK
+    // still talk to this one.
+    std::unique_ptr<composite::CompositeContext> c;
+    Status st = composite::CompositeContext::create(options, nullptr, why, &c);
+    if (err != nullptr) *err = st;
+    if (!st) return nullptr;
+    spdlog::warn("transport: tcp on every link ({})", why);
+    return c;
+#endif
+  }
   if (!prefer_verbs) {
     spdlog::info("transport: tcp (verbs not asked for)");
     return make_tcp_context(options, err);

@@ -73,6 +73,19 @@ struct ContextOptions {
     int gid_index = -1;   // -1: a RoCE v2 GID (the listen address's if present)
     bool required = false;  // make_context fails instead of falling back to TCP
   } verbs;
+  // The DPDK provider (transport/dpdk/): an Ethernet port of its own, taken
+  // over with DPDK's environment (EAL) from these arguments.
+  struct Dpdk {
+    bool wanted = false;    // [cluster] transport = "dpdk"
+    std::string eal_args;   // "--no-huge --no-pci -m 256 --vdev=net_memif0,role=server,..."
+    std::string port;       // the device name ("net_memif0"); "": the first port
+    uint32_t mbufs = 8191;  // the packet buffer pool
+    uint32_t window = 512;  // frames in flight per link, each way
+    uint32_t payload = 0;   // bytes per frame; 0: what the port's MTU allows
+    uint32_t idle_poll_us = 200;  // an idle port is looked at this often
+    uint32_t drop_ppm = 0;  // test hook: received frames dropped on purpose, per million
+    bool required = false;  // no fallback to TCP when the port is unusable
+  } dpdk;
 };
 
 // A region of this daemon's memory that peers may write into.
@@ -104,7 +117,7 @@ struct PeerStats {
   uint64_t connects = 0;          // successful link establishments
   std::string last_error;         // why the link last went down, "" if never
   std::chrono::steady_clock::time_point last_error_at{};  // when, for its age
-  std::string transport = "tcp";  // "tcp", "verbs"
+  std::string transport = "tcp";  // "tcp", "verbs", "dpdk"
   int streams = 0;                // TCP connections (or QPs) of the link
   // Verbs only (empty / zero on TCP): where the link runs and how it fares.
   std::string verbs_device;      // "rxe0"
@@ -112,6 +125,15 @@ struct PeerStats {
   int verbs_gid_index = -1;
   uint32_t verbs_qpn = 0, verbs_remote_qpn = 0;
   uint64_t verbs_completion_errors = 0;  // work completions with an error status
+  // DPDK only: the port, both ends' MACs and how the reliability fares.
+  struct Dpdk {
+    std::string port;  // "net_memif0"
+    std::string mac, remote_mac;
+    uint32_t link = 0, remote_link = 0;  // this incarnation's ids
+    uint64_t frames_sent = 0, frames_resent = 0, timeouts = 0, frames_received = 0;
+    uint64_t duplicates = 0, dropped = 0;  // frames of this link taken no further
+    double srtt_us = 0, rto_us = 0;
+  } dpdk;
 };
 
 struct Handlers {
@@ -188,10 +210,17 @@ constexpr size_t kMaxControl = (64 << 10) + 1024;
 // The TCP provider on io_uring.
 std::unique_ptr<Context> make_tcp_context(const ContextOptions& options, Status* err);
 
+// The DPDK context ([cluster] transport = "dpdk", builds with DPDK):
+// inside a rack the links run over the DPDK port where both ends have one,
+// TCP otherwise; without a usable port every link is TCP unless
+// options.dpdk.required. make_context calls it when options.dpdk.wanted.
+std::unique_ptr<Context> make_dpdk_context(const ContextOptions& options, Status* err);
+
 // The verbs provider when prefer_verbs and a usable RDMA device exists
 // (libibverbs lists it, the port is active, a GID fits, the context comes
 // up), else the TCP provider; which one and why is logged once. Fails only
 // where TCP fails, or where options.verbs.required and verbs is unusable.
+// With options.dpdk.wanted, the DPDK context instead.
 std::unique_ptr<Context> make_context(const ContextOptions& options, bool prefer_verbs,
                                       Status* err);
 

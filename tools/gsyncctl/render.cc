@@ -495,8 +495,14 @@ std::string render_clients(const json& reply) {
 }
 
 namespace {
-// "tcp", or "verbs rxe0:1 gid 1 qpn 32->31, 0 cq errors".
+// "tcp", "verbs rxe0:1 gid 1 qpn 32->31, 0 cq errors", or "dpdk
+// net_memif0, 12 resent, 0 timeouts, srtt 35 us".
 std::string transport_text(const json& peer) {
+  const json& d = field(peer, "dpdk");
+  if (d.is_object())
+    return fmt::format("dpdk {}, {} resent, {} timeouts, srtt {:.0f} us", text(field(d, "port")),
+                       text(field(d, "frames_resent")), text(field(d, "timeouts")),
+                       field(d, "srtt_us").is_number() ? field(d, "srtt_us").get<double>() : 0.0);
   const json& v = field(peer, "verbs");
   if (!v.is_object()) {
     // "tcp x2": how many connections the link has (docs/transport.md, "Streams").

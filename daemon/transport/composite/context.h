@@ -55,7 +55,9 @@ class CompositeContext : public Context, public LinkHost {
   void poll() override;
   // The inner TCP context's ring; the provider's completions and wake-ups
   // still come through event_fd.
-  bool pending() const override { return inner_->pending(); }
+  bool pending() const override {
+    return inner_->pending() || (provider_ && provider_->pending());
+  }
   void set_polled(bool on) override { inner_->set_polled(on); }
   bool peer_up(int peer) const override;
   PeerStats stats(int peer) const override;

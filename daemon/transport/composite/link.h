@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 //
 // A fast link kind that a composite context (context.h) can choose per
-// peer: verbs today (transport/verbs/), DPDK next. The composite does what
+// peer: verbs (transport/verbs/) and DPDK (transport/dpdk/). The composite does what
 // is the same for every such kind - the TCP bootstrap (HELLO, identity
 // checks, reconnects, heartbeats), the capability exchange and the link
 // choice, the user's control messages, region ids and their retirement
@@ -74,6 +74,9 @@ class LinkProvider {
                      uint64_t remote_offset, uint64_t imm, uint64_t cookie) = 0;
   // Completions of every peer, bounded per call; true when more wait.
   virtual bool poll() = 0;
+  // For a caller that polls: poll() may have work that event_fd does not
+  // signal (a polled port with no interrupts: DPDK).
+  virtual bool pending() const { return false; }
 
   virtual bool peer_up(int peer) const = 0;
   virtual PeerStats stats(int peer) const = 0;

@@ -1,0 +1,241 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "daemon/transport/dpdk/context.h"
+
+#include <sys/timerfd.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+namespace gsync::transport::dpdk {
+
+namespace {
+// Receive bursts per poll(): bounded work per event-loop turn.
+constexpr int kRxBursts = 8;
+constexpr uint16_t kRxBurst = 32;
+// How long the loop keeps polling after the last frame: a peer's next
+// frames are usually this close behind.
+constexpr auto kLinger = std::chrono::milliseconds(2);
+}  // namespace
+
+Status DpdkLinks::create(const ContextOptions& options, std::unique_ptr<DpdkLinks>* out) {
+  std::unique_ptr<DpdkLinks> d(new DpdkLinks(options));
+  const PeerInfo& me = options.hosts[size_t(options.self)];
+  std::string prefix = fmt::format("gsync-{}-{}", me.host_id, getpid());
+  if (Status st = Device::open(options.dpdk, prefix, &d->device_); !st) return st;
+  size_t room = size_t(d->device_->mtu()) + kEtherHeaderBytes;
+  room = std::min<size_t>(room, RTE_MBUF_DEFAULT_DATAROOM);
+  if (room <= kFrameOverhead + 64)
+    return Status(GSYNC_ERR_UNSUPPORTED, fmt::format("dpdk: the port's MTU ({}) leaves no room "
+                                                     "for a frame's payload",
+                                                     d->device_->mtu()));
+  uint32_t payload = uint32_t(room - kFrameOverhead);
+  if (options.dpdk.payload != 0) payload = std::min(payload, options.dpdk.payload);
+  d->options_.dpdk.payload = payload;
+  d->tx_ = std::make_unique<TxBurst>(*d->device_);
+  d->cluster_ = cluster_tag(options.identity.cluster_name);
+  d->timer_fd_ = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+  if (d->timer_fd_ < 0)
+    return Status(GSYNC_ERR_INTERNAL, fmt::format("dpdk: timerfd_create: {}", strerror(errno)));
+  *out = std::move(d);
+  return Status::ok();
+}
+
+DpdkLinks::~DpdkLinks() {
+  pairs_.clear();
+  tx_.reset();  // its buffers go back to the pool before the port closes
+  device_.reset();
+  if (timer_fd_ >= 0) close(timer_fd_);
+}
+
+std::string DpdkLinks::summary() const {
+  return fmt::format("dpdk within a rack on {} ({} bytes per frame, window {}), tcp otherwise",
+                     device_->describe(), options_.dpdk.payload, options_.dpdk.window);
+}
+
+void DpdkLinks::start(composite::LinkHost& host) {
+  host_ = &host;
+  PairEnv env;
+  env.host = host_;
+  env.regions = &regions_;
+  std::memcpy(env.mac, device_->mac(), 6);
+  env.cluster = cluster_;
+  env.payload = options_.dpdk.payload;
+  env.window = std::max<uint32_t>(options_.dpdk.window, 2);
+  env.peer_timeout = std::chrono::milliseconds(options_.peer_timeout_ms);
+  env.drops = drops_.data();
+  pairs_.resize(options_.hosts.size());
+  for (int i = 0; i < int(options_.hosts.size()); i++)
+    if (i != options_.self)
+      pairs_[size_t(i)] = std::make_unique<Pair>(env, i, host_->describe_host(options_.self),
+                                                  host_->describe_host(i));
+}
+
+void DpdkLinks::arm_timer(bool on) {
+  itimerspec t{};
+  if (on) {
+    long ns = long(std::max<uint32_t>(options_.dpdk.idle_poll_us, 10)) * 1000;
+    t.it_interval.tv_sec = ns / 1000000000;
+    t.it_interval.tv_nsec = ns % 1000000000;
+    t.it_value = t.it_interval;
+  }
+  timerfd_settime(timer_fd_, 0, &t, nullptr);
+}
+
+void DpdkLinks::link_up(int peer) {
+  if (links_up_++ == 0) arm_timer(true);
+  pairs_[size_t(peer)]->on_link_up();
+}
+
+void DpdkLinks::link_down(int peer, const Status& why) {
+  pairs_[size_t(peer)]->on_link_down(why);
+  if (--links_up_ == 0) arm_timer(false);
+}
+
+void DpdkLinks::on_bootstrap(int peer, std::string_view msg) {
+  Pair& p = *pairs_[size_t(peer)];
+  auto bad = [&](const char* what) {
+    spdlog::error("dpdk transport: malformed {} message from {} ({} bytes); ignored", what,
+                  host_->describe_host(peer), msg.size());
+  };
+  switch (static_cast<Tag>(msg[0])) {
+    case Tag::kHello: {
+      Hello m;
+      if (!decode(msg, &m)) return bad("HELLO");
+      return p.on_hello(m);
+    }
+    case Tag::kReady: {
+      Ready m;
+      if (!decode(msg, &m)) return bad("READY");
+      return p.on_ready(m);
+    }
+  }
+  bad("unknown");
+}
+
+void DpdkLinks::on_retire(int peer, uint32_t id) {
+  // The receiver copies every frame itself and has stopped taking this
+  // region: no write of ours can land in it any more.
+  host_->ack_retire(peer, id);
+}
+
+void DpdkLinks::write(int peer, const void* src, uint64_t len, uint32_t remote_region,
+                      uint64_t remote_offset, uint64_t imm, uint64_t cookie) {
+  pairs_[size_t(peer)]->write(
+      WriteReq{static_cast<const uint8_t*>(src), len, remote_region, remote_offset, imm, cookie});
+  busy_until_ = Clock::now() + kLinger;
+  host_->notify();
+}
+
+// ---------------------------------------------------------------- the loop
+
+void DpdkLinks::receive(rte_mbuf* m) {
+  Parsed f;
+  Drop d = m->nb_segs != 1 ? Drop::kOversized
+                           : parse(rte_pktmbuf_mtod(m, const uint8_t*), rte_pktmbuf_data_len(m),
+                                   cluster_, &f);
+  if (d == Drop::kNone && options_.dpdk.drop_ppm != 0 && drop_rng_() % 1000000 < options_.dpdk.drop_ppm)
+    d = Drop::kInjected;
+  if (d == Drop::kNone) {
+    uint32_t idx = f.h.link & 0xffff;
+    Pair* p = idx < pairs_.size() ? pairs_[idx].get() : nullptr;
+    if (p == nullptr || p->link_id() != f.h.link) d = Drop::kLink;
+    else p->on_frame(f);
+  }
+  if (d != Drop::kNone) drops_[size_t(d)]++;
+}
+
+void DpdkLinks::drain_timer(Clock::time_point now) {
+  // A read per poll would be a system call per turn of a polling loop;
+  // level-triggered, the timer only costs a spurious turn until read.
+  if (now - timer_read_ < std::chrono::microseconds(100)) return;
+  timer_read_ = now;
+  uint64_t v;
+  [[maybe_unused]] ssize_t n = ::read(timer_fd_, &v, sizeof v);
+}
+
+bool DpdkLinks::poll() {
+  Clock::time_point now = Clock::now();
+  drain_timer(now);
+  rte_mbuf* bufs[kRxBurst];
+  bool more = false, active = false;
+  for (int b = 0; b < kRxBursts; b++) {
+    uint16_t n = device_->rx(bufs, kRxBurst);
+    for (uint16_t i = 0; i < n; i++) receive(bufs[i]);
+    rte_pktmbuf_free_bulk(bufs, n);
+    active |= n > 0;
+    if (n < kRxBurst) break;
+    more = b == kRxBursts - 1;
+  }
+  for (auto& p : pairs_) {
+    if (!p) continue;
+    more |= p->transmit(now, *tx_);
+    active |= p->busy();
+    if (tx_->room() < 64) tx_->flush();
+  }
+  if (!tx_->flush()) more = true;
+  if (active) busy_until_ = now + kLinger;
+  return more;
+}
+
+bool DpdkLinks::pending() const { return Clock::now() < busy_until_; }
+
+bool DpdkLinks::peer_up(int peer) const { return pairs_[size_t(peer)]->up(); }
+
+PeerStats DpdkLinks::stats(int peer) const {
+  PeerStats s = pairs_[size_t(peer)]->stats();
+  s.dpdk.port = device_->name();
+  s.dpdk.dropped = 0;
+  for (uint64_t n : drops_) s.dpdk.dropped += n;
+  return s;
+}
+
+// ---------------------------------------------------------------- the context
+
+std::string DpdkContext::summary() const {
+  if (links_ != nullptr) return links_->summary();
+  return fmt::format("tcp on every link: no usable DPDK port ({})", no_device_reason());
+}
+
+Status DpdkContext::create(const ContextOptions& options, std::unique_ptr<DpdkContext>* out,
+                           bool allow_no_device) {
+  if (options.self < 0 || options.self >= static_cast<int>(options.hosts.size()))
+    return Status(GSYNC_ERR_INVALID, fmt::format("self index {} is not one of the {} hosts",
+                                                 options.self, options.hosts.size()));
+  std::unique_ptr<DpdkLinks> links;
+  Status st = DpdkLinks::create(options, &links);
+  if (!st && !allow_no_device) return st;
+  std::unique_ptr<DpdkContext> c(new DpdkContext(options));
+  c->links_ = links.get();
+  if (Status init = c->init(std::move(links), st.message()); !init) return init;
+  *out = std::move(c);
+  return Status::ok();
+}
+
+}  // namespace gsync::transport::dpdk
+
+namespace gsync::transport {
+
+std::unique_ptr<Context> make_dpdk_context(const ContextOptions& options, Status* err) {
+  std::unique_ptr<dpdk::DpdkContext> d;
+  Status st = dpdk::DpdkContext::create(options, &d, !options.dpdk.required);
+  if (!st) {
+    if (err != nullptr)
+      *err = options.dpdk.required
+                 ? Status(GSYNC_ERR_UNSUPPORTED,
+                          fmt::format("transport dpdk is required but unusable: {}", st.message()))
+                 : st;
+    return nullptr;
+  }
+  if (d->has_device())
+    spdlog::info("transport: {}", d->summary());
+  else
+    spdlog::warn("transport: {}", d->summary());
+  if (err != nullptr) *err = Status::ok();
+  return d;
+}
+
+}  // namespace gsync::transport

@@ -1,0 +1,95 @@
+// SPDX-License-Identifier: Apache-2.0
+//
+// The DPDK provider: Ethernet links for a composite context
+// (transport/composite/), which gives it the TCP bootstrap, the link choice
+// and region retirement. DpdkLinks owns the port (device.h), the table of
+// this daemon's regions, the drop counters and one Pair per peer. It runs
+// inside the event loop: poll() takes received frames, hands each to its
+// pair by link id, and sends what the pairs have due; while a link is busy
+// pending() keeps the loop polling, and an idle port is looked at every
+// idle_poll_us by a timer (event_fd), since a virtual port has no receive
+// interrupt. DpdkContext is the composite with DpdkLinks in it.
+// docs/transport.md, "The DPDK provider".
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "daemon/transport/composite/context.h"
+#include "daemon/transport/composite/link.h"
+#include "daemon/transport/dpdk/buffer.h"
+#include "daemon/transport/dpdk/device.h"
+#include "daemon/transport/dpdk/frame.h"
+#include "daemon/transport/dpdk/pair.h"
+#include "daemon/transport/transport.h"
+
+namespace gsync::transport::dpdk {
+
+class DpdkLinks final : public composite::LinkProvider {
+ public:
+  // Starts the EAL and the port; fails where they cannot start.
+  static Status create(const ContextOptions& options, std::unique_ptr<DpdkLinks>* out);
+  ~DpdkLinks() override;
+
+  composite::LinkKind kind() const override { return composite::LinkKind::kDpdk; }
+  std::string detail() const override { return device_->describe(); }
+  int event_fd() const override { return timer_fd_; }
+  void start(composite::LinkHost& host) override;
+  void link_up(int peer) override;
+  void link_down(int peer, const Status& why) override;
+  void on_bootstrap(int peer, std::string_view msg) override;
+  void on_retire(int peer, uint32_t id) override;
+  void add_region(const Region& r) override { regions_.add(r); }
+  void retire_region(uint32_t id) override { regions_.remove(id); }
+  void drop_region(uint32_t) override {}
+  void write(int peer, const void* src, uint64_t len, uint32_t remote_region,
+             uint64_t remote_offset, uint64_t imm, uint64_t cookie) override;
+  bool poll() override;
+  bool pending() const override;
+  bool peer_up(int peer) const override;
+  PeerStats stats(int peer) const override;
+  std::string summary() const override;
+
+  uint64_t dropped(Drop d) const { return drops_[size_t(d)]; }
+
+ private:
+  explicit DpdkLinks(const ContextOptions& options) : options_(options) {}
+  void receive(rte_mbuf* m);
+  void arm_timer(bool on);
+  void drain_timer(Clock::time_point now);
+
+  ContextOptions options_;
+  composite::LinkHost* host_ = nullptr;
+  std::unique_ptr<Device> device_;
+  std::unique_ptr<TxBurst> tx_;
+  RegionTable regions_;
+  std::vector<std::unique_ptr<Pair>> pairs_;  // by host index; null for self
+  std::array<uint64_t, size_t(Drop::kCount)> drops_{};
+  uint32_t cluster_ = 0;  // cluster_tag
+  int timer_fd_ = -1;
+  int links_up_ = 0;
+  Clock::time_point busy_until_{}, timer_read_{};
+  std::minstd_rand drop_rng_{12345};
+};
+
+class DpdkContext final : public composite::CompositeContext {
+ public:
+  // Fails where the port cannot start, unless allow_no_device: then a
+  // context that runs every link over TCP (has_device() false, naming why).
+  static Status create(const ContextOptions& options, std::unique_ptr<DpdkContext>* out,
+                       bool allow_no_device = false);
+  bool has_device() const { return links_ != nullptr; }
+  const std::string& no_device_reason() const { return no_link_reason(); }
+  const DpdkLinks* links() const { return links_; }
+  std::string summary() const override;
+
+ private:
+  explicit DpdkContext(const ContextOptions& options) : CompositeContext(options) {}
+  DpdkLinks* links_ = nullptr;  // owned by the composite
+};
+
+}  // namespace gsync::transport::dpdk

@@ -1,0 +1,166 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "daemon/transport/dpdk/device.h"
+
+#include <sched.h>
+
+#include <cstring>
+#include <mutex>
+#include <sstream>
+
+#include <fmt/format.h>
+#include <rte_eal.h>
+#include <rte_errno.h>
+#include <spdlog/spdlog.h>
+
+namespace gsync::transport::dpdk {
+
+namespace {
+
+bool has_arg(const std::vector<std::string>& args, std::initializer_list<const char*> names) {
+  for (const auto& a : args)
+    for (const char* n : names)
+      if (a == n || a.rfind(std::string(n) + "=", 0) == 0) return true;
+  return false;
+}
+
+std::string allowed_cpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof set, &set) != 0) return "0";
+  std::string out;
+  for (int c = 0; c < CPU_SETSIZE; c++)
+    if (CPU_ISSET(c, &set)) out += (out.empty() ? "" : ",") + std::to_string(c);
+  return out.empty() ? "0" : out;
+}
+
+// The EAL starts once per process and cannot start again after cleanup.
+std::once_flag eal_once;
+Status eal_status;
+
+}  // namespace
+
+std::vector<std::string> eal_argv(const std::string& eal_args, const std::string& file_prefix) {
+  std::vector<std::string> args{"gsyncd"};
+  std::istringstream in(eal_args);
+  for (std::string a; in >> a;) args.push_back(a);
+  if (!has_arg(args, {"--file-prefix", "--in-memory"})) args.push_back("--file-prefix=" + file_prefix);
+  if (!has_arg(args, {"-l", "-c", "--lcores"}))
+    args.push_back(fmt::format("--lcores=0@({})", allowed_cpus()));
+  if (!has_arg(args, {"--no-telemetry", "--telemetry"})) args.push_back("--no-telemetry");
+  return args;
+}
+
+Status Device::open(const ContextOptions::Dpdk& o, const std::string& file_prefix,
+                    std::unique_ptr<Device>* out) {
+  std::vector<std::string> args = eal_argv(o.eal_args, file_prefix);
+  std::call_once(eal_once, [&] {
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    if (rte_eal_init(int(args.size()), argv.data()) < 0) {
+      eal_status = Status(GSYNC_ERR_UNSUPPORTED,
+                          fmt::format("dpdk: rte_eal_init({}): {}", o.eal_args,
+                                      rte_strerror(rte_errno)));
+    }
+  });
+  if (!eal_status) return eal_status;
+  std::unique_ptr<Device> d(new Device());
+  if (Status st = d->start_port(o); !st) return st;
+  *out = std::move(d);
+  return Status::ok();
+}
+
+Status Device::start_port(const ContextOptions::Dpdk& o) {
+  auto fail = [&](const char* step, int rc) {
+    return Status(GSYNC_ERR_UNSUPPORTED, fmt::format("dpdk: {} on port {} ({}): {}", step, port_,
+                                                     name_, rte_strerror(rc < 0 ? -rc : rc)));
+  };
+  if (o.port.empty()) {
+    if (rte_eth_dev_count_avail() == 0)
+      return Status(GSYNC_ERR_UNSUPPORTED,
+                    "dpdk: no Ethernet port (give one in [dpdk] eal_args, e.g. "
+                    "--vdev=net_memif0,role=server,socket=/run/gsync/memif.sock)");
+    port_ = uint16_t(rte_eth_find_next_owned_by(0, RTE_ETH_DEV_NO_OWNER));
+  } else if (rte_eth_dev_get_port_by_name(o.port.c_str(), &port_) != 0) {
+    return Status(GSYNC_ERR_UNSUPPORTED,
+                  fmt::format("dpdk: no port named {} ([dpdk] port; the EAL knows {} ports)",
+                              o.port, rte_eth_dev_count_avail()));
+  }
+  char name[RTE_ETH_NAME_MAX_LEN] = {};
+  rte_eth_dev_get_name_by_port(port_, name);
+  name_ = name;
+  pool_ = rte_pktmbuf_pool_create(fmt::format("gsync_pool_{}", port_).c_str(), o.mbufs, 256, 0,
+                                  RTE_MBUF_DEFAULT_BUF_SIZE, int(rte_eth_dev_socket_id(port_)));
+  if (pool_ == nullptr) return fail("rte_pktmbuf_pool_create", rte_errno);
+  rte_eth_conf conf{};
+  if (int rc = rte_eth_dev_configure(port_, 1, 1, &conf); rc != 0) return fail("configure", rc);
+  uint16_t rxd = 1024, txd = 1024;
+  if (int rc = rte_eth_dev_adjust_nb_rx_tx_desc(port_, &rxd, &txd); rc != 0)
+    return fail("adjust descriptors", rc);
+  int socket = rte_eth_dev_socket_id(port_);
+  if (int rc = rte_eth_rx_queue_setup(port_, 0, rxd, socket, nullptr, pool_); rc != 0)
+    return fail("rx queue setup", rc);
+  if (int rc = rte_eth_tx_queue_setup(port_, 0, txd, socket, nullptr); rc != 0)
+    return fail("tx queue setup", rc);
+  if (int rc = rte_eth_dev_start(port_); rc != 0) return fail("start", rc);
+  started_ = true;
+  rte_eth_promiscuous_enable(port_);  // not every PMD can; frames are ours by ethertype anyway
+  rte_ether_addr mac;
+  if (int rc = rte_eth_macaddr_get(port_, &mac); rc != 0) return fail("macaddr_get", rc);
+  std::memcpy(mac_, mac.addr_bytes, 6);
+  if (rte_eth_dev_get_mtu(port_, &mtu_) != 0) mtu_ = 1500;
+  return Status::ok();
+}
+
+Device::~Device() {
+  if (started_) {
+    rte_eth_dev_stop(port_);
+    rte_eth_dev_close(port_);
+  }
+  if (pool_ != nullptr) rte_mempool_free(pool_);
+}
+
+std::string Device::describe() const {
+  return fmt::format("{} {:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}, MTU {}", name_, mac_[0], mac_[1],
+                     mac_[2], mac_[3], mac_[4], mac_[5], mtu_);
+}
+
+uint64_t Device::missed() const {
+  rte_eth_stats s{};
+  if (rte_eth_stats_get(port_, &s) != 0) return 0;
+  return s.imissed + s.rx_nombuf;
+}
+
+// ---------------------------------------------------------------- transmit
+
+TxBurst::~TxBurst() { rte_pktmbuf_free_bulk(bufs_, unsigned(n_)); }
+
+uint8_t* TxBurst::frame(size_t bytes) {
+  if (n_ == kMax) return nullptr;
+  rte_mbuf* m = rte_pktmbuf_alloc(dev_.pool());
+  if (m == nullptr) {
+    no_buffer++;
+    return nullptr;
+  }
+  char* p = rte_pktmbuf_append(m, uint16_t(bytes));
+  if (p == nullptr) {
+    rte_pktmbuf_free(m);
+    return nullptr;
+  }
+  bufs_[n_++] = m;
+  return reinterpret_cast<uint8_t*>(p);
+}
+
+bool TxBurst::flush() {
+  size_t sent = 0;
+  while (sent < n_) {
+    uint16_t k = rte_eth_tx_burst(dev_.port(), 0, bufs_ + sent, uint16_t(std::min<size_t>(n_ - sent, 64)));
+    if (k == 0) break;
+    sent += k;
+  }
+  std::memmove(bufs_, bufs_ + sent, (n_ - sent) * sizeof bufs_[0]);
+  n_ -= sent;
+  return n_ == 0;
+}
+
+}  // namespace gsync::transport::dpdk

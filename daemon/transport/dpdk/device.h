@@ -1,0 +1,86 @@
+// SPDX-License-Identifier: Apache-2.0
+//
+// What the DPDK provider needs once per daemon: DPDK's environment (EAL,
+// started once per process from [dpdk] eal_args), one Ethernet port with
+// one receive and one transmit queue, and the packet buffer pool. No
+// hugepages and no PCI device are needed for the virtual devices the tests
+// run on (net_memif between processes, net_af_packet on a veth); on a real
+// NIC the same code runs with hugepages and a VFIO-bound port
+// (docs/transport.md, "The DPDK provider").
+//
+// The EAL's main thread is the one that calls open(): the daemon's event
+// thread, which polls the port (no dedicated lcore, docs/transport.md says
+// why). Unless eal_args say otherwise, its lcore floats over every CPU the
+// daemon may use, so DPDK does not pin the event thread to one core.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <rte_ethdev.h>
+#include <rte_mbuf.h>
+
+#include "daemon/core/status.h"
+#include "daemon/transport/dpdk/buffer.h"
+#include "daemon/transport/transport.h"
+
+namespace gsync::transport::dpdk {
+
+// The EAL arguments actually used: eal_args split on blanks, plus
+// --file-prefix, --lcores and --no-telemetry where eal_args do not say.
+std::vector<std::string> eal_argv(const std::string& eal_args, const std::string& file_prefix);
+
+class Device {
+ public:
+  // Starts the EAL (once per process) and the port. Fails naming the step.
+  static Status open(const ContextOptions::Dpdk& o, const std::string& file_prefix,
+                     std::unique_ptr<Device>* out);
+  ~Device();
+  Device(const Device&) = delete;
+  Device& operator=(const Device&) = delete;
+
+  uint16_t rx(rte_mbuf** bufs, uint16_t n) { return rte_eth_rx_burst(port_, 0, bufs, n); }
+  const uint8_t* mac() const { return mac_; }
+  uint16_t mtu() const { return mtu_; }
+  const std::string& name() const { return name_; }
+  rte_mempool* pool() { return pool_; }
+  uint16_t port() const { return port_; }
+  // "net_memif0 02:fe:..., MTU 1500" for logs and CAPS.
+  std::string describe() const;
+  // Frames the port itself lost (its ring was full) and buffers it lacked.
+  uint64_t missed() const;
+
+ private:
+  Device() = default;
+  Status start_port(const ContextOptions::Dpdk& o);
+
+  uint16_t port_ = 0;
+  bool started_ = false;
+  std::string name_;
+  uint8_t mac_[6] = {};
+  uint16_t mtu_ = 1500;
+  rte_mempool* pool_ = nullptr;
+};
+
+// The transmit burst: frames are built straight into packet buffers and go
+// out together; what the port does not take goes first next time.
+class TxBurst final : public TxSink {
+ public:
+  explicit TxBurst(Device& d) : dev_(d) {}
+  ~TxBurst() override;
+  uint8_t* frame(size_t bytes) override;
+  size_t room() const override { return kMax - n_; }
+  // Hands the burst to the port; true when all of it went.
+  bool flush();
+  uint64_t no_buffer = 0;  // frames not built: the pool was empty
+
+ private:
+  static constexpr size_t kMax = 256;
+  Device& dev_;
+  rte_mbuf* bufs_[kMax] = {};
+  size_t n_ = 0;
+};
+
+}  // namespace gsync::transport::dpdk
