@@ -73,6 +73,12 @@ int main(int argc, char** argv) {
   app.add_option("--racks", o.racks, "racks of that test bed")->check(CLI::Range(1, 64));
   app.add_flag("--loopback", o.loopback, "test bed on 127.0.0.1 instead of namespaces");
   app.add_option("--uplink-mbit", o.uplink_mbit, "shape each rack's uplink (tbf), Mbit/s");
+  app.add_option("--transport", o.transport,
+                 "the test bed daemons' transport: tcp, dpdk (inside a rack, on --dpdk-vdev)")
+      ->check(CLI::IsMember({"tcp", "dpdk"}));
+  app.add_option("--dpdk-vdev", o.dpdk_vdev,
+                 "DPDK's virtual device: memif (two hosts per rack) or af_packet (namespaces)")
+      ->check(CLI::IsMember({"af_packet", "memif"}));
   app.add_flag("--pin", o.pin,
                "give each test bed host its own share of the CPUs (daemon, ranks, and the "
                "peers' ranks on that host)");
@@ -221,8 +227,10 @@ int main(int argc, char** argv) {
     t.loopback = o.loopback;
     t.uplink_mbit = o.uplink_mbit;
     t.pin = o.pin;
+    if (o.transport == "dpdk") t.dpdk = o.dpdk_vdev;
+    if (o.transport == "tcp") t.daemon_args = {"--transport", "tcp"};
     t.log_level = "warn";
-    if (o.algo != "auto") t.daemon_args = {"--algo", o.algo};
+    if (o.algo != "auto") t.daemon_args.insert(t.daemon_args.end(), {"--algo", o.algo});
     t.daemon_args.insert(t.daemon_args.end(), o.daemon_args.begin(), o.daemon_args.end());
     if (Status st = testbed::Testbed::create(t, &bed); !st) {
       std::fprintf(stderr, "gsync-perf: cannot build the test bed: %s\n", st.message().c_str());
@@ -233,9 +241,10 @@ int main(int argc, char** argv) {
       g_bed = bed.get();
     }
     if (!o.json_out)
-      std::printf("# test bed: %d hosts in %d racks, %s%s\n", o.hosts, t.racks,
+      std::printf("# test bed: %d hosts in %d racks, %s%s%s\n", o.hosts, t.racks,
                   bed->namespaces() ? "network namespaces" : "loopback",
-                  o.uplink_mbit ? fmt::format(", uplinks {} Mbit/s", o.uplink_mbit).c_str() : "");
+                  o.uplink_mbit ? fmt::format(", uplinks {} Mbit/s", o.uplink_mbit).c_str() : "",
+                  t.dpdk.empty() ? "" : fmt::format(", links in a rack over dpdk ({})", t.dpdk).c_str());
     std::string pins;
     for (int h = 0; h < o.hosts; h++) {
       o.racks_of.push_back(bed->rack(h));

@@ -41,6 +41,8 @@ struct Options {
   int hosts = 1, racks = 1;
   bool loopback = false, pin = false;
   uint32_t uplink_mbit = 0;
+  std::string transport;          // the test bed daemons' --transport; "": their default
+  std::string dpdk_vdev = "memif";  // with transport dpdk: the virtual device (testbed.h)
   std::string cluster, sockets, algo = "auto", compare;
   std::vector<std::string> daemon_args;
   std::vector<Place> places;  // by rank

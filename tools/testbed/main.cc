@@ -129,6 +129,9 @@ int main(int argc, char** argv) {
   up->add_option("--port", options.port, "TCP port of every host in namespace mode")
       ->capture_default_str();
   up->add_flag("--no-daemons", no_daemons, "build the network and cluster file only");
+  up->add_option("--dpdk", options.dpdk,
+                 "links inside a rack over DPDK: af_packet (namespaces) or memif (two hosts "
+                 "per rack)");
   up->add_flag("--pin", options.pin,
                "give each host its own share of the CPUs (its daemon and what runs in it)");
   up->add_option("daemon_args", options.daemon_args, "extra gsyncd arguments, after --");

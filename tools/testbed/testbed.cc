@@ -215,6 +215,18 @@ Status Testbed::plan(const Options& o) {
       loopback_reason_ = "network namespaces unavailable: " + st.message();
     }
   }
+  if (!o.dpdk.empty()) {
+    if (o.dpdk != "af_packet" && o.dpdk != "memif")
+      return {GSYNC_ERR_INVALID, "testbed: dpdk must be af_packet or memif, got " + o.dpdk};
+    if (o.dpdk == "af_packet" && !namespaces())
+      return {GSYNC_ERR_INVALID, "testbed: dpdk=af_packet needs network namespaces (" +
+                                     loopback_reason_ + "); memif runs without"};
+    if (o.dpdk == "memif")
+      for (size_t r = 0; r < sizes.size(); r++)
+        if (sizes[r] != 2)
+          return {GSYNC_ERR_INVALID, "testbed: dpdk=memif links the two hosts of each rack; rack " +
+                                         std::to_string(r + 1) + " has " + std::to_string(sizes[r])};
+  }
   uplink_mbit_ = o.uplink_mbit;
   if (uplink_mbit_ > 0 && !namespaces())
     return {GSYNC_ERR_INVALID, "testbed: uplink_mbit=" + std::to_string(uplink_mbit_) +
@@ -378,8 +390,28 @@ std::vector<std::string> Testbed::daemon_command(int h) const {
                                     // Each host's state, in its own folder.
                                     {"--tuning-table", host.dir + "/tuning.json"}})
     argv.insert(argv.end(), {flag, value});
+  std::vector<std::string> d = dpdk_args(h);
+  argv.insert(argv.end(), d.begin(), d.end());
   argv.insert(argv.end(), options_.daemon_args.begin(), options_.daemon_args.end());
   return argv;
+}
+
+// DPDK's virtual devices (../shared/research/probe-infra.md, section 2):
+// no hugepages, no PCI; af_packet needs 4096 frames per ring or the
+// receiver loses most frames; memif: the first host of a rack serves.
+std::vector<std::string> Testbed::dpdk_args(int h) const {
+  if (options_.dpdk.empty()) return {};
+  const Host& host = hosts_.at(static_cast<size_t>(h));
+  std::string vdev;
+  if (options_.dpdk == "af_packet") {
+    vdev = "net_af_packet0,iface=eth0,framecnt=4096,qdisc_bypass=1";
+  } else {
+    bool first = h == 0 || hosts_.at(static_cast<size_t>(h - 1)).rack_index != host.rack_index;
+    vdev = "net_memif0,role=" + std::string(first ? "server" : "client") + ",socket=" + dir_ +
+           "/memif-rack" + std::to_string(host.rack_index) + ".sock";
+  }
+  return {"--transport", "dpdk", "--dpdk-eal-args",
+          "--no-huge --no-pci -m 128 --log-level=lib.eal:error --vdev=" + vdev};
 }
 
 // fork + setns + execv rather than `ip netns exec`: the pid we get is the

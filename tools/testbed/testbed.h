@@ -67,6 +67,13 @@ struct Options {
   // than hosts, host h gets CPU h mod n alone. docs/testbed.md says what it
   // changes in the figures.
   bool pin = false;
+  // The links inside a rack over DPDK ([cluster] transport = "dpdk",
+  // docs/transport.md "The DPDK provider"), on virtual devices that need no
+  // hugepages or NIC: "af_packet" (each host's eth0 in its namespace;
+  // namespace mode only) or "memif" (a shared-memory link per rack between
+  // its two hosts: every rack must have exactly two). "": the daemons'
+  // default transport.
+  std::string dpdk;
 };
 
 // Errors (Status): GSYNC_ERR_INVALID for options that cannot work,
@@ -125,6 +132,7 @@ class Testbed {
   std::string daemon_log_path(int h) const { return hosts_.at(h).log_path; }
   // The daemon's argv, as started.
   std::vector<std::string> daemon_command(int h) const;
+  std::vector<std::string> dpdk_args(int h) const;
 
   // Sends sig to host h's daemon. For SIGKILL also reaps it and waits (up
   // to 5 s) until its TCP port is free again, so daemon_alive(h) is false and
