@@ -14,6 +14,9 @@ packages=(
   # the soft-RoCE lane (tests/rxe, tools/rxe): a VM under qemu TCG with rxe0
   qemu-system-x86 busybox-static kmod cpio iproute2
   rdma-core ibverbs-utils ibverbs-providers libibverbs1 perftest
+  # the DPDK provider (daemon/transport/dpdk) and its test lane on virtual
+  # devices (net_memif, net_af_packet: no hugepages, no NIC)
+  libdpdk-dev
   # the fuzzing lane (tests/fuzz, tools/fuzz/run.sh): clang, its libFuzzer
   # and sanitizer runtimes
   clang libclang-rt-14-dev
