@@ -17,6 +17,7 @@
   X(cluster_file)             \
   X(config)                   \
   X(control_messages)         \
+  X(dpdk_frame)               \
   X(leases)                   \
   X(ps)                       \
   X(submission)               \

@@ -48,6 +48,17 @@ def tcp_hello(cluster, build, host, index=0, stream=0, streams=2, proto=2):
         s(build) + s(host)
 
 
+def dpdk_frame(ftype, seq, length=0, sack=0, region=0, offset=0, write_len=0, imm=0, flags=0,
+               link=7, payload=b"", cluster=0x1234abcd, ethertype=0x88b5):
+    """fuzz_dpdk_frame's input: the cluster tag, then an Ethernet frame of
+    daemon/transport/dpdk/frame.h (14-byte Ethernet header, 64-byte
+    FrameHeader, payload)."""
+    eth = bytes([2, 0, 0, 0, 0, 2, 2, 0, 0, 0, 0, 1]) + struct.pack(">H", ethertype)
+    head = struct.pack("<IBBHIIIIQIIQQQ", 0x50445347, 1, ftype, flags, cluster, link, seq, length,
+                       sack, region, 0, offset, write_len, imm)
+    return struct.pack("<I", cluster) + eth + head + payload
+
+
 def job_announce(job, world, ranks):
     return struct.pack("<B3xii", 1, world, len(ranks)) + cstr(job, 64) + \
         b"".join(struct.pack("<i", r) for r in ranks)
@@ -185,6 +196,18 @@ SEEDS = {
         bytes(57),
         "refuse": (lambda p: frame_header(3, len(p)) + p)(b"cluster name mismatch"),
         "heartbeat": frame_header(6, 0),
+    },
+    # The tag first; a HELLO or READY seed's tag is not read by the decoders.
+    "dpdk_frame": {
+        "data-last": dpdk_frame(1, 41, 100, region=3, offset=4096 + 1400, write_len=1500,
+                                imm=0x1122, flags=1, payload=bytes(range(100))),
+        "data-middle": dpdk_frame(1, 40, 1400, region=3, offset=4096, payload=bytes(1400)),
+        "data-empty-write": dpdk_frame(1, 0xffffffff, 0, region=1, offset=64, flags=1),
+        "ack": dpdk_frame(2, 42, 512, sack=0x8000000000000005),
+        "foreign": dpdk_frame(2, 42, 512, ethertype=0x0800),
+        "hello": struct.pack("<I", 0) + b"H" + bytes([2, 0, 0, 0, 0, 1]) +
+        struct.pack("<III", 9, 1400, 512),
+        "ready": struct.pack("<I", 0) + b"R" + struct.pack("<II", 9, 7),
     },
     "bootstrap": {
         "caps": parts(b"C\x01rxe0 port 1 gid 1", b"C\x00no RDMA device"),
