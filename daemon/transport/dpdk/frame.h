@@ -77,8 +77,9 @@ struct Parsed {
 };
 
 // Checks everything that can be checked without the link's state: the
-// ethertype, sizes (Ethernet pads short frames to 60 bytes: padding after
-// an ACK or a small DATA is allowed), magic, version, type, flags and field
+// ethertype, sizes (a frame is exactly its headers and payload: every one is
+// above Ethernet's 60-byte minimum, so none is padded), magic, version,
+// type, flags and field
 // consistency (a last piece lies inside its write, a write's end does not
 // overflow). Never reads outside [frame, frame+len).
 Drop parse(const uint8_t* frame, size_t len, uint32_t cluster, Parsed* out);

@@ -16,6 +16,7 @@ Sender::Sender(const SenderOptions& o)
       mask_(ring_size(o.window) - 1),
       base_(o.first_seq),
       next_(o.first_seq),
+      hole_end_(o.first_seq),
       peer_window_(o.window),
       rto_(o.min_rto) {}
 
@@ -44,13 +45,17 @@ bool Sender::has_due(Clock::time_point now) const {
   return unframed_ < writes_.size() && in_flight() < std::min(o_.window, peer_window_);
 }
 
-void Sender::on_timeout(Clock::time_point now) {
-  // Everything outstanding that has not been acknowledged selectively and
-  // is a timeout old goes again, oldest first.
+void Sender::on_timeout() {
+  // The oldest frame goes again, and a probe further on: the ack to the
+  // probe shows (selective ack) which frames between are missing, and those
+  // go as holes do. Not everything outstanding: on a busy host a timeout is
+  // mostly a receiver that was not scheduled, and resending a whole window
+  // for it only doubles the traffic.
   timeouts++;
-  for (uint32_t seq = base_; seq != next_; seq++) {
+  uint32_t probe = next_ - base_ > 64 ? base_ + 64 : next_ - 1;
+  for (uint32_t seq : {base_, probe}) {
     Slot& s = slot(seq);
-    if (s.sacked || s.queued || now - s.sent < rto_) continue;
+    if (s.sacked || s.queued) continue;
     s.queued = true;
     lost_.push_back(seq);
   }
@@ -59,7 +64,8 @@ void Sender::on_timeout(Clock::time_point now) {
 
 size_t Sender::due(Clock::time_point now, OutFrame* out, size_t max) {
   size_t n = 0;
-  if (in_flight() > 0 && now - slot(base_).sent >= rto_ && !slot(base_).queued) on_timeout(now);
+  queue_holes(now);
+  if (in_flight() > 0 && now - slot(base_).sent >= rto_ && !slot(base_).queued) on_timeout();
   while (n < max && !lost_.empty()) {
     uint32_t seq = lost_.front();
     lost_.pop_front();
@@ -89,13 +95,17 @@ size_t Sender::due(Clock::time_point now, OutFrame* out, size_t max) {
 }
 
 void Sender::advance(uint32_t cum, Clock::time_point now, std::vector<uint64_t>* done) {
+  // One round-trip sample per ack: the newest frame it acknowledges, and
+  // only where no hole was being filled (the frames behind a hole wait for
+  // it, beyond what the selective bitmap can mark) and that frame went once
+  // (Karn).
+  const Slot& newest = slot(cum - 1);
+  if (hole_end_ == base_ && !newest.resent && !newest.sacked) {
+    Clock::duration sample = now - newest.sent;
+    srtt_ = srtt_.count() == 0 ? sample : (srtt_ * 7 + sample) / 8;
+  }
   for (; base_ != cum; base_++) {
     Slot& s = slot(base_);
-    if (!s.resent) {
-      // Karn: only frames sent once say how long a round trip takes.
-      Clock::duration sample = now - s.sent;
-      srtt_ = srtt_.count() == 0 ? sample : (srtt_ * 7 + sample) / 8;
-    }
     bytes_acked += s.len;
     if (s.last) {
       done->push_back(writes_.front().req.cookie);
@@ -104,30 +114,34 @@ void Sender::advance(uint32_t cum, Clock::time_point now, std::vector<uint64_t>*
     }
     s = Slot{};
   }
+  if (hole_end_ - cum > in_flight()) hole_end_ = cum;  // the holes are filled
   rto_ = std::clamp<Clock::duration>(srtt_ * 4, o_.min_rto, o_.max_rto);
   progress_ = now;
 }
 
 void Sender::mark_lost(uint32_t cum, uint64_t sack, Clock::time_point now) {
-  // A frame below the highest one acknowledged selectively is missing: sent
-  // again once it is a round trip old (not again for every ack that shows
-  // the same hole).
   int top = 63 - std::countl_zero(sack);  // bit of the highest frame seen
   uint32_t end = cum + 1 + uint32_t(top);
+  for (uint32_t seq = cum + 1; seq != end + 1; seq++)
+    if (sack >> (seq - cum - 1) & 1) slot(seq).sacked = true;
+  if (end + 1 - base_ > hole_end_ - base_) hole_end_ = end + 1;
+  queue_holes(now);
+}
+
+void Sender::queue_holes(Clock::time_point now) {
+  // A frame below the highest one acknowledged selectively is missing: sent
+  // again once it is a round trip old, and again each round trip after
+  // that. Looked at on every ack and every turn: a window stuck on a hole
+  // brings no more acks to look on.
+  if (hole_end_ - base_ > in_flight()) hole_end_ = base_;  // acked past the holes
+  if (hole_end_ == base_) return;
+  // At most the 64 frames a selective ack covers, past the first hole.
   Clock::duration age = std::max<Clock::duration>(srtt_ + srtt_ / 4, o_.min_rto / 8);
-  for (uint32_t seq = cum; seq != end; seq++) {
-    if (!outstanding(seq)) break;
+  for (uint32_t seq = base_; seq != hole_end_; seq++) {
     Slot& s = slot(seq);
-    if (seq != cum && (sack >> (seq - cum - 1) & 1)) {
-      s.sacked = true;
-      continue;
-    }
     if (s.sacked || s.queued || now - s.sent < age) continue;
     s.queued = true;
     lost_.push_back(seq);
-  }
-  for (uint32_t seq = end; seq != next_ && seq - cum <= 64; seq++) {
-    if (sack >> (seq - cum - 1) & 1) slot(seq).sacked = true;
   }
 }
 
@@ -139,6 +153,15 @@ bool Sender::on_ack(uint32_t cum, uint64_t sack, uint32_t window, Clock::time_po
     if (base_ - cum < (1u << 31)) return true;  // late, superseded
     bad_acks++;
     return false;
+  }
+  if (sack != 0) {
+    // A selective ack of a frame never sent would mark a slot of the ring
+    // that holds an older, unacknowledged frame.
+    uint32_t top = cum + 1 + uint32_t(63 - std::countl_zero(sack));
+    if (top - base_ >= in_flight()) {
+      bad_acks++;
+      return false;
+    }
   }
   peer_window_ = std::max<uint32_t>(window, 1);
   if (cum != base_) advance(cum, now, done);
@@ -152,7 +175,7 @@ void Sender::abandon(std::vector<uint64_t>* cookies) {
   lost_.clear();
   unframed_ = 0;
   std::fill(slots_.begin(), slots_.end(), Slot{});
-  base_ = next_;
+  base_ = hole_end_ = next_;
 }
 
 Clock::time_point Sender::waiting_since() const {

@@ -7,10 +7,10 @@
 // and acknowledges cumulatively (the next number it expects) with a bitmap
 // of the 64 frames after that (selective ack). The sender keeps at most a
 // window of frames unacknowledged, resends a frame the bitmap shows missing
-// once it is a round trip old, and resends everything outstanding when the
-// oldest frame goes a retransmission timeout without an ack (the timeout
-// doubles each time, and comes back to the measured round trip on
-// progress). A write completes (on_write at the receiver, on_write_done at
+// once it is a round trip old; when the oldest frame goes a retransmission
+// timeout without an ack, it resends that frame and a probe 64 frames on
+// (or the newest), whose ack shows the holes between (the timeout doubles
+// each time, and comes back to the measured round trip on progress). A write completes (on_write at the receiver, on_write_done at
 // the sender) once every frame up to its last is acknowledged, so writes
 // complete in order, and a duplicate never lands after its write did.
 // docs/transport.md, "The DPDK provider".
@@ -49,7 +49,7 @@ struct OutFrame {
 struct SenderOptions {
   uint32_t window = 512;    // frames unacknowledged at most
   uint32_t payload = 1400;  // bytes per frame at most
-  Clock::duration min_rto = std::chrono::milliseconds(2);
+  Clock::duration min_rto = std::chrono::milliseconds(5);
   Clock::duration max_rto = std::chrono::milliseconds(200);
   uint32_t first_seq = 0;
 };
@@ -98,8 +98,9 @@ class Sender {
   uint32_t in_flight() const { return next_ - base_; }
   bool outstanding(uint32_t seq) const { return seq - base_ < in_flight(); }
   OutFrame frame_of(uint32_t seq, bool resend) const;
-  void on_timeout(Clock::time_point now);
+  void on_timeout();
   void mark_lost(uint32_t cum, uint64_t sack, Clock::time_point now);
+  void queue_holes(Clock::time_point now);
   void advance(uint32_t cum, Clock::time_point now, std::vector<uint64_t>* done);
 
   SenderOptions o_;
@@ -108,6 +109,7 @@ class Sender {
   std::vector<Slot> slots_;
   uint32_t mask_ = 0;
   uint32_t base_ = 0, next_ = 0;  // [base_, next_) are outstanding
+  uint32_t hole_end_ = 0;  // one past the highest frame acknowledged selectively
   uint32_t peer_window_ = 0;
   std::deque<uint32_t> lost_;  // to resend, oldest first
   Clock::duration rto_, srtt_{};
