@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 //
 // gsyncd: the per-host gradient aggregation daemon.
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <iterator>
@@ -46,6 +47,21 @@ const StringFlag kStringFlags[] = {
     {"--tuning-table", "file the tuning table is kept in ([tuning] table)",
      &gsync::DaemonConfig::tuning_table},
 };
+// The flags that set a count key of the config, likewise.
+struct CountFlag {
+  const char* name;
+  const char* help;
+  uint32_t gsync::DaemonConfig::*field;
+};
+const CountFlag kCountFlags[] = {
+    {"--dpdk-window", "DPDK frames in flight per link ([dpdk] window)",
+     &gsync::DaemonConfig::dpdk_window},
+    {"--dpdk-payload", "DPDK bytes per frame, 0: the port's MTU ([dpdk] payload)",
+     &gsync::DaemonConfig::dpdk_payload},
+    {"--dpdk-drop-ppm", "test hook: DPDK frames dropped on receipt, per million ([dpdk] drop_ppm)",
+     &gsync::DaemonConfig::dpdk_drop_ppm},
+};
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -58,7 +74,8 @@ int main(int argc, char** argv) {
   int tcp_streams_cross_rack = -1;
   int64_t tcp_buffer_kib = -1, poll_us = -1, trace_ring_ops = -1;
   std::string trace_record;
-  int64_t dpdk_window = -1, dpdk_drop_ppm = -1;
+  int64_t counts[std::size(kCountFlags)];
+  std::fill(std::begin(counts), std::end(counts), -1);
   bool print_config = false;
   auto* config_opt = app.add_option("-c,--config", config_path, "TOML config file");
   for (size_t i = 0; i < std::size(kStringFlags); i++)
@@ -76,11 +93,9 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(int64_t{0}, int64_t{UINT32_MAX}));
   app.add_option("--trace-record", trace_record, "record ops' timelines ([trace] record)")
       ->check(CLI::IsMember({"true", "false"}));
-  app.add_option("--dpdk-window", dpdk_window, "DPDK frames in flight per link ([dpdk] window)")
-      ->check(CLI::Range(int64_t{0}, int64_t{UINT32_MAX}));
-  app.add_option("--dpdk-drop-ppm", dpdk_drop_ppm,
-                 "test hook: DPDK frames dropped on receipt, per million ([dpdk] drop_ppm)")
-      ->check(CLI::Range(int64_t{0}, int64_t{UINT32_MAX}));
+  for (size_t i = 0; i < std::size(kCountFlags); i++)
+    app.add_option(kCountFlags[i].name, counts[i], kCountFlags[i].help)
+        ->check(CLI::Range(int64_t{0}, int64_t{UINT32_MAX}));
   app.add_flag("--print-config", print_config, "print the config in force as TOML and exit");
   app.set_version_flag("--version", GSYNC_VERSION_STRING);
   CLI11_PARSE(app, argc, argv);
@@ -104,8 +119,8 @@ int main(int argc, char** argv) {
   if (tcp_buffer_kib >= 0) cfg.tcp_buffer_kib = static_cast<uint32_t>(tcp_buffer_kib);
   if (trace_ring_ops >= 0) cfg.trace_ring_ops = static_cast<uint32_t>(trace_ring_ops);
   if (!trace_record.empty()) cfg.trace_record = trace_record == "true";
-  if (dpdk_window >= 0) cfg.dpdk_window = static_cast<uint32_t>(dpdk_window);
-  if (dpdk_drop_ppm >= 0) cfg.dpdk_drop_ppm = static_cast<uint32_t>(dpdk_drop_ppm);
+  for (size_t i = 0; i < std::size(kCountFlags); i++)
+    if (counts[i] >= 0) cfg.*kCountFlags[i].field = static_cast<uint32_t>(counts[i]);
   if (!chunk_bytes.empty() && !gsync::parse_byte_size(chunk_bytes, &cfg.chunk_bytes)) {
     spdlog::critical("--chunk-bytes '{}' is not a byte size", chunk_bytes);
     return 2;

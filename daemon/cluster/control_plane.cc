@@ -93,6 +93,14 @@ Status ControlPlane::start() {
           std::atomic_thread_fence(std::memory_order_seq_cst);
         });
   }
+  if (auto tick = net_->tick(); tick.count() > 0) {
+    // A polled port (DPDK) is looked at on the loop's timer, which opens no
+    // polling window: between ops an idle daemon sleeps. Timers are in
+    // milliseconds, so the tick is 1 ms at least.
+    loop_.every(std::max(std::chrono::ceil<std::chrono::milliseconds>(tick),
+                         std::chrono::milliseconds(1)),
+                [this] { net_->poll(); }, "transport tick");
+  }
   loop_.every(std::chrono::milliseconds(1000), [this] { sample_rates(); });
   loop_.every(
       std::chrono::milliseconds(50),

@@ -65,7 +65,7 @@ struct DaemonConfig {
   uint32_t dpdk_mbufs = 8191;
   uint32_t dpdk_window = 512;
   uint32_t dpdk_payload = 0;
-  uint32_t dpdk_idle_poll_us = 200;
+  uint32_t dpdk_idle_poll_us = 1000;
   uint32_t dpdk_drop_ppm = 0;
 
   // [checkpoint] The parameter server's checkpoints (docs/fault-tolerance.md):

@@ -156,9 +156,11 @@ std::optional<ConfigProblem> dpdk_problem(const DaemonConfig& cfg) {
     return ConfigProblem{{"dpdk.payload"},
                          fmt::format("must be 0 (the port's MTU) or 64 to 9000 bytes, got {}",
                                      cfg.dpdk_payload)};
-  if (cfg.dpdk_idle_poll_us < 10 || cfg.dpdk_idle_poll_us > 100000)
+  if (cfg.dpdk_idle_poll_us < 1000 || cfg.dpdk_idle_poll_us > 100000)
     return ConfigProblem{{"dpdk.idle_poll_us"},
-                         fmt::format("must be 10 to 100000, got {}", cfg.dpdk_idle_poll_us)};
+                         fmt::format("must be 1000 to 100000 (the event loop's timers count "
+                                     "milliseconds), got {}",
+                                     cfg.dpdk_idle_poll_us)};
   if (cfg.dpdk_drop_ppm > 500000)
     return ConfigProblem{{"dpdk.drop_ppm"},
                          fmt::format("must be at most 500000 (half the frames), got {}",

@@ -82,7 +82,7 @@ struct ContextOptions {
     uint32_t mbufs = 8191;  // the packet buffer pool
     uint32_t window = 512;  // frames in flight per link, each way
     uint32_t payload = 0;   // bytes per frame; 0: what the port's MTU allows
-    uint32_t idle_poll_us = 200;  // an idle port is looked at this often
+    uint32_t idle_poll_us = 1000;  // an idle port is looked at this often (the loop's timers: 1 ms at least)
     uint32_t drop_ppm = 0;  // test hook: received frames dropped on purpose, per million
     bool required = false;  // no fallback to TCP when the port is unusable
   } dpdk;
@@ -192,6 +192,11 @@ class Context {
   // for work that pending() reports; set_polled(false) makes event_fd
   // readable if such work is waiting.
   virtual void set_polled(bool on) { (void)on; }
+  // How often poll() must run even when event_fd says nothing (a polled
+  // port with no receive interrupt: DPDK); zero: never. The caller runs it
+  // from a timer, which (unlike an event) opens no polling window: an idle
+  // daemon stays asleep between ticks.
+  virtual std::chrono::microseconds tick() const { return {}; }
 
   virtual bool peer_up(int peer) const = 0;
   virtual PeerStats stats(int peer) const = 0;

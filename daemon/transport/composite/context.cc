@@ -46,7 +46,7 @@ Status CompositeContext::init(std::unique_ptr<LinkProvider> provider, std::strin
     return Status(GSYNC_ERR_INTERNAL, fmt::format("epoll/eventfd: {}", strerror(errno)));
   int provider_fd = provider_ ? provider_->event_fd() : -1;
   for (int fd : {inner_->event_fd(), provider_fd, wake_fd_}) {
-    if (fd < 0) continue;
+    if (fd < 0) continue;  // a provider without one (polled on tick())
     epoll_event ev{};
     ev.events = EPOLLIN;
     ev.data.fd = fd;

@@ -59,6 +59,9 @@ class CompositeContext : public Context, public LinkHost {
     return inner_->pending() || (provider_ && provider_->pending());
   }
   void set_polled(bool on) override { inner_->set_polled(on); }
+  std::chrono::microseconds tick() const override {
+    return provider_ ? provider_->tick() : std::chrono::microseconds{};
+  }
   bool peer_up(int peer) const override;
   PeerStats stats(int peer) const override;
   std::string summary() const override;

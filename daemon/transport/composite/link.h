@@ -77,6 +77,8 @@ class LinkProvider {
   // For a caller that polls: poll() may have work that event_fd does not
   // signal (a polled port with no interrupts: DPDK).
   virtual bool pending() const { return false; }
+  // Context::tick() of the composite.
+  virtual std::chrono::microseconds tick() const { return {}; }
 
   virtual bool peer_up(int peer) const = 0;
   virtual PeerStats stats(int peer) const = 0;

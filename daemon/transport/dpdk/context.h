@@ -5,9 +5,10 @@
 // and region retirement. DpdkLinks owns the port (device.h), the table of
 // this daemon's regions, the drop counters and one Pair per peer. It runs
 // inside the event loop: poll() takes received frames, hands each to its
-// pair by link id, and sends what the pairs have due; while a link is busy
-// pending() keeps the loop polling, and an idle port is looked at every
-// idle_poll_us by a timer (event_fd), since a virtual port has no receive
+// pair by link id, and sends what the pairs have due. While a link is busy
+// poll() asks to be called again at once (and pending() keeps a polling
+// loop polling); an idle port is looked at every idle_poll_us from the
+// event loop's timer (tick()), since a virtual port has no receive
 // interrupt. DpdkContext is the composite with DpdkLinks in it.
 // docs/transport.md, "The DPDK provider".
 #pragma once
@@ -37,7 +38,11 @@ class DpdkLinks final : public composite::LinkProvider {
 
   composite::LinkKind kind() const override { return composite::LinkKind::kDpdk; }
   std::string detail() const override { return device_->describe(); }
-  int event_fd() const override { return timer_fd_; }
+  // No fd: a virtual port has no receive interrupt. tick() instead.
+  int event_fd() const override { return -1; }
+  std::chrono::microseconds tick() const override {
+    return std::chrono::microseconds(options_.dpdk.idle_poll_us);
+  }
   void start(composite::LinkHost& host) override;
   void link_up(int peer) override;
   void link_down(int peer, const Status& why) override;
@@ -55,12 +60,13 @@ class DpdkLinks final : public composite::LinkProvider {
   std::string summary() const override;
 
   uint64_t dropped(Drop d) const { return drops_[size_t(d)]; }
+  // Tests: the receive path's drop hook ([dpdk] drop_ppm), changed live.
+  void set_drop_ppm_for_test(uint32_t ppm) { options_.dpdk.drop_ppm = ppm; }
 
  private:
   explicit DpdkLinks(const ContextOptions& options) : options_(options) {}
   void receive(rte_mbuf* m);
-  void arm_timer(bool on);
-  void drain_timer(Clock::time_point now);
+  void watch_port(Clock::time_point now);
 
   ContextOptions options_;
   composite::LinkHost* host_ = nullptr;
@@ -70,9 +76,10 @@ class DpdkLinks final : public composite::LinkProvider {
   std::vector<std::unique_ptr<Pair>> pairs_;  // by host index; null for self
   std::array<uint64_t, size_t(Drop::kCount)> drops_{};
   uint32_t cluster_ = 0;  // cluster_tag
-  int timer_fd_ = -1;
   int links_up_ = 0;
-  Clock::time_point busy_until_{}, timer_read_{};
+  Clock::time_point busy_until_{}, port_looked_{}, port_started_{};
+  bool port_up_ = false;
+  uint64_t restarts_ = 0;
   std::minstd_rand drop_rng_{12345};
 };
 
@@ -85,6 +92,7 @@ class DpdkContext final : public composite::CompositeContext {
   bool has_device() const { return links_ != nullptr; }
   const std::string& no_device_reason() const { return no_link_reason(); }
   const DpdkLinks* links() const { return links_; }
+  DpdkLinks* links() { return links_; }
   std::string summary() const override;
 
  private:

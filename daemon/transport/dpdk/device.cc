@@ -4,6 +4,7 @@
 #include <sched.h>
 
 #include <cstring>
+#include <map>
 #include <mutex>
 #include <sstream>
 
@@ -11,6 +12,8 @@
 #include <rte_eal.h>
 #include <rte_errno.h>
 #include <spdlog/spdlog.h>
+
+#include "daemon/transport/dpdk/frame.h"
 
 namespace gsync::transport::dpdk {
 
@@ -89,11 +92,40 @@ Status Device::start_port(const ContextOptions::Dpdk& o) {
   char name[RTE_ETH_NAME_MAX_LEN] = {};
   rte_eth_dev_get_name_by_port(port_, name);
   name_ = name;
-  pool_ = rte_pktmbuf_pool_create(fmt::format("gsync_pool_{}", port_).c_str(), o.mbufs, 256, 0,
-                                  RTE_MBUF_DEFAULT_BUF_SIZE, int(rte_eth_dev_socket_id(port_)));
+  // A payload asked for beyond the MTU's: a bigger MTU, if the port takes
+  // one (jumbo frames), and buffers that hold such a frame in one piece.
+  uint32_t want_mtu = o.payload != 0 ? o.payload + uint32_t(sizeof(FrameHeader)) : 0;
+  uint32_t room = std::max<uint32_t>(RTE_MBUF_DEFAULT_BUF_SIZE,
+                                     RTE_PKTMBUF_HEADROOM + kEtherHeaderBytes + want_mtu);
+  // One pool per port for the life of the process: a stopped port's
+  // queues still hold its buffers until the port is configured again.
+  static std::map<uint16_t, rte_mempool*> pools;
+  rte_mempool*& pool = pools[port_];
+  if (pool != nullptr && rte_pktmbuf_data_room_size(pool) < room) pool = nullptr;  // kept: in use
+  if (pool == nullptr)
+    pool = rte_pktmbuf_pool_create(
+        fmt::format("gsync_pool_{}_{}", port_, room).c_str(), o.mbufs, 256, 0, uint16_t(room),
+        int(rte_eth_dev_socket_id(port_)));
+  pool_ = pool;
   if (pool_ == nullptr) return fail("rte_pktmbuf_pool_create", rte_errno);
   rte_eth_conf conf{};
   if (int rc = rte_eth_dev_configure(port_, 1, 1, &conf); rc != 0) return fail("configure", rc);
+  if (rte_eth_dev_get_mtu(port_, &mtu_) != 0) mtu_ = 1500;
+  if (want_mtu > mtu_) {
+    // A PMD without an MTU to set (memif: frames in chained shared-memory
+    // buffers) takes what its receive side says it takes.
+    rte_eth_dev_info info{};
+    int rc = rte_eth_dev_set_mtu(port_, uint16_t(want_mtu));
+    if (rc == -ENOTSUP && rte_eth_dev_info_get(port_, &info) == 0 &&
+        info.max_rx_pktlen >= want_mtu + kEtherHeaderBytes)
+      rc = 0;
+    if (rc == 0)
+      mtu_ = uint16_t(want_mtu);
+    else
+      spdlog::warn("dpdk: port {} ({}) keeps MTU {}: setting {} for [dpdk] payload {}: {} "
+                   "(it takes frames of up to {} bytes)",
+                   port_, name_, mtu_, want_mtu, o.payload, rte_strerror(-rc), info.max_rx_pktlen);
+  }
   uint16_t rxd = 1024, txd = 1024;
   if (int rc = rte_eth_dev_adjust_nb_rx_tx_desc(port_, &rxd, &txd); rc != 0)
     return fail("adjust descriptors", rc);
@@ -108,21 +140,33 @@ Status Device::start_port(const ContextOptions::Dpdk& o) {
   rte_ether_addr mac;
   if (int rc = rte_eth_macaddr_get(port_, &mac); rc != 0) return fail("macaddr_get", rc);
   std::memcpy(mac_, mac.addr_bytes, 6);
-  if (rte_eth_dev_get_mtu(port_, &mtu_) != 0) mtu_ = 1500;
+  data_room_ = uint16_t(room - RTE_PKTMBUF_HEADROOM);
   return Status::ok();
 }
 
 Device::~Device() {
-  if (started_) {
-    rte_eth_dev_stop(port_);
-    rte_eth_dev_close(port_);
-  }
-  if (pool_ != nullptr) rte_mempool_free(pool_);
+  // Stopped, not closed: a closed virtual device is gone for the rest of
+  // the process, and a context made again (a test, a restart of the
+  // transport) opens the same port.
+  if (started_) rte_eth_dev_stop(port_);
 }
 
 std::string Device::describe() const {
   return fmt::format("{} {:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}, MTU {}", name_, mac_[0], mac_[1],
                      mac_[2], mac_[3], mac_[4], mac_[5], mtu_);
+}
+
+bool Device::link_up() const {
+  rte_eth_link l{};
+  return rte_eth_link_get_nowait(port_, &l) == 0 && l.link_status == RTE_ETH_LINK_UP;
+}
+
+Status Device::restart() {
+  rte_eth_dev_stop(port_);
+  if (int rc = rte_eth_dev_start(port_); rc != 0)
+    return Status(GSYNC_ERR_UNSUPPORTED,
+                  fmt::format("dpdk: restarting port {} ({}): {}", port_, name_, rte_strerror(-rc)));
+  return Status::ok();
 }
 
 uint64_t Device::missed() const {

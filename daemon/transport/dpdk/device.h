@@ -44,11 +44,18 @@ class Device {
   uint16_t rx(rte_mbuf** bufs, uint16_t n) { return rte_eth_rx_burst(port_, 0, bufs, n); }
   const uint8_t* mac() const { return mac_; }
   uint16_t mtu() const { return mtu_; }
+  // Bytes of a frame one packet buffer holds.
+  uint16_t data_room() const { return data_room_; }
   const std::string& name() const { return name_; }
   rte_mempool* pool() { return pool_; }
   uint16_t port() const { return port_; }
   // "net_memif0 02:fe:..., MTU 1500" for logs and CAPS.
   std::string describe() const;
+  // Whether the port's link is up (a memif peer connected, a cable in).
+  bool link_up() const;
+  // Stops and starts the port: a memif client that found no server when
+  // it started tries again only then.
+  Status restart();
   // Frames the port itself lost (its ring was full) and buffers it lacked.
   uint64_t missed() const;
 
@@ -61,6 +68,7 @@ class Device {
   std::string name_;
   uint8_t mac_[6] = {};
   uint16_t mtu_ = 1500;
+  uint16_t data_room_ = 0;
   rte_mempool* pool_ = nullptr;
 };
 

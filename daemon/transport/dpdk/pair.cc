@@ -14,7 +14,7 @@ namespace gsync::transport::dpdk {
 namespace {
 
 // Frames one pair puts out per transmit: the port's burst, shared fairly.
-constexpr size_t kBurst = 32;
+constexpr size_t kBurst = 128;
 
 std::string mac_text(const uint8_t m[6]) {
   return fmt::format("{:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}", m[0], m[1], m[2], m[3], m[4], m[5]);
@@ -88,7 +88,7 @@ void Pair::on_ready(const Ready& m) {
 }
 
 void Pair::maybe_up() {
-  if (!have_remote_ || !peer_ready_ || up_) return;
+  if (!have_remote_ || !peer_ready_ || up_ || !*env_.port_up) return;
   SenderOptions o;
   o.window = window_;
   o.payload = payload_;

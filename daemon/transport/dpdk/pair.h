@@ -36,9 +36,10 @@ struct PairEnv {
   uint32_t cluster = 0;     // cluster_tag
   uint32_t payload = 1400;  // the largest payload this side sends and takes
   uint32_t window = 512;    // frames in flight, each way
-  Clock::duration min_rto = std::chrono::milliseconds(2);
+  Clock::duration min_rto = std::chrono::milliseconds(5);
   Clock::duration peer_timeout = std::chrono::milliseconds(3000);
   uint64_t* drops = nullptr;  // by Drop, the provider's counters
+  const bool* port_up = nullptr;  // the port's link: no pair is up while it is down
 };
 
 class Pair {
@@ -49,6 +50,8 @@ class Pair {
   void on_link_down(const Status& why);
   void on_hello(const Hello& m);
   void on_ready(const Ready& m);
+  // The port's link came up: a pair that waited for it comes up now.
+  void maybe_up();
 
   void write(const WriteReq& w);
   // A frame from the port with this pair's link id.
@@ -66,7 +69,6 @@ class Pair {
  private:
   void start();
   void teardown(const Status& why);
-  void maybe_up();
   void on_data(const Parsed& f);
   bool put_frame(TxSink& tx, const OutFrame& f);
   bool put_ack(TxSink& tx);
