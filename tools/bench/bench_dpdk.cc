@@ -1,0 +1,131 @@
+// SPDX-License-Identifier: Apache-2.0
+//
+// The DPDK provider's write throughput next to the PMD's own frame rate on
+// the same ports, in the same run: one process, the two ends of a
+// net_memif link (no hugepages, no NIC), one thread driving both.
+//   1. the PMD alone: full-size frames (the provider's frame size) sent on
+//      one port and taken off the other, buffers only allocated and freed;
+//   2. the provider: 64 MiB writes from one context to the other over the
+//      same ports, every frame built, copied, acknowledged and placed.
+// The figure is (2) in frames per second over (1): what the reliability,
+// the copies and the event-loop shape cost. docs/performance.md, "DPDK".
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <vector>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include "daemon/transport/dpdk/context.h"
+#include "tests/util/transport_harness.h"
+
+namespace {
+
+using namespace gsync;
+using namespace gsync::transport;
+using Clock = std::chrono::steady_clock;
+
+std::string eal_args() {
+  return fmt::format("--no-huge --no-pci -m 512 --log-level=lib.eal:error "
+                     "--vdev=net_memif0,role=server,socket=/tmp/gsync-bench-dpdk-{0}.sock "
+                     "--vdev=net_memif1,role=client,socket=/tmp/gsync-bench-dpdk-{0}.sock",
+                     getpid());
+}
+
+ContextOptions::Dpdk port_options(const char* port) {
+  ContextOptions::Dpdk o;
+  o.wanted = o.required = true;
+  o.eal_args = eal_args();
+  o.port = port;
+  return o;
+}
+
+// The PMD alone: frames of `bytes` from port a to port b for `secs`.
+double pmd_frames_per_s(dpdk::Device& a, dpdk::Device& b, size_t bytes, double secs) {
+  for (auto until = Clock::now() + std::chrono::seconds(5); !(a.link_up() && b.link_up());)
+    if (Clock::now() > until) return 0;
+  rte_mbuf* tx[32];
+  rte_mbuf* rx[64];
+  uint64_t got = 0;
+  auto t0 = Clock::now();
+  auto end = t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(secs));
+  while (Clock::now() < end) {
+    if (rte_pktmbuf_alloc_bulk(a.pool(), tx, 32) == 0) {
+      for (auto* m : tx) rte_pktmbuf_append(m, uint16_t(bytes));
+      uint16_t sent = rte_eth_tx_burst(a.port(), 0, tx, 32);
+      rte_pktmbuf_free_bulk(tx + sent, 32u - sent);
+    }
+    uint16_t n = b.rx(rx, 64);
+    got += n;
+    rte_pktmbuf_free_bulk(rx, n);
+  }
+  return double(got) / std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+// The provider: 64 MiB writes from node 0 to node 1 for `secs`.
+double provider_bytes_per_s(double secs) {
+  transport::testing::Nodes nodes(2, 20000, 0);
+  auto ports = transport::testing::free_ports(2);
+  ContextOptions base;
+  base.identity = {"bench", 1, "b"};
+  base.cluster_key = transport::testing::test_key();
+  for (int i = 0; i < 2; i++)
+    base.hosts.push_back({fmt::format("h{}", i), "127.0.0.1", ports[size_t(i)], "r1"});
+  for (int i = 0; i < 2; i++) {
+    ContextOptions o = base;
+    o.self = i;
+    o.dpdk = port_options(i == 0 ? "net_memif0" : "net_memif1");
+    Status st;
+    nodes.fresh(i).ctx = make_context(o, false, &st);
+    if (!nodes[i].ctx || !nodes[i].start()) {
+      std::fprintf(stderr, "bench_dpdk: %s\n", st.message().c_str());
+      return 0;
+    }
+  }
+  if (!nodes.pump([&] { return nodes.all_up(); })) return 0;
+  const size_t kLen = 64 << 20;
+  std::vector<uint8_t> src(kLen, 1), dst(kLen);
+  Region r = nodes[1].ctx->register_region(dst.data(), kLen);
+  uint64_t cookie = 0, bytes = 0;
+  auto t0 = Clock::now();
+  auto end = t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(secs));
+  while (Clock::now() < end) {
+    size_t before = nodes[0].ok_dones();
+    nodes[0].ctx->write(1, src.data(), kLen, r.id, 0, cookie, cookie);
+    cookie++;
+    if (!nodes.pump([&] { return nodes[0].ok_dones() > before; })) return 0;
+    bytes += kLen;
+  }
+  return double(bytes) / std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+}  // namespace
+
+int main() {
+  spdlog::set_level(spdlog::level::warn);
+  std::unique_ptr<dpdk::Device> a, b;
+  Status st = dpdk::Device::open(port_options("net_memif0"), "gsync-bench", &a);
+  if (st) st = dpdk::Device::open(port_options("net_memif1"), "gsync-bench", &b);
+  if (!st) {
+    std::fprintf(stderr, "bench_dpdk: %s\n", st.message().c_str());
+    return 1;
+  }
+  size_t frame = std::min<size_t>(a->mtu() + dpdk::kEtherHeaderBytes, a->data_room());
+  size_t payload = frame - dpdk::kFrameOverhead;
+  std::printf("# one process, one thread: net_memif0 (server) -> net_memif1 (client), "
+              "%zu-byte frames (%zu bytes of payload)\n", frame, payload);
+  std::printf("# %-28s %12s %12s %10s\n", "what", "Mframes/s", "GB/s", "x PMD");
+  double p = pmd_frames_per_s(*a, *b, frame, 3.0);
+  a.reset();  // the provider's contexts open the same ports
+  b.reset();
+  std::printf("  %-28s %12.3f %12.3f %10s\n", "pmd (tx + rx, no copies)", p / 1e6, p * frame / 1e9,
+              "1.00");
+  double bytes = provider_bytes_per_s(3.0);
+  double frames = bytes / double(payload);
+  std::printf("  %-28s %12.3f %12.3f %10.2f\n", "provider 64 MiB writes", frames / 1e6, bytes / 1e9,
+              p > 0 ? frames / p : 0.0);
+  return p > 0 && bytes > 0 ? 0 : 1;
+}
