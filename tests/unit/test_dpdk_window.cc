@@ -176,8 +176,15 @@ TEST(DpdkSender, NeverMoreThanAWindowOutstanding) {
   EXPECT_TRUE(done.empty()) << "the write is not complete";
 }
 
+// Without the tail probe (below), only the timeout resends a lost tail.
+SenderOptions no_probe() {
+  SenderOptions o = small_options();
+  o.tail_probe = false;
+  return o;
+}
+
 TEST(DpdkSender, TimeoutDoublesToItsCapAndComesBackOnProgress) {
-  Sender s(small_options());
+  Sender s(no_probe());
   std::vector<uint8_t> src(100);
   std::vector<uint64_t> done;
   OutFrame out[8];
@@ -238,8 +245,29 @@ TEST(DpdkSender, TimeoutIsClampedToItsBounds) {
   }
 }
 
-TEST(DpdkSender, TimeoutResendsTheOldestFrameFirst) {
+TEST(DpdkSender, ALostTailIsProbedBeforeTheTimeout) {
   Sender s(small_options());
+  std::vector<uint8_t> src(500);
+  std::vector<uint64_t> done;
+  OutFrame out[16];
+  s.queue(WriteReq{src.data(), 500, 1, 0, 0, 9});
+  ASSERT_EQ(s.due(kStart, out, 16), 5u);  // all five lost
+  EXPECT_EQ(s.due(kStart + 199us, out, 16), 0u) << "probed before two quiet round trips";
+  ASSERT_EQ(s.due(kStart + 200us, out, 16), 1u);
+  EXPECT_EQ(out[0].seq, 4u) << "the probe is the newest frame";
+  EXPECT_TRUE(out[0].resend);
+  EXPECT_EQ(s.due(kStart + 600us, out, 16), 0u) << "probed again with no progress";
+  // Its ack shows the four before it missing: they go as holes.
+  ASSERT_TRUE(s.on_ack(0, 0b1000, 16, kStart + 700us, &done));
+  ASSERT_EQ(s.due(kStart + 700us, out, 16), 4u);
+  for (uint32_t i = 0; i < 4; i++) EXPECT_EQ(out[i].seq, i);
+  ASSERT_TRUE(s.on_ack(5, 0, 16, kStart + 800us, &done));
+  EXPECT_EQ(done, std::vector<uint64_t>{9});
+  EXPECT_EQ(s.timeouts, 0u);
+}
+
+TEST(DpdkSender, TimeoutResendsTheOldestFrameFirst) {
+  Sender s(no_probe());
   std::vector<uint8_t> src(500);
   s.queue(WriteReq{src.data(), 500, 1, 0, 0, 9});
   OutFrame out[16];

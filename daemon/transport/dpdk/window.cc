@@ -8,6 +8,8 @@ namespace gsync::transport::dpdk {
 
 namespace {
 uint32_t ring_size(uint32_t window) { return std::bit_ceil(std::max<uint32_t>(window, 64)); }
+constexpr auto kMinHoleAge = std::chrono::microseconds(50);
+constexpr auto kMinProbeWait = std::chrono::microseconds(200);
 }  // namespace
 
 Sender::Sender(const SenderOptions& o)
@@ -65,6 +67,7 @@ void Sender::on_timeout() {
 size_t Sender::due(Clock::time_point now, OutFrame* out, size_t max) {
   size_t n = 0;
   queue_holes(now);
+  probe_tail(now);
   if (in_flight() > 0 && now - slot(base_).sent >= rto_ && !slot(base_).queued) on_timeout();
   while (n < max && !lost_.empty()) {
     uint32_t seq = lost_.front();
@@ -128,6 +131,20 @@ void Sender::mark_lost(uint32_t cum, uint64_t sack, Clock::time_point now) {
   queue_holes(now);
 }
 
+void Sender::probe_tail(Clock::time_point now) {
+  // The last frames of a burst lost: no later frame brings an ack that
+  // shows the hole, and the timeout is milliseconds away. Once the sender
+  // has nothing new to send and two round trips pass without an ack, the
+  // newest frame goes again; its ack shows what is missing.
+  if (!o_.tail_probe || probed_ || in_flight() == 0 || unframed_ < writes_.size()) return;
+  Slot& s = slot(next_ - 1);
+  Clock::duration quiet = std::max<Clock::duration>(2 * srtt_, kMinProbeWait);
+  if (now - std::max(last_ack_, s.sent) < quiet || s.sacked || s.queued) return;
+  probed_ = true;
+  s.queued = true;
+  lost_.push_back(next_ - 1);
+}
+
 void Sender::queue_holes(Clock::time_point now) {
   // A frame below the highest one acknowledged selectively is missing: sent
   // again once it is a round trip old, and again each round trip after
@@ -136,7 +153,9 @@ void Sender::queue_holes(Clock::time_point now) {
   if (hole_end_ - base_ > in_flight()) hole_end_ = base_;  // acked past the holes
   if (hole_end_ == base_) return;
   // At most the 64 frames a selective ack covers, past the first hole.
-  Clock::duration age = std::max<Clock::duration>(srtt_ + srtt_ / 4, o_.min_rto / 8);
+  // A single-queue port does not reorder: a hole is a loss as soon as a
+  // round trip says the frame is not merely late.
+  Clock::duration age = std::max<Clock::duration>(srtt_ + srtt_ / 4, kMinHoleAge);
   for (uint32_t seq = base_; seq != hole_end_; seq++) {
     Slot& s = slot(seq);
     if (s.sacked || s.queued || now - s.sent < age) continue;
@@ -164,7 +183,11 @@ bool Sender::on_ack(uint32_t cum, uint64_t sack, uint32_t window, Clock::time_po
     }
   }
   peer_window_ = std::max<uint32_t>(window, 1);
-  if (cum != base_) advance(cum, now, done);
+  last_ack_ = now;
+  if (cum != base_) {
+    advance(cum, now, done);
+    probed_ = false;
+  }
   if (sack != 0 && in_flight() > 0) mark_lost(cum, sack, now);
   return true;
 }

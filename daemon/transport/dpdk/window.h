@@ -10,7 +10,10 @@
 // once it is a round trip old; when the oldest frame goes a retransmission
 // timeout without an ack, it resends that frame and a probe 64 frames on
 // (or the newest), whose ack shows the holes between (the timeout doubles
-// each time, and comes back to the measured round trip on progress). A write completes (on_write at the receiver, on_write_done at
+// each time, and comes back to the measured round trip on progress). When
+// the last frames of a burst are lost, no later frame shows the hole: two
+// quiet round trips after the sender ran out of new frames, the newest one
+// goes again (a tail probe). A write completes (on_write at the receiver, on_write_done at
 // the sender) once every frame up to its last is acknowledged, so writes
 // complete in order, and a duplicate never lands after its write did.
 // docs/transport.md, "The DPDK provider".
@@ -52,6 +55,7 @@ struct SenderOptions {
   Clock::duration min_rto = std::chrono::milliseconds(5);
   Clock::duration max_rto = std::chrono::milliseconds(200);
   uint32_t first_seq = 0;
+  bool tail_probe = true;  // off: only the timeout finds a lost tail (tests of the timeout)
 };
 
 class Sender {
@@ -101,6 +105,7 @@ class Sender {
   void on_timeout();
   void mark_lost(uint32_t cum, uint64_t sack, Clock::time_point now);
   void queue_holes(Clock::time_point now);
+  void probe_tail(Clock::time_point now);
   void advance(uint32_t cum, Clock::time_point now, std::vector<uint64_t>* done);
 
   SenderOptions o_;
@@ -110,6 +115,8 @@ class Sender {
   uint32_t mask_ = 0;
   uint32_t base_ = 0, next_ = 0;  // [base_, next_) are outstanding
   uint32_t hole_end_ = 0;  // one past the highest frame acknowledged selectively
+  Clock::time_point last_ack_{};
+  bool probed_ = false;  // the tail probe went since the last progress
   uint32_t peer_window_ = 0;
   std::deque<uint32_t> lost_;  // to resend, oldest first
   Clock::duration rto_, srtt_{};
