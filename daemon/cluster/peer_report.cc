@@ -116,6 +116,14 @@ nlohmann::json ControlPlane::peers_report() const {
                               {"frames_received", d.frames_received},
                               {"duplicates", d.duplicates},
                               {"port_dropped", d.dropped},
+                              {"port_dropped_by_reason", [&] {
+                                 json by = json::object();
+                                 for (const auto& [why, n] : d.dropped_by_reason) by[why] = n;
+                                 return by;
+                               }()},
+                              {"port_missed", d.port_missed},
+                              {"tx_no_buffer", d.tx_no_buffer},
+                              {"port_restarts", d.port_restarts},
                               {"srtt_us", d.srtt_us},
                               {"rto_us", d.rto_us}};
     }

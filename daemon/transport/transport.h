@@ -131,7 +131,14 @@ struct PeerStats {
     std::string mac, remote_mac;
     uint32_t link = 0, remote_link = 0;  // this incarnation's ids
     uint64_t frames_sent = 0, frames_resent = 0, timeouts = 0, frames_received = 0;
-    uint64_t duplicates = 0, dropped = 0;  // frames of this link taken no further
+    uint64_t duplicates = 0;  // frames of this link that came again
+    // The port's, the same for every peer on it: frames taken no further,
+    // by reason (frame.h's Drop: other traffic, truncated, malformed, ...),
+    // frames the port itself lost (its ring full, no buffer) and frames
+    // not built for want of a buffer.
+    uint64_t dropped = 0;
+    std::vector<std::pair<std::string, uint64_t>> dropped_by_reason;
+    uint64_t port_missed = 0, tx_no_buffer = 0, port_restarts = 0;
     double srtt_us = 0, rto_us = 0;
   } dpdk;
 };

@@ -201,6 +201,9 @@ TEST(DpdkCluster, JunkOnTheWireIsDroppedAndCounted) {
     return peer(*bed, 0, 1)["dpdk"].value("port_dropped", uint64_t{0}) >=
            dropped_before + frames.size();
   })) << peer(*bed, 0, 1).dump();
+  json by = peer(*bed, 0, 1)["dpdk"]["port_dropped_by_reason"];
+  for (const char* why : {"foreign", "truncated", "oversized", "malformed", "cluster", "link", "window"})
+    EXPECT_GT(by.value(why, 0), 0) << why << " frames were not counted: " << by.dump();
   run_job(*bed, "after", {1, 1}, {{GSYNC_FLOAT32, GSYNC_SUM, 1000003}});
   EXPECT_TRUE(bed->daemon_alive(0)) << bed->daemon_log(0);
   EXPECT_EQ(peer(*bed, 0, 1).value("connects", 0), 1) << "the junk took the link down";

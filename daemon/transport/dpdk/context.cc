@@ -202,8 +202,14 @@ bool DpdkLinks::peer_up(int peer) const { return pairs_[size_t(peer)]->up(); }
 PeerStats DpdkLinks::stats(int peer) const {
   PeerStats s = pairs_[size_t(peer)]->stats();
   s.dpdk.port = device_->name();
-  s.dpdk.dropped = 0;
-  for (uint64_t n : drops_) s.dpdk.dropped += n;
+  for (size_t d = 1; d < drops_.size(); d++) {
+    if (drops_[d] == 0) continue;
+    s.dpdk.dropped += drops_[d];
+    s.dpdk.dropped_by_reason.emplace_back(drop_key(Drop(d)), drops_[d]);
+  }
+  s.dpdk.port_missed = device_->missed();
+  s.dpdk.tx_no_buffer = tx_->no_buffer;
+  s.dpdk.port_restarts = restarts_;
   return s;
 }
 

@@ -2,6 +2,7 @@
 #include "daemon/transport/dpdk/frame.h"
 
 #include <cstring>
+#include <iterator>
 
 #include <xxhash.h>
 
@@ -24,6 +25,14 @@ const char* drop_name(Drop d) {
     case Drop::kCount: break;
   }
   return "?";
+}
+
+const char* drop_key(Drop d) {
+  static constexpr const char* kKeys[] = {"none",      "foreign", "truncated", "oversized",
+                                          "malformed", "cluster", "link",      "window",
+                                          "region",    "injected"};
+  static_assert(std::size(kKeys) == size_t(Drop::kCount));
+  return d < Drop::kCount ? kKeys[size_t(d)] : "?";
 }
 
 namespace {

@@ -68,6 +68,8 @@ enum class Drop : uint8_t {
   kCount
 };
 const char* drop_name(Drop d);
+// A short key for each ("foreign", "truncated", ...): gsyncctl peers --json.
+const char* drop_key(Drop d);
 
 // A decoded frame from the port. payload points into the frame.
 struct Parsed {
