@@ -2,8 +2,13 @@
 #include "daemon/transport/dpdk/device.h"
 
 #include <sched.h>
+#include <signal.h>
+#include <unistd.h>
 
+#include <cerrno>
+#include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <map>
 #include <mutex>
 #include <sstream>
@@ -21,8 +26,11 @@ namespace {
 
 bool has_arg(const std::vector<std::string>& args, std::initializer_list<const char*> names) {
   for (const auto& a : args)
-    for (const char* n : names)
-      if (a == n || a.rfind(std::string(n) + "=", 0) == 0) return true;
+    for (std::string n : names) {
+      // "--lcores=...", and a short option glued to its value ("-l0").
+      bool is_short = n.size() == 2;
+      if (a == n || a.rfind(n + "=", 0) == 0 || (is_short && a.rfind(n, 0) == 0)) return true;
+    }
   return false;
 }
 
@@ -34,6 +42,26 @@ std::string allowed_cpus() {
   for (int c = 0; c < CPU_SETSIZE; c++)
     if (CPU_ISSET(c, &set)) out += (out.empty() ? "" : ",") + std::to_string(c);
   return out.empty() ? "0" : out;
+}
+
+// The EAL's runtime folders of daemons no longer running: each start makes
+// its own (--file-prefix gsync-<host>-<pid>, so two daemons of one machine
+// never share one), and nothing removes it when a daemon dies.
+void remove_stale_runtime_dirs() {
+  std::string base = getuid() == 0 ? "/var/run/dpdk"
+                     : getenv("XDG_RUNTIME_DIR") ? std::string(getenv("XDG_RUNTIME_DIR")) + "/dpdk"
+                                                 : "/tmp/dpdk";
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(base, ec)) {
+    std::string name = e.path().filename().string();
+    size_t dash = name.rfind('-');
+    if (name.rfind("gsync-", 0) != 0 || dash == std::string::npos || dash + 1 == name.size())
+      continue;
+    std::string pid = name.substr(dash + 1);
+    if (pid.find_first_not_of("0123456789") != std::string::npos) continue;
+    if (kill(pid_t(std::stol(pid)), 0) == 0 || errno != ESRCH) continue;
+    std::filesystem::remove_all(e.path(), ec);
+  }
 }
 
 // The EAL starts once per process and cannot start again after cleanup.
@@ -57,6 +85,7 @@ Status Device::open(const ContextOptions::Dpdk& o, const std::string& file_prefi
                     std::unique_ptr<Device>* out) {
   std::vector<std::string> args = eal_argv(o.eal_args, file_prefix);
   std::call_once(eal_once, [&] {
+    remove_stale_runtime_dirs();
     std::vector<char*> argv;
     for (auto& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);
@@ -115,10 +144,9 @@ Status Device::start_port(const ContextOptions::Dpdk& o) {
     // A PMD without an MTU to set (memif: frames in chained shared-memory
     // buffers) takes what its receive side says it takes.
     rte_eth_dev_info info{};
+    rte_eth_dev_info_get(port_, &info);
     int rc = rte_eth_dev_set_mtu(port_, uint16_t(want_mtu));
-    if (rc == -ENOTSUP && rte_eth_dev_info_get(port_, &info) == 0 &&
-        info.max_rx_pktlen >= want_mtu + kEtherHeaderBytes)
-      rc = 0;
+    if (rc == -ENOTSUP && info.max_rx_pktlen >= want_mtu + kEtherHeaderBytes) rc = 0;
     if (rc == 0)
       mtu_ = uint16_t(want_mtu);
     else
