@@ -118,9 +118,9 @@ std::string CompositeContext::why_tcp(int peer, const Caps& m) const {
   auto detail = [](const std::string& d) { return d.empty() ? std::string() : ": " + d; };
   if (them.rack != me.rack) return fmt::format("other rack {}", them.rack.empty() ? "\"\"" : them.rack);
   if (m.kind == LinkKind::kNone)
-    return fmt::format("peer has no {} device{}", kind_name(provider_ ? provider_->kind()
-                                                                      : LinkKind::kVerbs),
-                       detail(m.detail));
+    // Its detail is its own reason (an RDMA or a DPDK one, whichever it
+    // was asked for).
+    return fmt::format("peer offers no fast link{}", detail(m.detail));
   if (offer_.kind == LinkKind::kNone)
     return fmt::format("this daemon offers no {} link{}", kind_name(m.kind), detail(offer_.detail));
   if (m.kind != offer_.kind)
