@@ -170,7 +170,10 @@ TEST(DpdkFrame, AckCarriesNoDataFields) {
   const FrameHeader ack = ack_header();
   EXPECT_EQ(parse_edited(ack, [](FrameHeader& h) { h.flags = kFlagLast; }), Drop::kMalformed);
   EXPECT_EQ(parse_edited(ack, [](FrameHeader& h) { h.region = 1; }), Drop::kMalformed);
-  EXPECT_EQ(parse_edited(ack, [](FrameHeader& h) { h.offset = 1; }), Drop::kMalformed);
+  EXPECT_EQ(parse_edited(ack, [](FrameHeader& h) { h.offset = kMaxAckWords + 1; }),
+            Drop::kMalformed);
+  // Bitmap words it says follow but does not carry.
+  EXPECT_EQ(parse_edited(ack, [](FrameHeader& h) { h.offset = 1; }), Drop::kTruncated);
   EXPECT_EQ(parse_edited(ack, [](FrameHeader& h) { h.write_len = 1; }), Drop::kMalformed);
   EXPECT_EQ(parse_edited(ack, [](FrameHeader& h) { h.imm = 1; }), Drop::kMalformed);
 }

@@ -47,7 +47,8 @@ bool data_fields_ok(const FrameHeader& h) {
 }
 
 bool ack_fields_ok(const FrameHeader& h) {
-  return h.flags == 0 && h.region == 0 && h.offset == 0 && h.write_len == 0 && h.imm == 0;
+  return h.flags == 0 && h.region == 0 && h.offset <= kMaxAckWords && h.write_len == 0 &&
+         h.imm == 0;
 }
 
 }  // namespace
@@ -68,6 +69,7 @@ Drop parse(const uint8_t* frame, size_t len, uint32_t cluster, Parsed* out) {
     payload = h.length;
   } else if (h.type == static_cast<uint8_t>(FrameType::kAck)) {
     if (!ack_fields_ok(h)) return Drop::kMalformed;
+    payload = size_t(h.offset) * 8;
   } else {
     return Drop::kMalformed;
   }

@@ -41,16 +41,19 @@ struct FrameHeader {
   uint32_t link = 0;     // the receiver's link id for this peer: its current incarnation
   uint32_t seq = 0;      // DATA: this frame's number; ACK: the next one expected (cumulative)
   uint32_t length = 0;   // DATA: payload bytes; ACK: frames the receiver takes past `seq`
-  uint64_t sack = 0;     // ACK: bit i set = frame seq+1+i has arrived
+  uint64_t sack = 0;     // ACK: bit i set = frame seq+1+i has arrived (more words follow: offset)
   uint32_t region = 0;   // DATA: the receiver's region id
   uint32_t reserved = 0; // must be 0
-  uint64_t offset = 0;   // DATA: where this payload lands in the region
+  uint64_t offset = 0;   // DATA: where this payload lands in the region; ACK: the bitmap's
+                         // further words after the header (0 to kMaxAckWords), 8 bytes each
   uint64_t write_len = 0;  // DATA, last piece: bytes of the whole write
   uint64_t imm = 0;        // DATA, last piece: the immediate handed to on_write
 };
 static_assert(sizeof(FrameHeader) == 64 && offsetof(FrameHeader, imm) == 56,
               "FrameHeader is the wire layout; do not let it change by accident");
 constexpr size_t kFrameOverhead = kEtherHeaderBytes + sizeof(FrameHeader);
+// An ACK's selective bitmap beyond the header's word (window.h, kSackWords).
+constexpr uint64_t kMaxAckWords = 7;
 
 // Why a frame from the port was not taken; each reason has its counter
 // (gsyncctl peers, the provider's log).

@@ -145,7 +145,10 @@ void Pair::on_frame(const Parsed& f) {
   if (f.h.type == uint8_t(FrameType::kData)) return on_data(f);
   if (!up_) return;
   done_.clear();
-  if (!sender_->on_ack(f.h.seq, f.h.sack, f.h.length, Clock::now(), &done_)) {
+  uint64_t sack[kSackWords] = {f.h.sack};
+  size_t words = 1 + size_t(f.h.offset);  // parse() bounds it by kMaxAckWords
+  std::memcpy(sack + 1, f.payload, size_t(f.h.offset) * 8);
+  if (!sender_->on_ack(f.h.seq, sack, words, f.h.length, Clock::now(), &done_)) {
     env_.drops[size_t(Drop::kWindow)]++;
     return;
   }
@@ -217,7 +220,10 @@ bool Pair::put_frame(TxSink& tx, const OutFrame& f) {
 }
 
 bool Pair::put_ack(TxSink& tx) {
-  uint8_t* p = tx.frame(kFrameOverhead);
+  uint64_t sack[kSackWords] = {};
+  size_t words = receiver_->sack(sack);
+  size_t extra = words > 1 ? words - 1 : 0;
+  uint8_t* p = tx.frame(kFrameOverhead + extra * 8);
   if (p == nullptr) return false;
   FrameHeader h;
   h.type = uint8_t(FrameType::kAck);
@@ -225,8 +231,10 @@ bool Pair::put_ack(TxSink& tx) {
   h.link = remote_.link;
   h.seq = receiver_->cum();
   h.length = receiver_->window();
-  h.sack = receiver_->sack();
+  h.sack = sack[0];
+  h.offset = extra;
   put_headers(p, remote_.mac, env_.mac, h);
+  std::memcpy(p + kFrameOverhead, sack + 1, extra * 8);
   ack_owed_ = false;
   acks_sent_++;
   return true;

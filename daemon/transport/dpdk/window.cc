@@ -122,12 +122,17 @@ void Sender::advance(uint32_t cum, Clock::time_point now, std::vector<uint64_t>*
   progress_ = now;
 }
 
-void Sender::mark_lost(uint32_t cum, uint64_t sack, Clock::time_point now) {
-  int top = 63 - std::countl_zero(sack);  // bit of the highest frame seen
-  uint32_t end = cum + 1 + uint32_t(top);
-  for (uint32_t seq = cum + 1; seq != end + 1; seq++)
-    if (sack >> (seq - cum - 1) & 1) slot(seq).sacked = true;
-  if (end + 1 - base_ > hole_end_ - base_) hole_end_ = end + 1;
+void Sender::mark_lost(uint32_t cum, const uint64_t* sack, size_t words,
+                       Clock::time_point now) {
+  uint32_t end = cum + 1;  // one past the highest frame seen
+  for (size_t w = 0; w < words; w++) {
+    for (uint64_t bits = sack[w]; bits != 0; bits &= bits - 1) {
+      uint32_t seq = cum + 1 + uint32_t(64 * w) + uint32_t(std::countr_zero(bits));
+      slot(seq).sacked = true;
+      end = seq + 1;
+    }
+  }
+  if (end - base_ > hole_end_ - base_) hole_end_ = end;
   queue_holes(now);
 }
 
@@ -164,8 +169,8 @@ void Sender::queue_holes(Clock::time_point now) {
   }
 }
 
-bool Sender::on_ack(uint32_t cum, uint64_t sack, uint32_t window, Clock::time_point now,
-                    std::vector<uint64_t>* done) {
+bool Sender::on_ack(uint32_t cum, const uint64_t* sack, size_t words, uint32_t window,
+                    Clock::time_point now, std::vector<uint64_t>* done) {
   // cum must lie in [base_, next_]: an older one is a late ack (harmless),
   // a newer one acknowledges what was never sent.
   if (cum - base_ > in_flight()) {
@@ -173,10 +178,12 @@ bool Sender::on_ack(uint32_t cum, uint64_t sack, uint32_t window, Clock::time_po
     bad_acks++;
     return false;
   }
-  if (sack != 0) {
+  while (words > 0 && sack[words - 1] == 0) words--;
+  if (words > 0) {
     // A selective ack of a frame never sent would mark a slot of the ring
     // that holds an older, unacknowledged frame.
-    uint32_t top = cum + 1 + uint32_t(63 - std::countl_zero(sack));
+    uint32_t top = cum + 1 + uint32_t(64 * (words - 1)) +
+                   uint32_t(63 - std::countl_zero(sack[words - 1]));
     if (top - base_ >= in_flight()) {
       bad_acks++;
       return false;
@@ -188,7 +195,7 @@ bool Sender::on_ack(uint32_t cum, uint64_t sack, uint32_t window, Clock::time_po
     advance(cum, now, done);
     probed_ = false;
   }
-  if (sack != 0 && in_flight() > 0) mark_lost(cum, sack, now);
+  if (words > 0 && in_flight() > 0) mark_lost(cum, sack, words, now);
   return true;
 }
 
@@ -241,11 +248,23 @@ void Receiver::take(std::vector<Landing>* out) {
 }
 
 uint64_t Receiver::sack() const {
-  uint64_t bits = 0;
-  uint32_t n = std::min<uint32_t>(64, window_ - 1);
-  for (uint32_t i = 0; i < n; i++)
-    if (slots_[(cum_ + 1 + i) & mask_].got) bits |= uint64_t(1) << i;
-  return bits;
+  uint64_t words[kSackWords] = {};
+  sack(words);
+  return words[0];
+}
+
+size_t Receiver::sack(uint64_t* out) const {
+  // Bits for cum+1 .. within the window (frames past it are never new).
+  uint32_t n = std::min<uint32_t>(uint32_t(64 * kSackWords), window_ - 1);
+  size_t used = 0;
+  for (size_t w = 0; w * 64 < n; w++) {
+    uint64_t bits = 0;
+    for (uint32_t i = 0; i < 64 && w * 64 + i < n; i++)
+      if (slots_[(cum_ + 1 + uint32_t(w * 64) + i) & mask_].got) bits |= uint64_t(1) << i;
+    out[w] = bits;
+    if (bits != 0) used = w + 1;
+  }
+  return used;
 }
 
 }  // namespace gsync::transport::dpdk

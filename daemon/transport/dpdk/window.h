@@ -28,6 +28,13 @@ namespace gsync::transport::dpdk {
 
 using Clock = std::chrono::steady_clock;
 
+// An ack's selective bitmap: bit i of word w says frame cum+1+64w+i has
+// arrived. One word rides in the frame header, the rest after it: with one
+// word only, a window of hundreds of frames showed one hole per round trip
+// (every hole past the first 64 frames waited for the cumulative ack to
+// come near it), which capped a link at 1% loss to a third of its rate.
+constexpr size_t kSackWords = 8;
+
 struct WriteReq {
   const uint8_t* src = nullptr;
   uint64_t len = 0;
@@ -69,8 +76,12 @@ class Sender {
   // The receiver's ack. `done` gets the cookies of the writes it completes,
   // in order. False when the ack makes no sense (it acknowledges a frame
   // never sent): ignored.
+  bool on_ack(uint32_t cum, const uint64_t* sack, size_t words, uint32_t window,
+              Clock::time_point now, std::vector<uint64_t>* done);
   bool on_ack(uint32_t cum, uint64_t sack, uint32_t window, Clock::time_point now,
-              std::vector<uint64_t>* done);
+              std::vector<uint64_t>* done) {
+    return on_ack(cum, &sack, 1, window, now, done);
+  }
   // The link is gone: the cookies of every write not completed, in order.
   void abandon(std::vector<uint64_t>* cookies);
 
@@ -103,7 +114,7 @@ class Sender {
   bool outstanding(uint32_t seq) const { return seq - base_ < in_flight(); }
   OutFrame frame_of(uint32_t seq, bool resend) const;
   void on_timeout();
-  void mark_lost(uint32_t cum, uint64_t sack, Clock::time_point now);
+  void mark_lost(uint32_t cum, const uint64_t* sack, size_t words, Clock::time_point now);
   void queue_holes(Clock::time_point now);
   void probe_tail(Clock::time_point now);
   void advance(uint32_t cum, Clock::time_point now, std::vector<uint64_t>* done);
@@ -143,6 +154,9 @@ class Receiver {
 
   uint32_t cum() const { return cum_; }
   uint64_t sack() const;
+  // The whole bitmap: words written to out (at most kSackWords), trailing
+  // empty words left out; 0 when nothing past cum has arrived.
+  size_t sack(uint64_t* out) const;
   uint32_t window() const { return window_; }
 
  private:
