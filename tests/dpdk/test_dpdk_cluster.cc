@@ -16,6 +16,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <csignal>
+
 #include <cstring>
 #include <random>
 
@@ -239,6 +241,8 @@ TEST(DpdkCluster, ADaemonKilledMidTransferIsReplaced) {
   EXPECT_EQ(res[1].code, 0) << res[1].output;
   EXPECT_NE(res[1].output.find(bed->host_id(0)), std::string::npos)
       << "host 2's rank was not told which host it lost: " << res[1].output;
+  // The rank's kill could not reap its sibling: the bed does, here.
+  bed->kill_daemon(0, SIGKILL);
   Status st = bed->start_daemon(0);
   ASSERT_TRUE(st) << st.message();
   ASSERT_TRUE(wait_until([&] { return peer(*bed, 1, 0).value("state", "") == "up"; }, 20000))
