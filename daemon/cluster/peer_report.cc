@@ -123,7 +123,6 @@ nlohmann::json ControlPlane::peers_report() const {
                                }()},
                               {"port_missed", d.port_missed},
                               {"tx_no_buffer", d.tx_no_buffer},
-                              {"port_restarts", d.port_restarts},
                               {"srtt_us", d.srtt_us},
                               {"rto_us", d.rto_us}};
     }

@@ -138,7 +138,7 @@ struct PeerStats {
     // not built for want of a buffer.
     uint64_t dropped = 0;
     std::vector<std::pair<std::string, uint64_t>> dropped_by_reason;
-    uint64_t port_missed = 0, tx_no_buffer = 0, port_restarts = 0;
+    uint64_t port_missed = 0, tx_no_buffer = 0;
     double srtt_us = 0, rto_us = 0;
   } dpdk;
 };

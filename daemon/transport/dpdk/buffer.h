@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 #include <unordered_map>
 
 #include "daemon/transport/transport.h"
@@ -42,6 +43,14 @@ class TxSink {
  public:
   virtual ~TxSink() = default;
   virtual uint8_t* frame(size_t bytes) = 0;
+  // A frame of `header` bytes (to be filled) followed by [payload,
+  // payload+len): by reference where the port can (the payload stays valid
+  // until the write completes, long after the port took it), else copied.
+  virtual uint8_t* frame_with(size_t header, const uint8_t* payload, size_t len) {
+    uint8_t* p = frame(header + len);
+    if (p != nullptr) std::memcpy(p + header, payload, len);
+    return p;
+  }
   // Frames that fit before the burst goes out.
   virtual size_t room() const = 0;
 };

@@ -65,7 +65,6 @@ void DpdkLinks::start(composite::LinkHost& host) {
   env.drops = drops_.data();
   env.port_up = &port_up_;
   port_up_ = device_->link_up();
-  port_started_ = Clock::now();
   pairs_.resize(options_.hosts.size());
   for (int i = 0; i < int(options_.hosts.size()); i++)
     if (i != options_.self)
@@ -142,15 +141,6 @@ void DpdkLinks::watch_port(Clock::time_point now) {
   if (now - port_looked_ < std::chrono::milliseconds(10)) return;
   port_looked_ = now;
   bool up = device_->link_up();
-  if (!up && now - port_started_ > std::chrono::seconds(1)) {
-    // Down a second: start it again (a memif client whose server was not
-    // there yet connects only when started).
-    port_started_ = now;
-    if (restarts_++ == 0)
-      spdlog::info("dpdk: port {} link down; restarting it each second until it is up",
-                   device_->describe());
-    if (Status st = device_->restart(); !st) spdlog::warn("{}", st.message());
-  }
   if (up == port_up_) return;
   port_up_ = up;
   if (up) {
@@ -158,6 +148,10 @@ void DpdkLinks::watch_port(Clock::time_point now) {
     for (auto& p : pairs_)
       if (p) p->maybe_up();
   } else {
+    // Not restarted here: stopping and starting a memif port while its
+    // peer comes and goes panicked DPDK 22.11's interrupt thread (the
+    // daemon died); a memif client whose server started again needs its
+    // daemon started again.
     spdlog::warn("dpdk: port {} link down: its links stall until it is back (or their peer "
                  "timeout ends them)",
                  device_->describe());
@@ -209,7 +203,6 @@ PeerStats DpdkLinks::stats(int peer) const {
   }
   s.dpdk.port_missed = device_->missed();
   s.dpdk.tx_no_buffer = tx_->no_buffer;
-  s.dpdk.port_restarts = restarts_;
   return s;
 }
 

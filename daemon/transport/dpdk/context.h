@@ -77,9 +77,8 @@ class DpdkLinks final : public composite::LinkProvider {
   std::array<uint64_t, size_t(Drop::kCount)> drops_{};
   uint32_t cluster_ = 0;  // cluster_tag
   int links_up_ = 0;
-  Clock::time_point busy_until_{}, port_looked_{}, port_started_{};
+  Clock::time_point busy_until_{}, port_looked_{};
   bool port_up_ = false;
-  uint64_t restarts_ = 0;
   std::minstd_rand drop_rng_{12345};
 };
 

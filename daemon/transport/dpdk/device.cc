@@ -138,6 +138,13 @@ Status Device::start_port(const ContextOptions::Dpdk& o) {
   pool_ = pool;
   if (pool_ == nullptr) return fail("rte_pktmbuf_pool_create", rte_errno);
   rte_eth_conf conf{};
+  rte_eth_dev_info info{};
+  if (int rc = rte_eth_dev_info_get(port_, &info); rc != 0) return fail("dev_info_get", rc);
+  std::string driver = info.driver_name ? info.driver_name : "";
+  by_reference_ = (info.tx_offload_capa & RTE_ETH_TX_OFFLOAD_MULTI_SEGS) &&
+                  rte_eal_iova_mode() == RTE_IOVA_VA &&
+                  (driver == "net_memif" || driver == "net_af_packet");
+  if (by_reference_) conf.txmode.offloads |= RTE_ETH_TX_OFFLOAD_MULTI_SEGS;
   if (int rc = rte_eth_dev_configure(port_, 1, 1, &conf); rc != 0) return fail("configure", rc);
   if (rte_eth_dev_get_mtu(port_, &mtu_) != 0) mtu_ = 1500;
   if (want_mtu > mtu_) {
@@ -180,21 +187,14 @@ Device::~Device() {
 }
 
 std::string Device::describe() const {
-  return fmt::format("{} {:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}, MTU {}", name_, mac_[0], mac_[1],
-                     mac_[2], mac_[3], mac_[4], mac_[5], mtu_);
+  return fmt::format("{} {:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}, MTU {}{}", name_, mac_[0],
+                     mac_[1], mac_[2], mac_[3], mac_[4], mac_[5], mtu_,
+                     by_reference_ ? ", payload sent by reference" : "");
 }
 
 bool Device::link_up() const {
   rte_eth_link l{};
   return rte_eth_link_get_nowait(port_, &l) == 0 && l.link_status == RTE_ETH_LINK_UP;
-}
-
-Status Device::restart() {
-  rte_eth_dev_stop(port_);
-  if (int rc = rte_eth_dev_start(port_); rc != 0)
-    return Status(GSYNC_ERR_UNSUPPORTED,
-                  fmt::format("dpdk: restarting port {} ({}): {}", port_, name_, rte_strerror(-rc)));
-  return Status::ok();
 }
 
 uint64_t Device::missed() const {
@@ -221,6 +221,46 @@ uint8_t* TxBurst::frame(size_t bytes) {
   }
   bufs_[n_++] = m;
   return reinterpret_cast<uint8_t*>(p);
+}
+
+namespace {
+// Payloads sent by reference belong to the writer, which keeps them until
+// the write completes: nothing to free when the port is done with one.
+void no_free(void*, void*) {}
+rte_mbuf_ext_shared_info* by_reference_info() {
+  static rte_mbuf_ext_shared_info info = [] {
+    rte_mbuf_ext_shared_info i{};
+    i.free_cb = no_free;
+    rte_mbuf_ext_refcnt_set(&i, 1);  // one reference of its own: never 0
+    return i;
+  }();
+  return &info;
+}
+}  // namespace
+
+uint8_t* TxBurst::frame_with(size_t header, const uint8_t* payload, size_t len) {
+  if (!dev_.payload_by_reference() || len == 0) return TxSink::frame_with(header, payload, len);
+  uint8_t* p = frame(header);
+  if (p == nullptr) return nullptr;
+  rte_mbuf* ext = rte_pktmbuf_alloc(dev_.pool());
+  if (ext == nullptr) {
+    rte_pktmbuf_free(bufs_[--n_]);
+    no_buffer++;
+    return nullptr;
+  }
+  rte_mbuf_ext_shared_info* info = by_reference_info();
+  rte_mbuf_ext_refcnt_update(info, 1);  // dropped again when the port frees ext
+  void* addr = const_cast<uint8_t*>(payload);
+  rte_pktmbuf_attach_extbuf(ext, addr, rte_iova_t(reinterpret_cast<uintptr_t>(addr)),
+                            uint16_t(len), info);
+  ext->data_len = uint16_t(len);
+  ext->pkt_len = uint32_t(len);
+  if (rte_pktmbuf_chain(bufs_[n_ - 1], ext) != 0) {
+    rte_pktmbuf_free(ext);
+    rte_pktmbuf_free(bufs_[--n_]);
+    return nullptr;
+  }
+  return p;
 }
 
 bool TxBurst::flush() {

@@ -53,9 +53,10 @@ class Device {
   std::string describe() const;
   // Whether the port's link is up (a memif peer connected, a cable in).
   bool link_up() const;
-  // Stops and starts the port: a memif client that found no server when
-  // it started tries again only then.
-  Status restart();
+  // The port takes a frame in two pieces, the payload by reference (an
+  // external buffer): a PMD that copies in software (memif, af_packet),
+  // where no DMA needs the memory mapped.
+  bool payload_by_reference() const { return by_reference_; }
   // Frames the port itself lost (its ring was full) and buffers it lacked.
   uint64_t missed() const;
 
@@ -69,6 +70,7 @@ class Device {
   uint8_t mac_[6] = {};
   uint16_t mtu_ = 1500;
   uint16_t data_room_ = 0;
+  bool by_reference_ = false;
   rte_mempool* pool_ = nullptr;
 };
 
@@ -79,6 +81,7 @@ class TxBurst final : public TxSink {
   explicit TxBurst(Device& d) : dev_(d) {}
   ~TxBurst() override;
   uint8_t* frame(size_t bytes) override;
+  uint8_t* frame_with(size_t header, const uint8_t* payload, size_t len) override;
   size_t room() const override { return kMax - n_; }
   // Hands the burst to the port; true when all of it went.
   bool flush();

@@ -200,7 +200,7 @@ void Pair::land(const std::vector<Landing>& done) {
 // ---------------------------------------------------------------- transmit
 
 bool Pair::put_frame(TxSink& tx, const OutFrame& f) {
-  uint8_t* p = tx.frame(kFrameOverhead + f.length);
+  uint8_t* p = tx.frame_with(kFrameOverhead, f.data, f.length);
   if (p == nullptr) return false;
   FrameHeader h;
   h.type = uint8_t(FrameType::kData);
@@ -214,7 +214,6 @@ bool Pair::put_frame(TxSink& tx, const OutFrame& f) {
   h.write_len = f.write_len;
   h.imm = f.imm;
   put_headers(p, remote_.mac, env_.mac, h);
-  std::memcpy(p + kFrameOverhead, f.data, f.length);
   bytes_sent_ += f.length;
   return true;
 }
