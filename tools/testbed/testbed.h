@@ -133,6 +133,11 @@ class Testbed {
   // The daemon's argv, as started.
   std::vector<std::string> daemon_command(int h) const;
   std::vector<std::string> dpdk_args(int h) const;
+  // Host h is the memif client of its rack (Options::dpdk "memif"): it
+  // starts after the server, and a server started again leaves it without a
+  // link until it is started again too (DPDK 22.11's memif client does not
+  // reconnect).
+  bool memif_client(int h) const;
 
   // Sends sig to host h's daemon. For SIGKILL also reaps it and waits (up
   // to 5 s) until its TCP port is free again, so daemon_alive(h) is false and
