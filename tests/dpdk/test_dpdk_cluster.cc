@@ -52,9 +52,10 @@ std::unique_ptr<testbed::Testbed> dpdk_bed(const std::vector<int>& racks, const 
 // Host h's view of host `of` (gsyncctl peers).
 json peer(const testbed::Testbed& bed, int h, int of) {
   json j = admin_json(bed.admin_socket(h), "peers");
+  if (!j.is_object() || !j.contains("peers")) return json::object();  // not answering (yet)
   for (const auto& p : j["peers"])
     if (p["host"] == bed.host_id(of)) return p;
-  return json();
+  return json::object();
 }
 
 // Every peer in host h's rack is linked over dpdk, every other over tcp.
@@ -213,9 +214,13 @@ TEST(DpdkCluster, JunkOnTheWireIsDroppedAndCounted) {
 
 // A daemon killed in the middle of a 64 MiB op: the other's ranks fail
 // naming it; started again, the pair links up over dpdk and a new job
-// completes. Host 1 is the memif server: the client (host 2) reconnects.
-TEST(DpdkCluster, ADaemonKilledMidTransferIsReplaced) {
-  auto bed = dpdk_bed({2}, "memif", "ring");
+// completes. Host 2 is its rack's memif client: a new one connects to the
+// server that stayed (a server started again would leave the client
+// without a link: DPDK 22.11's memif client does not reconnect).
+class Killed : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(Killed, ADaemonKilledMidTransferIsReplaced) {
+  auto bed = dpdk_bed({2}, GetParam(), "ring");
   ASSERT_TRUE(bed);
   auto p = places({1, 1});
   auto res = run_ranks(2, [&](int r) {
@@ -227,7 +232,7 @@ TEST(DpdkCluster, ADaemonKilledMidTransferIsReplaced) {
       gsync_request_t* req;
       if (gsync_allreduce(comm, 1, step, buf, 16 << 20, GSYNC_FLOAT32, GSYNC_SUM, 0, &req) != 0)
         return 0;  // the daemon is gone
-      if (r == 1 && step == 2) bed->kill_daemon(0, SIGKILL);
+      if (r == 0 && step == 2) bed->kill_daemon(1, SIGKILL);
       int rc = gsync_wait(req, 30000);
       std::string why = gsync_request_error(req);
       gsync_request_free(req);
@@ -238,18 +243,20 @@ TEST(DpdkCluster, ADaemonKilledMidTransferIsReplaced) {
     }
     return 1;  // never failed: the kill did not land mid-transfer
   }, 120);
-  EXPECT_EQ(res[1].code, 0) << res[1].output;
-  EXPECT_NE(res[1].output.find(bed->host_id(0)), std::string::npos)
-      << "host 2's rank was not told which host it lost: " << res[1].output;
+  EXPECT_EQ(res[0].code, 0) << res[0].output;
+  EXPECT_NE(res[0].output.find(bed->host_id(1)), std::string::npos)
+      << "host 1's rank was not told which host it lost: " << res[0].output;
   // The rank's kill could not reap its sibling: the bed does, here.
-  bed->kill_daemon(0, SIGKILL);
-  Status st = bed->start_daemon(0);
+  bed->kill_daemon(1, SIGKILL);
+  Status st = bed->start_daemon(1);
   ASSERT_TRUE(st) << st.message();
-  ASSERT_TRUE(wait_until([&] { return peer(*bed, 1, 0).value("state", "") == "up"; }, 20000))
-      << peer(*bed, 1, 0).dump();
+  ASSERT_TRUE(wait_until([&] { return peer(*bed, 0, 1).value("state", "") == "up"; }, 20000))
+      << peer(*bed, 0, 1).dump() << "\n" << bed->daemon_log(1);
   run_job(*bed, "replaced", {1, 1}, {{GSYNC_FLOAT32, GSYNC_SUM, size_t{16} << 20}});
   expect_links(*bed);
 }
+
+INSTANTIATE_TEST_SUITE_P(DpdkCluster, Killed, ::testing::Values("memif", "af_packet"));
 
 }  // namespace
 }  // namespace gsync::test
