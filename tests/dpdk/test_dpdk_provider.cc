@@ -23,15 +23,7 @@ namespace {
 
 using testing::Node;
 
-struct Mem {
-  explicit Mem(size_t n) : bytes(n) {
-    p = static_cast<uint8_t*>(mmap(nullptr, n, PROT_READ | PROT_WRITE,
-                                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0));
-  }
-  ~Mem() { munmap(p, bytes); }
-  uint8_t* p;
-  size_t bytes;
-};
+using testing::Mem;
 
 // One EAL for the whole process (it starts once): both ends of the link.
 std::string eal_args() {

@@ -38,16 +38,7 @@ using testing::Done;
 using testing::Landed;
 using testing::Node;
 
-// Memory from mmap, as the daemon's arenas and scratch are (buffer.h).
-struct Mem {
-  explicit Mem(size_t n) : bytes(n) {
-    p = static_cast<uint8_t*>(mmap(nullptr, n, PROT_READ | PROT_WRITE,
-                                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0));
-  }
-  ~Mem() { munmap(p, bytes); }
-  uint8_t* p;
-  size_t bytes;
-};
+using testing::Mem;
 
 verbs::Pair* pair_of(Node& n, int peer) {
   return static_cast<verbs::VerbsContext*>(n.ctx.get())->pair_for_test(peer);

@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -46,6 +47,17 @@ inline std::vector<uint16_t> free_ports(int n) {
   for (int fd : fds) close(fd);
   return ports;
 }
+
+// Memory from mmap, as the daemon's arenas and scratch are (buffer.h).
+struct Mem {
+  explicit Mem(size_t n) : bytes(n) {
+    p = static_cast<uint8_t*>(mmap(nullptr, n, PROT_READ | PROT_WRITE,
+                                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0));
+  }
+  ~Mem() { munmap(p, bytes); }
+  uint8_t* p;
+  size_t bytes;
+};
 
 struct Landed {
   int peer;
