@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include <fmt/format.h>
+#include <rte_errno.h>
 #include <spdlog/spdlog.h>
 
 namespace gsync::transport::dpdk {
@@ -42,6 +43,11 @@ Status DpdkLinks::create(const ContextOptions& options, std::unique_ptr<DpdkLink
 }
 
 DpdkLinks::~DpdkLinks() {
+  // The port outlives this (it is opened again by a context made again):
+  // its receive path must not call into us any more. DPDK keeps the
+  // callback's memory (a burst may be running it on another thread; here
+  // none is).
+  if (rx_hook_ != nullptr) rte_eth_remove_rx_callback(device_->port(), 0, rx_hook_);
   pairs_.clear();
   tx_.reset();  // its buffers go back to the pool before the port closes
   device_.reset();
@@ -64,6 +70,11 @@ void DpdkLinks::start(composite::LinkHost& host) {
   env.peer_timeout = std::chrono::milliseconds(options_.peer_timeout_ms);
   env.drops = drops_.data();
   env.port_up = &port_up_;
+  rx_hook_ = rte_eth_add_rx_callback(device_->port(), 0, drop_hook, this);
+  if (rx_hook_ == nullptr)
+    spdlog::warn("dpdk: the drop test hook could not be installed on port {}: {}",
+                 device_->describe(), rte_strerror(rte_errno));
+  env.teardowns = &teardowns_;
   port_up_ = device_->link_up();
   pairs_.resize(options_.hosts.size());
   for (int i = 0; i < int(options_.hosts.size()); i++)
@@ -124,8 +135,6 @@ void DpdkLinks::receive(rte_mbuf* m) {
   Drop d = m->nb_segs != 1 ? Drop::kOversized
                            : parse(rte_pktmbuf_mtod(m, const uint8_t*), rte_pktmbuf_data_len(m),
                                    cluster_, &f);
-  if (d == Drop::kNone && options_.dpdk.drop_ppm != 0 && drop_rng_() % 1000000 < options_.dpdk.drop_ppm)
-    d = Drop::kInjected;
   if (d == Drop::kNone) {
     uint32_t idx = f.h.link & 0xffff;
     Pair* p = idx < pairs_.size() ? pairs_[idx].get() : nullptr;
@@ -133,6 +142,27 @@ void DpdkLinks::receive(rte_mbuf* m) {
     else p->on_frame(f);
   }
   if (d != Drop::kNone) drops_[size_t(d)]++;
+}
+
+// The test hook ([dpdk] drop_ppm) in the PMD's receive path: an rx
+// callback that DPDK runs inside rte_eth_rx_burst, after the PMD filled the
+// burst and before it returns, so a dropped frame is as lost as one the
+// wire lost.
+uint16_t DpdkLinks::drop_hook(uint16_t, uint16_t, rte_mbuf** pkts, uint16_t n, uint16_t,
+                              void* self) {
+  auto* links = static_cast<DpdkLinks*>(self);
+  uint32_t ppm = links->options_.dpdk.drop_ppm;
+  if (ppm == 0) return n;
+  uint16_t kept = 0;
+  for (uint16_t i = 0; i < n; i++) {
+    if (links->drop_rng_() % 1000000 < ppm) {
+      rte_pktmbuf_free(pkts[i]);
+      links->drops_[size_t(Drop::kInjected)]++;
+    } else {
+      pkts[kept++] = pkts[i];
+    }
+  }
+  return kept;
 }
 
 void DpdkLinks::watch_port(Clock::time_point now) {
@@ -158,8 +188,19 @@ void DpdkLinks::watch_port(Clock::time_point now) {
   }
 }
 
+void DpdkLinks::drop_orphans() {
+  // A pair that failed its writes (link down, silence) told its callers so
+  // in events that run after this poll(): frames still waiting in the
+  // burst may point into their memory, which is theirs again then. They
+  // go; the other pairs' frames among them are resent as lost.
+  if (teardowns_ == teardowns_seen_) return;
+  teardowns_seen_ = teardowns_;
+  tx_->discard();
+}
+
 bool DpdkLinks::poll() {
   Clock::time_point now = Clock::now();
+  drop_orphans();  // links that went down since the last turn
   watch_port(now);
   rte_mbuf* bufs[kRxBurst];
   bool more = false, active = false;
@@ -178,6 +219,7 @@ bool DpdkLinks::poll() {
     if (tx_->room() < 64) tx_->flush();
   }
   if (!tx_->flush()) more = true;
+  drop_orphans();  // links that went silent this turn
   if (active) busy_until_ = now + kLinger;
   // While busy the loop comes straight back, even where it does not poll
   // (no spare CPU, or [daemon] poll_us = 0): a port has no interrupt, and

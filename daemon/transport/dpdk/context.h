@@ -67,6 +67,9 @@ class DpdkLinks final : public composite::LinkProvider {
   explicit DpdkLinks(const ContextOptions& options) : options_(options) {}
   void receive(rte_mbuf* m);
   void watch_port(Clock::time_point now);
+  void drop_orphans();
+  static uint16_t drop_hook(uint16_t port, uint16_t queue, rte_mbuf** pkts, uint16_t n,
+                            uint16_t max, void* self);
 
   ContextOptions options_;
   composite::LinkHost* host_ = nullptr;
@@ -79,6 +82,8 @@ class DpdkLinks final : public composite::LinkProvider {
   int links_up_ = 0;
   Clock::time_point busy_until_{}, port_looked_{};
   bool port_up_ = false;
+  uint64_t teardowns_ = 0, teardowns_seen_ = 0;
+  const rte_eth_rxtx_callback* rx_hook_ = nullptr;
   std::minstd_rand drop_rng_{12345};
 };
 

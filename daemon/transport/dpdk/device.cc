@@ -263,6 +263,11 @@ uint8_t* TxBurst::frame_with(size_t header, const uint8_t* payload, size_t len) 
   return p;
 }
 
+void TxBurst::discard() {
+  rte_pktmbuf_free_bulk(bufs_, unsigned(n_));
+  n_ = 0;
+}
+
 bool TxBurst::flush() {
   size_t sent = 0;
   while (sent < n_) {

@@ -85,6 +85,9 @@ class TxBurst final : public TxSink {
   size_t room() const override { return kMax - n_; }
   // Hands the burst to the port; true when all of it went.
   bool flush();
+  // Drops what the port did not take: frames whose payload is sent by
+  // reference must not outlive the write that owns it.
+  void discard();
   uint64_t no_buffer = 0;  // frames not built: the pool was empty
 
  private:

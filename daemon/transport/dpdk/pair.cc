@@ -115,6 +115,7 @@ void Pair::teardown(const Status& why) {
     timeouts_total_ += sender_->timeouts;
     done_.clear();
     sender_->abandon(&done_);
+    if (env_.teardowns) ++*env_.teardowns;
     Status st(why.code() == GSYNC_OK ? GSYNC_ERR_HOST_LOST : why.code(), why.message());
     for (uint64_t c : done_) env_.host->post_write_done(peer_, c, st);
   }

@@ -40,6 +40,7 @@ struct PairEnv {
   Clock::duration peer_timeout = std::chrono::milliseconds(3000);
   uint64_t* drops = nullptr;  // by Drop, the provider's counters
   const bool* port_up = nullptr;  // the port's link: no pair is up while it is down
+  uint64_t* teardowns = nullptr;  // counted up each time a pair fails its writes
 };
 
 class Pair {
