@@ -4,6 +4,11 @@
   tools/bench/ab.py --a BUILD_A --b BUILD_B --rounds 6 -- --hosts 4 --racks 1 -n 1 \\
       --loopback -b 4K -e 4K --iters 3000 --compare mpi
 
+or one build with different arguments per side (two transports, say):
+
+  tools/bench/ab.py --a build --a-args="--transport tcp" --b-args="--transport dpdk" \\
+      --rounds 5 -- --hosts 2 --racks 1 --ranks 1 --loopback -b 64M -e 64M --iters 10
+
 Runs `BUILD/tools/perf/gsync-perf ARGS --json` alternately from A and B
 (A B, B A, A B, ...: both see the same noise of a shared machine, and
 neither always goes first), and prints,
@@ -13,6 +18,7 @@ median time over A's. --json-out writes every row.
 """
 import argparse
 import json
+import shlex
 import statistics
 import subprocess
 import sys
@@ -44,17 +50,21 @@ def med(xs):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--a", required=True, help="build directory A (before)")
-    ap.add_argument("--b", required=True, help="build directory B (after)")
+    ap.add_argument("--b", help="build directory B (after); default: A's")
+    ap.add_argument("--a-args", default="", help="more gsync-perf arguments for A only")
+    ap.add_argument("--b-args", default="", help="more gsync-perf arguments for B only")
     ap.add_argument("--rounds", type=int, default=6)
     ap.add_argument("--timeout", type=int, default=900, help="seconds per run")
     ap.add_argument("--json-out", help="write every row here, one JSON object per line")
     ap.add_argument("args", nargs=argparse.REMAINDER)
     o = ap.parse_args()
     args = o.args[1:] if o.args[:1] == ["--"] else o.args
+    o.b = o.b or o.a
+    extra = {"a": shlex.split(o.a_args), "b": shlex.split(o.b_args)}
     results = {"a": [], "b": []}
     for i in range(o.rounds):
         for side in ("a", "b") if i % 2 == 0 else ("b", "a"):
-            rows = run(getattr(o, side), args, o.timeout)
+            rows = run(getattr(o, side), args + extra[side], o.timeout)
             if rows:
                 for r in rows:
                     r["side"], r["round"] = side, i
@@ -81,7 +91,7 @@ def main():
             rng = f"{min(times):.1f}-{max(times):.1f}" if times else "-"
             print(f"{size:>12} {side:>4} {len(times):>4} {t[side]:>11.1f} {rng:>21} "
                   f"{med(g):>8.3f} {med(m):>8.3f}")
-        print(f"{size:>12}  b/a time: {t['b'] / t['a']:.3f}")
+        print(f"{size:>12}  b/a time: {t['b'] / t['a']:.3f}  (a/b: b is {t['a'] / t['b']:.2f}x as fast)")
     return 0
 
 
