@@ -60,6 +60,10 @@ const CountFlag kCountFlags[] = {
      &gsync::DaemonConfig::dpdk_payload},
     {"--dpdk-drop-ppm", "test hook: DPDK frames dropped on receipt, per million ([dpdk] drop_ppm)",
      &gsync::DaemonConfig::dpdk_drop_ppm},
+    {"--dpdk-mbufs", "DPDK packet buffers in the port's pool ([dpdk] mbufs)",
+     &gsync::DaemonConfig::dpdk_mbufs},
+    {"--dpdk-idle-poll-us", "how often an idle DPDK port is looked at ([dpdk] idle_poll_us)",
+     &gsync::DaemonConfig::dpdk_idle_poll_us},
 };
 
 }  // namespace

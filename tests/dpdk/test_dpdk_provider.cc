@@ -144,7 +144,9 @@ TEST_F(DpdkProvider, WritesOfEverySizeLandWhole) {
     EXPECT_EQ(w.len, len);
     EXPECT_EQ(w.imm, 1000 + len);
     EXPECT_EQ(std::memcmp(dst.p, src.p, len), 0) << len << " bytes";
-    if (len < kMax) EXPECT_EQ(dst.p[len], 0) << "a byte past the write was written";
+    if (len < kMax) {
+      EXPECT_EQ(dst.p[len], 0) << "a byte past the write was written";
+    }
   }
   EXPECT_EQ(l[0].ctx->stats(1).dpdk.timeouts, 0u) << "no loss on memif, no timeout";
 }

@@ -39,8 +39,11 @@ std::string allowed_cpus() {
   CPU_ZERO(&set);
   if (sched_getaffinity(0, sizeof set, &set) != 0) return "0";
   std::string out;
-  for (int c = 0; c < CPU_SETSIZE; c++)
-    if (CPU_ISSET(c, &set)) out += (out.empty() ? "" : ",") + std::to_string(c);
+  for (int c = 0; c < CPU_SETSIZE; c++) {
+    if (!CPU_ISSET(c, &set)) continue;
+    if (!out.empty()) out += ',';
+    out += std::to_string(c);
+  }
   return out.empty() ? "0" : out;
 }
 
