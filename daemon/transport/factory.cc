@@ -21,7 +21,6 @@
 
 namespace gsync::transport {
 
-
 std::unique_ptr<Context> make_context(const ContextOptions& options, bool prefer_verbs,
                                       Status* err) {
   if (options.dpdk.wanted) {

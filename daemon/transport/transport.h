@@ -51,7 +51,9 @@ struct ContextOptions {
   // proves it in the handshake, both ways (docs/transport.md,
   // "Authentication"); a context without one refuses to start.
   std::string cluster_key;
-  std::vector<PeerInfo> hosts;  // the whole cluster, in cluster-file order
+  // The whole cluster, in cluster order. An entry with an empty host_id is
+  // an index no host holds (yet): membership from etcd, set_peer.
+  std::vector<PeerInfo> hosts;
   int self = -1;                // index of this daemon in hosts
   std::string listen_address;   // default: hosts[self].address
   int streams = 2;              // TCP connections per peer in this host's rack
@@ -204,6 +206,29 @@ class Context {
   // from a timer, which (unlike an event) opens no polling window: an idle
   // daemon stays asleep between ticks.
   virtual std::chrono::microseconds tick() const { return {}; }
+
+  // Membership that changes while the daemon runs ([cluster] etcd;
+  // docs/membership.md). set_peer: host index `peer` is now info; the
+  // table grows to hold it. The same host again (id, address, port, rack)
+  // is left as it is, or let back in after drop_peer; a host whose
+  // endpoint changed is dropped and let in anew. Its link comes up as any
+  // other (on_peer_up). Index order is the cluster's order on every daemon
+  // (the lower index connects), so the caller hands out indices that every
+  // daemon agrees on. A provider that cannot change its table says so.
+  virtual Status set_peer(int peer, const PeerInfo& info) {
+    return {GSYNC_ERR_UNSUPPORTED,
+            "cannot add host " + info.host_id + " at index " + std::to_string(peer) +
+                ": links over " + summary() +
+                " keep the hosts they started with; membership that changes (etcd) runs on the "
+                "tcp transport"};
+  }
+  // The host left the cluster: its link goes down (on_peer_down with why;
+  // its writes fail) and nobody reconnects until set_peer lets it back in.
+  // Providers that cannot change their table keep the link.
+  virtual void drop_peer(int peer, const Status& why) {
+    (void)peer;
+    (void)why;
+  }
 
   virtual bool peer_up(int peer) const = 0;
   virtual PeerStats stats(int peer) const = 0;

@@ -71,13 +71,7 @@ class Cluster : public testing::Nodes {
 
   // Creates and starts host i's context (replacing any earlier one).
   Node& start(int i, const ContextOptions* custom = nullptr) {
-    Node& n = fresh(i);
-    ContextOptions o = custom ? *custom : options(i);
-    Status st;
-    n.ctx = make_tcp_context(o, &st);
-    EXPECT_TRUE(n.ctx) << st.message();
-    if (n.ctx) n.start();
-    return n;
+    return start_tcp(i, custom ? *custom : options(i));
   }
 
  private:

@@ -122,6 +122,15 @@ class Nodes {
     return *nodes_[size_t(i)];
   }
   void stop(int i) { nodes_[size_t(i)].reset(); }
+  // Creates and starts host i's TCP context with o (replacing any earlier one).
+  Node& start_tcp(int i, const ContextOptions& o) {
+    Node& n = fresh(i);
+    Status st;
+    n.ctx = make_tcp_context(o, &st);
+    EXPECT_TRUE(n.ctx) << st.message();
+    if (n.ctx) n.start();
+    return n;
+  }
   int size() const { return int(nodes_.size()); }
   Node& operator[](int i) { return *nodes_[size_t(i)]; }
 

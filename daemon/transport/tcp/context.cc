@@ -29,6 +29,9 @@ namespace gsync::transport::tcp {
 namespace {
 
 constexpr int kMaxStreams = 64;
+// Host indices set_peer takes: the cluster file's limit, with room for
+// indices of hosts that left for good (docs/membership.md, "Slots").
+constexpr size_t kMaxHosts = 4096;
 // Completions handled per poll(); the rest wait for the next call, so one
 // busy link cannot keep the caller's thread from its other work.
 constexpr int kMaxCompletionsPerPoll = 4096;
@@ -84,6 +87,7 @@ Status TcpContext::create(const ContextOptions& o, std::unique_ptr<TcpContext>* 
   std::unordered_set<std::string> ids;
   for (int i = 0; i < n; i++) {
     const PeerInfo& h = o.hosts[static_cast<size_t>(i)];
+    if (h.host_id.empty() && i != o.self) continue;  // an index no host holds yet
     if (h.host_id.empty() || h.host_id.size() > kMaxHelloString)
       return {GSYNC_ERR_INVALID, fmt::format("tcp transport: host {} has an empty or over-long "
                                              "host id",
@@ -101,7 +105,8 @@ Status TcpContext::create(const ContextOptions& o, std::unique_ptr<TcpContext>* 
   if (!st) return {st.code(), fmt::format("tcp transport for {}: {}", me.host_id, st.message())};
   ctx->pairs_.resize(static_cast<size_t>(n));
   for (int i = 0; i < n; i++)
-    if (i != o.self) ctx->pairs_[static_cast<size_t>(i)] = std::make_unique<Pair>(*ctx, i);
+    if (i != o.self && !o.hosts[size_t(i)].host_id.empty())
+      ctx->pairs_[static_cast<size_t>(i)] = std::make_unique<Pair>(*ctx, i);
   *out = std::move(ctx);
   return Status::ok();
 }
@@ -205,7 +210,8 @@ void TcpContext::deregister_region(uint32_t id, std::function<void()> released) 
 
 void TcpContext::write(int peer, const void* src, uint64_t len, uint32_t remote_region,
                        uint64_t remote_offset, uint64_t imm, uint64_t cookie) {
-  if (!started_ || peer < 0 || peer >= size() || peer == self()) {
+  Pair* p = started_ ? pair_of(peer) : nullptr;
+  if (p == nullptr) {
     post_write_done(peer, cookie,
                     Status(GSYNC_ERR_INVALID,
                            fmt::format("tcp transport: write to host index {}: {}", peer,
@@ -214,33 +220,85 @@ void TcpContext::write(int peer, const void* src, uint64_t len, uint32_t remote_
                                                                "{} hosts)",
                                                                self(), size()))));
   } else {
-    pairs_[static_cast<size_t>(peer)]->write(src, len, remote_region, remote_offset, imm, cookie);
+    p->write(src, len, remote_region, remote_offset, imm, cookie);
   }
   kick();
 }
 
 void TcpContext::send_control(int peer, std::string_view msg) {
-  if (!started_ || peer < 0 || peer >= size() || peer == self()) {
+  Pair* p = started_ ? pair_of(peer) : nullptr;
+  if (p == nullptr) {
     spdlog::error("tcp transport: control message to host index {} dropped: not a peer", peer);
     return;
   }
-  pairs_[static_cast<size_t>(peer)]->send_control(msg);
+  p->send_control(msg);
   kick();
 }
 
+Pair* TcpContext::pair_of(int peer) const {
+  if (peer < 0 || peer >= static_cast<int>(pairs_.size())) return nullptr;
+  return pairs_[static_cast<size_t>(peer)].get();
+}
+
 bool TcpContext::peer_up(int peer) const {
-  if (peer < 0 || peer >= size() || peer == self()) return false;
-  return pairs_[static_cast<size_t>(peer)]->up();
+  Pair* p = pair_of(peer);
+  return p != nullptr && p->up();
 }
 
 PeerStats TcpContext::stats(int peer) const {
-  if (peer < 0 || peer >= size() || peer == self()) {
-    PeerStats s;
-    s.state = PeerState::kDown;
-    s.last_error = fmt::format("host index {} is not a peer", peer);
-    return s;
+  if (Pair* p = pair_of(peer)) return p->stats();
+  PeerStats s;
+  s.state = PeerState::kDown;
+  s.last_error = fmt::format("host index {} is not a peer", peer);
+  return s;
+}
+
+Status TcpContext::set_peer(int peer, const PeerInfo& info) {
+  if (peer < 0 || peer == self() || size_t(peer) >= kMaxHosts)
+    return {GSYNC_ERR_INVALID, fmt::format("tcp transport: host index {} for {} is not a peer's "
+                                           "(this daemon is {}; at most {} hosts)",
+                                           peer, info.host_id, self(), kMaxHosts)};
+  if (info.host_id.empty() || info.host_id.size() > kMaxHelloString)
+    return {GSYNC_ERR_INVALID,
+            fmt::format("tcp transport: host index {} has an empty or over-long host id", peer)};
+  for (size_t i = 0; i < options_.hosts.size(); i++)
+    if (int(i) != peer && options_.hosts[i].host_id == info.host_id && pair_of(int(i)) &&
+        !pair_of(int(i))->absent())
+      return {GSYNC_ERR_INVALID, fmt::format("tcp transport: host {} is at index {} already, "
+                                             "not {}",
+                                             info.host_id, i, peer)};
+  if (size_t(peer) >= pairs_.size()) {
+    options_.hosts.resize(size_t(peer) + 1);
+    pairs_.resize(size_t(peer) + 1);
   }
-  return pairs_[static_cast<size_t>(peer)]->stats();
+  PeerInfo& now = options_.hosts[size_t(peer)];
+  Pair* p = pair_of(peer);
+  bool same = now.host_id == info.host_id && now.address == info.address &&
+              now.port == info.port && now.rack == info.rack;
+  if (p != nullptr && same && !p->absent()) return Status::ok();
+  if (p != nullptr && !p->absent())
+    p->leave(Status(GSYNC_ERR_HOST_LOST,
+                    fmt::format("{} is now {}:{} in rack {}", p->describe(), info.address,
+                                info.port, info.rack)));
+  now = info;
+  if (p == nullptr) {
+    pairs_[size_t(peer)] = std::make_unique<Pair>(*this, peer);
+    if (started_) pairs_[size_t(peer)]->start();
+  } else {
+    p->rejoin();
+  }
+  flush_events();
+  kick();
+  device_->notify();  // the next poll() arms the timers for the new pair
+  return Status::ok();
+}
+
+void TcpContext::drop_peer(int peer, const Status& why) {
+  Pair* p = pair_of(peer);
+  if (p == nullptr || p->absent()) return;
+  p->leave(why);
+  flush_events();
+  kick();
 }
 
 // --- poll -------------------------------------------------------------------

@@ -37,6 +37,8 @@ class TcpContext final : public Context {
   void poll() override;
   bool pending() const override { return device_->ready(); }
   void set_polled(bool on) override;
+  Status set_peer(int peer, const PeerInfo& info) override;
+  void drop_peer(int peer, const Status& why) override;
   bool peer_up(int peer) const override;
   PeerStats stats(int peer) const override;
   int self() const override { return options_.self; }
@@ -93,6 +95,9 @@ class TcpContext final : public Context {
   void drop_unidentified(Connection* c, const std::string& why);
   std::string check_hello(const Hello& h) const;
   void refuse(Connection* c, int claimed_index, const std::string& reason);
+  // The pair of a host index; null for self, an index no host holds, or
+  // one outside the table.
+  Pair* pair_of(int peer) const;
   void run_timers();
   void arm_timer(Clock::time_point deadline);
   void reap();

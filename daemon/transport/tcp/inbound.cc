@@ -153,7 +153,7 @@ void TcpContext::on_auth(Connection* c) {
   }
   Hello hello = std::move(c->hs.claimed);
   c->hs = Handshake{};
-  std::string refusal = pairs_[static_cast<size_t>(index)]->adopt(c, hello);
+  std::string refusal = pair_of(index)->adopt(c, hello);
   if (!refusal.empty()) {
     refuse(c, index, refusal);
     return;
@@ -184,12 +184,21 @@ std::string TcpContext::check_hello(const Hello& h) const {
         "host index mismatch: {} says it is host index {}, but the hosts table of "
         "this daemon {} has {} hosts",
         h.host_id, h.host_index, my_id, size());
+  if (options_.hosts[h.host_index].host_id.empty())
+    return fmt::format("{} claims host index {}, which no host of this daemon {}'s cluster holds "
+                       "(yet): a host that joined moments ago is let in once this daemon hears "
+                       "of it",
+                       h.host_id, h.host_index, my_id);
   if (!known)
     return fmt::format(
         "host id mismatch: the connecting daemon says it is {} at host index {}, "
         "but in the hosts table of this daemon {} index {} is {}",
         h.host_id, h.host_index, my_id, h.host_index,
         describe_host(static_cast<int>(h.host_index)));
+  if (Pair* p = pair_of(static_cast<int>(h.host_index)); p != nullptr && p->absent())
+    return fmt::format("{} has left the cluster as this daemon {} knows it; refused until it "
+                       "registers again",
+                       them, my_id);
   if (static_cast<int>(h.host_index) == self())
     return fmt::format(
         "{} connected to itself (a connection claimed this daemon's own host "
@@ -222,8 +231,7 @@ void TcpContext::refuse(Connection* c, int claimed_index, const std::string& rea
     spdlog::error("tcp transport: refused a connection from {}: {}", c->remote(), reason);
   else
     spdlog::debug("tcp transport: refused a connection from {}: {}", c->remote(), reason);
-  if (claimed_index >= 0 && claimed_index != self())
-    pairs_[static_cast<size_t>(claimed_index)]->note_refusal(reason);
+  if (Pair* p = pair_of(claimed_index)) p->note_refusal(reason);
   SendItem* it = c->item();
   it->header.type = static_cast<uint8_t>(FrameType::kRefuse);
   it->owned.assign(reason.substr(0, kMaxRefuse));

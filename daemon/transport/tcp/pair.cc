@@ -289,6 +289,30 @@ void Pair::attempt_failed(const std::string& reason, int code) {
   if (connector()) schedule_retry();
 }
 
+void Pair::leave(const Status& why) {
+  if (phase_ == Phase::kUp)
+    link_down(why.message(), why.code());
+  else
+    drop_connections();
+  phase_ = Phase::kIdle;
+  state_ = PeerState::kDown;
+  last_error_.set(why.message());
+  absent_ = true;
+}
+
+void Pair::rejoin() {
+  absent_ = false;
+  streams_ = ctx_.streams_for(peer_);
+  conns_.assign(static_cast<size_t>(streams_), nullptr);
+  describe_ = ctx_.describe_host(peer_);
+  endpoint_ok_ = false;  // the endpoint may have changed
+  state_ = PeerState::kConnecting;
+  last_logged_.clear();
+  backoff_ms_ = ctx_.options().reconnect_min_ms;
+  retry_at_ = Clock::now();
+  start();
+}
+
 void Pair::schedule_retry() {
   const ContextOptions& o = ctx_.options();
   retry_at_ = Clock::now() + ms(backoff_ms_);
@@ -430,6 +454,7 @@ void Pair::on_sent(Connection* c, int res) {
 // --- Timers -----------------------------------------------------------------
 
 void Pair::tick(Clock::time_point now, Clock::time_point* next) {
+  if (absent_) return;
   const ContextOptions& o = ctx_.options();
   if (phase_ == Phase::kIdle && connector() && now >= retry_at_) connect_attempt(now);
   if (phase_ == Phase::kConnecting && now >= handshake_deadline_) {

@@ -69,6 +69,12 @@ class Pair {
   void tick(Clock::time_point now, Clock::time_point* next);
 
   bool up() const { return phase_ == Phase::kUp; }
+  // Membership (TcpContext::set_peer / drop_peer): the host left the
+  // cluster (the link goes down with why and stays down), or it is back,
+  // perhaps at a new endpoint (the hosts table says where).
+  void leave(const Status& why);
+  void rejoin();
+  bool absent() const { return absent_; }
   PeerStats stats() const;
   // "h12 (10.0.0.12:7700)"
   const std::string& describe() const { return describe_; }
@@ -123,8 +129,9 @@ class Pair {
 
   TcpContext& ctx_;
   const int peer_;
-  const int streams_;
+  int streams_;
   std::string describe_;
+  bool absent_ = false;  // left the cluster: no reconnect, no adopt
   Endpoint endpoint_;
   bool endpoint_ok_ = false;
 
