@@ -31,7 +31,14 @@ const StringFlag kStringFlags[] = {
     {"--poll-mode", "auto (poll only while a CPU is spare) or always",
      &gsync::DaemonConfig::poll_mode},
     {"--cluster", "cluster file (overrides [cluster] file)", &gsync::DaemonConfig::cluster_file},
-    {"--host-id", "this daemon's id in the cluster file", &gsync::DaemonConfig::host_id},
+    {"--host-id", "this daemon's id in the cluster file or etcd", &gsync::DaemonConfig::host_id},
+    {"--cluster-name", "the cluster's name, with --etcd ([cluster] name)",
+     &gsync::DaemonConfig::cluster_name},
+    {"--address", "the address peers reach this daemon at, with --etcd ([cluster] address)",
+     &gsync::DaemonConfig::address},
+    {"--rack", "this daemon's rack, with --etcd ([cluster] rack)", &gsync::DaemonConfig::rack},
+    {"--etcd-prefix", "the key prefix in etcd ([cluster] etcd_prefix)",
+     &gsync::DaemonConfig::etcd_prefix},
     {"--cluster-key", "cluster key file, mode 0600 (overrides [cluster] key_file; gsyncctl keygen)",
      &gsync::DaemonConfig::cluster_key_file},
     {"--algo", "cross-host algorithm: auto ring hier direct tree doubling",
@@ -54,6 +61,10 @@ struct CountFlag {
   uint32_t gsync::DaemonConfig::*field;
 };
 const CountFlag kCountFlags[] = {
+    {"--port", "the port peers reach this daemon at, with --etcd ([cluster] port)",
+     &gsync::DaemonConfig::port},
+    {"--etcd-lease-ttl-s", "the etcd lease's time to live, s ([cluster] etcd_lease_ttl_s)",
+     &gsync::DaemonConfig::etcd_lease_ttl_s},
     {"--dpdk-window", "DPDK frames in flight per link ([dpdk] window)",
      &gsync::DaemonConfig::dpdk_window},
     {"--dpdk-payload", "DPDK bytes per frame, 0: the port's MTU ([dpdk] payload)",
@@ -65,6 +76,17 @@ const CountFlag kCountFlags[] = {
     {"--dpdk-idle-poll-us", "how often an idle DPDK port is looked at ([dpdk] idle_poll_us)",
      &gsync::DaemonConfig::dpdk_idle_poll_us},
 };
+
+// "a,b,,c" -> {a, b, c}
+std::vector<std::string> split_commas(const std::string& list) {
+  std::vector<std::string> out;
+  for (size_t at = 0; at <= list.size();) {
+    size_t comma = std::min(list.find(',', at), list.size());
+    if (comma > at) out.push_back(list.substr(at, comma - at));
+    at = comma + 1;
+  }
+  return out;
+}
 
 }  // namespace
 
@@ -81,6 +103,7 @@ int main(int argc, char** argv) {
   int64_t counts[std::size(kCountFlags)];
   std::fill(std::begin(counts), std::end(counts), -1);
   bool print_config = false;
+  std::string etcd;
   auto* config_opt = app.add_option("-c,--config", config_path, "TOML config file");
   for (size_t i = 0; i < std::size(kStringFlags); i++)
     app.add_option(kStringFlags[i].name, strings[i], kStringFlags[i].help);
@@ -100,6 +123,8 @@ int main(int argc, char** argv) {
   for (size_t i = 0; i < std::size(kCountFlags); i++)
     app.add_option(kCountFlags[i].name, counts[i], kCountFlags[i].help)
         ->check(CLI::Range(int64_t{0}, int64_t{UINT32_MAX}));
+  app.add_option("--etcd", etcd,
+                 "membership on etcd: its endpoints, comma-separated ([cluster] etcd)");
   app.add_flag("--print-config", print_config, "print the config in force as TOML and exit");
   app.set_version_flag("--version", GSYNC_VERSION_STRING);
   CLI11_PARSE(app, argc, argv);
@@ -125,6 +150,7 @@ int main(int argc, char** argv) {
   if (!trace_record.empty()) cfg.trace_record = trace_record == "true";
   for (size_t i = 0; i < std::size(kCountFlags); i++)
     if (counts[i] >= 0) cfg.*kCountFlags[i].field = static_cast<uint32_t>(counts[i]);
+  if (!etcd.empty()) cfg.etcd_endpoints = split_commas(etcd);
   if (!chunk_bytes.empty() && !gsync::parse_byte_size(chunk_bytes, &cfg.chunk_bytes)) {
     spdlog::critical("--chunk-bytes '{}' is not a byte size", chunk_bytes);
     return 2;

@@ -121,6 +121,8 @@ class Loader {
   Status read_size(const toml::node& node, std::string_view key, uint64_t* out) const;
   Status read_mode(const toml::node& node, std::string_view key, uint32_t* out) const;
   Status read_ids(const toml::node& node, std::string_view key, std::vector<uint32_t>* out) const;
+  Status read_strings(const toml::node& node, std::string_view key,
+                      std::vector<std::string>* out) const;
 
   const std::string& path_;
   std::map<std::string, uint32_t, std::less<>> line_of_;  // dotted key -> line, for rule errors
@@ -221,6 +223,9 @@ Status Loader::read_field(const ConfigField& field, const std::string& key, cons
     case ConfigKind::kIdList:
       return read_ids(node, key,
                       &(cfg->*std::get<std::vector<uint32_t> DaemonConfig::*>(field.member)));
+    case ConfigKind::kStringList:
+      return read_strings(
+          node, key, &(cfg->*std::get<std::vector<std::string> DaemonConfig::*>(field.member)));
     case ConfigKind::kBool: {
       const auto* value = node.as_boolean();
       if (value == nullptr) return wrong_type(node, key, "a boolean (true or false)");
@@ -287,6 +292,25 @@ Status Loader::read_ids(const toml::node& node, std::string_view key,
     ids.push_back(static_cast<uint32_t>(id));
   }
   *out = std::move(ids);
+  return Status::ok();
+}
+
+// An array of strings, or one string for a list of one.
+Status Loader::read_strings(const toml::node& node, std::string_view key,
+                            std::vector<std::string>* out) const {
+  if (const auto* one = node.as_string()) {
+    *out = {one->get()};
+    return Status::ok();
+  }
+  const auto* array = node.as_array();
+  if (array == nullptr) return wrong_type(node, key, "an array of strings");
+  std::vector<std::string> items;
+  for (size_t i = 0; i < array->size(); ++i) {
+    const auto* s = (*array)[i].as_string();
+    if (s == nullptr) return wrong_type((*array)[i], fmt::format("{}[{}]", key, i), "a string");
+    items.push_back(s->get());
+  }
+  *out = std::move(items);
   return Status::ok();
 }
 

@@ -53,6 +53,18 @@ struct DaemonConfig {
   std::string transport = "auto";   // auto (verbs if an RDMA device works, else tcp) tcp verbs dpdk
   uint32_t peer_timeout_ms = 3000;  // a silent peer is declared lost after this
   std::string algorithm = "auto";   // auto ring hier direct tree doubling
+  // Membership on etcd instead of a cluster file (docs/membership.md): the
+  // endpoints, the key prefix (the cluster's keys are under
+  // prefix + name + "/"), the lease's time to live, and what this daemon
+  // registers: the cluster's name, its address, port and rack (host_id:
+  // its id; "": the host name).
+  std::vector<std::string> etcd_endpoints;
+  std::string etcd_prefix = "/gsync/";
+  uint32_t etcd_lease_ttl_s = 10;
+  std::string cluster_name;
+  std::string address;
+  uint32_t port = 7700;
+  std::string rack = "default";
   uint64_t chunk_bytes = 0;         // pipelining unit; 0: chosen per op
 
   // [dpdk] The DPDK provider ([cluster] transport = "dpdk";

@@ -23,12 +23,13 @@ enum class ConfigKind {
   kSize,    // byte size: integer or "256K" / "1GiB" string (powers of 1024)
   kMode,    // file mode: integer, normally written in TOML octal (0o666)
   kIdList,  // array of uids or gids
+  kStringList,  // array of strings
   kBool,    // TOML boolean
 };
 
 using ConfigMember = std::variant<std::string DaemonConfig::*, uint32_t DaemonConfig::*,
                                   uint64_t DaemonConfig::*, std::vector<uint32_t> DaemonConfig::*,
-                                  bool DaemonConfig::*>;
+                                  std::vector<std::string> DaemonConfig::*, bool DaemonConfig::*>;
 
 // One key of the file. The table in config_rules.cc is the single list of
 // keys: the loader, config_to_toml and config_to_json all walk it, so the

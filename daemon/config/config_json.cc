@@ -28,6 +28,9 @@ nlohmann::json config_to_json(const DaemonConfig& cfg) {
       case ConfigKind::kIdList:
         slot = cfg.*std::get<std::vector<uint32_t> DaemonConfig::*>(field.member);
         break;
+      case ConfigKind::kStringList:
+        slot = cfg.*std::get<std::vector<std::string> DaemonConfig::*>(field.member);
+        break;
       case ConfigKind::kBool:
         slot = cfg.*std::get<bool DaemonConfig::*>(field.member);
         break;

@@ -70,6 +70,12 @@ std::string render_value(const ConfigField& field, const DaemonConfig& cfg) {
       return fmt::format(
           "[{}]",
           fmt::join(cfg.*std::get<std::vector<uint32_t> DaemonConfig::*>(field.member), ", "));
+    case ConfigKind::kStringList: {
+      std::string items;
+      for (const auto& s : cfg.*std::get<std::vector<std::string> DaemonConfig::*>(field.member))
+        items += (items.empty() ? "" : ", ") + toml_quote(s);
+      return "[" + items + "]";
+    }
     case ConfigKind::kBool:
       return cfg.*std::get<bool DaemonConfig::*>(field.member) ? "true" : "false";
   }

@@ -68,6 +68,13 @@ const ConfigField kFields[] = {
     {"cluster", "peer_timeout_ms", ConfigKind::kCount, &DaemonConfig::peer_timeout_ms},
     {"cluster", "algorithm", ConfigKind::kString, &DaemonConfig::algorithm},
     {"cluster", "chunk_bytes", ConfigKind::kSize, &DaemonConfig::chunk_bytes},
+    {"cluster", "etcd", ConfigKind::kStringList, &DaemonConfig::etcd_endpoints},
+    {"cluster", "etcd_prefix", ConfigKind::kString, &DaemonConfig::etcd_prefix},
+    {"cluster", "etcd_lease_ttl_s", ConfigKind::kCount, &DaemonConfig::etcd_lease_ttl_s},
+    {"cluster", "name", ConfigKind::kString, &DaemonConfig::cluster_name},
+    {"cluster", "address", ConfigKind::kString, &DaemonConfig::address},
+    {"cluster", "port", ConfigKind::kCount, &DaemonConfig::port},
+    {"cluster", "rack", ConfigKind::kString, &DaemonConfig::rack},
     {"checkpoint", "dir", ConfigKind::kString, &DaemonConfig::checkpoint_dir},
     {"checkpoint", "keep", ConfigKind::kCount, &DaemonConfig::checkpoint_keep},
     {"metrics", "listen", ConfigKind::kString, &DaemonConfig::metrics_listen},
@@ -96,6 +103,42 @@ std::string_view trim(std::string_view s) {
   while (!s.empty() && std::isspace(static_cast<unsigned char>(s.front()))) s.remove_prefix(1);
   while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.remove_suffix(1);
   return s;
+}
+
+// The [cluster] keys of membership on etcd (docs/membership.md).
+std::optional<ConfigProblem> check_etcd(const DaemonConfig& cfg) {
+  auto problem = [](std::string key, std::string message) {
+    return ConfigProblem{{std::move(key)}, std::move(message)};
+  };
+  if (cfg.etcd_endpoints.empty()) return std::nullopt;
+  if (!cfg.cluster_file.empty())
+    return ConfigProblem{{"cluster.etcd", "cluster.file"},
+                         "membership comes from etcd or from a cluster file, not both"};
+  for (const auto& e : cfg.etcd_endpoints)
+    if (e.rfind("http://", 0) != 0 && e.rfind("https://", 0) != 0)
+      return problem("cluster.etcd", fmt::format("\"{}\" is not an http:// or https:// URL",
+                                                 printable(e, 64)));
+  if (cfg.cluster_name.empty() || cfg.cluster_name.size() > 255 || !is_printable(cfg.cluster_name) ||
+      cfg.cluster_name.find('/') != std::string::npos)
+    return problem("cluster.name", "with [cluster] etcd, the cluster's name: 1 to 255 printable "
+                                   "bytes without '/' (its keys are under etcd_prefix + name)");
+  if (cfg.etcd_prefix.empty() || cfg.etcd_prefix.back() != '/')
+    return problem("cluster.etcd_prefix", "must end with '/'");
+  if (cfg.etcd_lease_ttl_s < 1 || cfg.etcd_lease_ttl_s > 3600)
+    return problem("cluster.etcd_lease_ttl_s",
+                   fmt::format("must be 1 to 3600 seconds, got {}", cfg.etcd_lease_ttl_s));
+  if (cfg.address.empty())
+    return problem("cluster.address", "with [cluster] etcd, the address peers reach this daemon at");
+  if (cfg.port < 1 || cfg.port > 65535)
+    return problem("cluster.port", fmt::format("must be 1 to 65535, got {}", cfg.port));
+  if (cfg.rack.empty() || cfg.rack.size() > 255 || !is_printable(cfg.rack))
+    return problem("cluster.rack", "must be 1 to 255 printable bytes");
+  if (cfg.transport == "verbs" || cfg.transport == "dpdk")
+    return ConfigProblem{{"cluster.transport", "cluster.etcd"},
+                         fmt::format("\"{}\" keeps the hosts it started with; membership on "
+                                     "etcd runs on \"tcp\" (or \"auto\", which is tcp there)",
+                                     cfg.transport)};
+  return std::nullopt;
 }
 
 std::optional<std::string> check_socket_path(const std::string& path) {
@@ -299,6 +342,7 @@ std::optional<ConfigProblem> find_config_problem(const DaemonConfig& cfg) {
                    fmt::format("\"{}\" is not one of {}", cfg.transport,
                                fmt::join(kTransports.begin(), kTransports.end(), ", ")));
   }
+  if (auto p = check_etcd(cfg)) return p;
   if (cfg.chunk_bytes != 0 && (cfg.chunk_bytes < 4096 || cfg.chunk_bytes > (256u << 20)))
     return problem("cluster.chunk_bytes",
                    fmt::format("must be 0 (automatic) or 4K to 256M, got {}", cfg.chunk_bytes));

@@ -475,7 +475,8 @@ TEST(ConfigJson, MirrorsTomlLayout) {
   EXPECT_EQ(j["cluster"]["key_file"], "");
   EXPECT_EQ(j["daemon"].size() + j["auth"].size() + j["limits"].size() + j["cluster"].size() +
                 j["checkpoint"].size(),
-            29u);
+            36u);
+  EXPECT_EQ(j["cluster"]["etcd"], nlohmann::json::array());
 }
 
 // [daemon] admin_socket_mode and admin_group: who may connect to the
