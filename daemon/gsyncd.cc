@@ -56,8 +56,14 @@ sigset_t Gsyncd::stop_signals() {
 
 Status Gsyncd::start_cluster() {
   ClusterFile cluster;
-  if (Status st = load_cluster_file(cfg_.cluster_file, cfg_.host_id, &cluster); !st) return st;
-  control_ = std::make_unique<cluster::ControlPlane>(cfg_, std::move(cluster), loop_);
+  std::unique_ptr<cluster::etcd::Registry> registry;
+  if (!cfg_.etcd_endpoints.empty()) {
+    if (Status st = cluster::ControlPlane::join_etcd(cfg_, &registry, &cluster); !st) return st;
+  } else if (Status st = load_cluster_file(cfg_.cluster_file, cfg_.host_id, &cluster); !st) {
+    return st;
+  }
+  control_ = std::make_unique<cluster::ControlPlane>(cfg_, std::move(cluster), loop_,
+                                                     std::move(registry));
   if (Status st = control_->start(); !st) return st;
   engine_ = std::make_unique<collective::Engine>(*control_, loop_);
   return Status::ok();
@@ -72,7 +78,7 @@ Status Gsyncd::start() {
       spdlog::info("signal {} received; stopping", strsignal(static_cast<int>(si.ssi_signo)));
     loop_.stop();
   });
-  if (!cfg_.cluster_file.empty())
+  if (!cfg_.cluster_file.empty() || !cfg_.etcd_endpoints.empty())
     if (Status st = start_cluster(); !st) return st;
 
   pipeline::PipelineOptions po;
@@ -187,9 +193,10 @@ std::string Gsyncd::status_report() const {
       {"throughput_gbps", g.meter.rate(now) / 1e9},
       {"transport", control_ ? fmt::format("{} (cluster {}, host {}, {} hosts)",
                                            control_->transport_summary(), control_->cluster().name,
-                                           control_->self_id(), control_->cluster().hosts.size())
+                                           control_->self_id(), control_->members())
                              : "local (single host)"},
       {"epoch", control_ ? control_->epoch() : 0},
+      {"membership", control_ ? control_->membership_report() : nlohmann::json(nullptr)},
       {"plans", plans},
       {"event_loop_exceptions", loop_.exceptions_caught()},
       {"polling", polling_report()},

@@ -17,6 +17,9 @@ packages=(
   # the DPDK provider (daemon/transport/dpdk) and its test lane on virtual
   # devices (net_memif, net_af_packet: no hugepages, no NIC)
   libdpdk-dev
+  # membership on etcd (daemon/cluster/etcd): its JSON gateway over libcurl,
+  # and a real etcd for the tests and the test bed (gsync-testbed up --etcd)
+  libcurl4-openssl-dev etcd-server etcd-client
   # the fuzzing lane (tests/fuzz, tools/fuzz/run.sh): clang, its libFuzzer
   # and sanitizer runtimes
   clang libclang-rt-14-dev

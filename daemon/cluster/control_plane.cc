@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "daemon/cluster/control_plane.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
 
@@ -13,17 +15,41 @@
 namespace gsync::cluster {
 
 ControlPlane::ControlPlane(const DaemonConfig& cfg, ClusterFile cluster, EventLoop& loop)
-    : cfg_(cfg), cluster_(std::move(cluster)), loop_(loop), members_(cluster_.self) {
-  size_t n = cluster_.hosts.size();
-  sent_meter_.resize(n);
-  recv_meter_.resize(n);
-  last_sent_.assign(n, 0);
-  last_recv_.assign(n, 0);
-  peer_builds_.resize(n);
+    : ControlPlane(cfg, std::move(cluster), loop, nullptr) {}
+
+ControlPlane::ControlPlane(const DaemonConfig& cfg, ClusterFile cluster, EventLoop& loop,
+                           std::unique_ptr<etcd::Registry> registry)
+    : cfg_(cfg),
+      cluster_(std::move(cluster)),
+      loop_(loop),
+      members_(cluster_.self),
+      registry_(std::move(registry)) {
+  grow(cluster_.hosts.size());
+  // A cluster file's hosts are all members; on etcd, those join() found.
+  for (size_t h = 0; h < cluster_.hosts.size(); h++)
+    present_[h] = !cluster_.hosts[h].id.empty();
   prober_ = std::make_unique<Prober>(*this);
 }
 
-ControlPlane::~ControlPlane() = default;
+ControlPlane::~ControlPlane() {
+  // Its threads first: they write to registry_fd_ until they are joined.
+  registry_.reset();
+  if (registry_fd_ >= 0) {
+    loop_.remove(registry_fd_);
+    ::close(registry_fd_);
+  }
+}
+
+void ControlPlane::grow(size_t n) {
+  if (n <= present_.size()) return;
+  cluster_.hosts.resize(std::max(n, cluster_.hosts.size()));
+  sent_meter_.resize(n);
+  recv_meter_.resize(n);
+  last_sent_.resize(n, 0);
+  last_recv_.resize(n, 0);
+  peer_builds_.resize(n);
+  present_.resize(n, false);
+}
 
 Status ControlPlane::load_key(std::string* key) const {
   static_assert(kClusterKeySize == transport::kClusterKeyBytes);
@@ -61,7 +87,10 @@ Status ControlPlane::start() {
   o.dpdk.idle_poll_us = cfg_.dpdk_idle_poll_us;
   o.dpdk.drop_ppm = cfg_.dpdk_drop_ppm;
   Status err;
-  net_ = transport::make_context(o, cfg_.transport != "tcp", &err);
+  // Membership on etcd changes the hosts table while running, which only
+  // the TCP provider does (docs/membership.md, "Limits").
+  net_ = registry_ ? transport::make_tcp_context(o, &err)
+                   : transport::make_context(o, cfg_.transport != "tcp", &err);
   if (!net_) return err;
   transport::Handlers h;
   h.on_control = [this](int peer, std::string_view msg) { on_control(peer, msg); };
@@ -108,6 +137,7 @@ Status ControlPlane::start() {
         if (prober_->running()) prober_->tick(Clock::now());
       },
       "probe deadlines");
+  if (registry_) start_registry();
   log_started();
   return Status::ok();
 }
@@ -116,7 +146,7 @@ void ControlPlane::log_started() const {
   const auto& me = cluster_.hosts[size_t(cluster_.self)];
   spdlog::info("cluster {}: this daemon is {} ({}:{}, rack {}), {} hosts, links over {}, {} tcp "
                "streams per peer in the rack, {} across racks",
-               cluster_.name, me.id, me.address, me.port, me.rack, cluster_.hosts.size(),
+               cluster_.name, me.id, me.address, me.port, me.rack, members(),
                net_->summary(),
                cfg_.tcp_streams,
                cfg_.tcp_streams_cross_rack ? cfg_.tcp_streams_cross_rack : cfg_.tcp_streams);
@@ -127,12 +157,12 @@ std::string ControlPlane::transport_summary() const { return net_ ? net_->summar
 bool ControlPlane::peer_up(int host) const { return net_->peer_up(host); }
 
 void ControlPlane::send(int host, std::string_view msg) {
-  if (host != cluster_.self) net_->send_control(host, msg);
+  if (host != cluster_.self && is_member(host)) net_->send_control(host, msg);
 }
 
 void ControlPlane::send_all(std::string_view msg) {
   for (int h = 0; h < static_cast<int>(cluster_.hosts.size()); h++)
-    if (h != cluster_.self && net_->peer_up(h)) net_->send_control(h, msg);
+    if (h != cluster_.self && is_member(h) && net_->peer_up(h)) net_->send_control(h, msg);
 }
 
 // ---------------------------------------------------------------- jobs

@@ -20,6 +20,7 @@
 #include <nlohmann/json_fwd.hpp>
 
 #include "daemon/cluster/cluster_file.h"
+#include "daemon/cluster/etcd/registry.h"
 #include "daemon/cluster/membership.h"
 #include "daemon/cluster/messages.h"
 #include "daemon/cluster/probe.h"
@@ -61,6 +62,14 @@ class OpTraffic {
 class ControlPlane {
  public:
   ControlPlane(const DaemonConfig& cfg, ClusterFile cluster, EventLoop& loop);
+  // Membership on etcd (docs/membership.md): cluster is what
+  // registry->join() found; the registry's changes keep it current.
+  ControlPlane(const DaemonConfig& cfg, ClusterFile cluster, EventLoop& loop,
+               std::unique_ptr<etcd::Registry> registry);
+  // With [cluster] etcd: registers this daemon and reads who is there
+  // (blocking; before the event loop runs).
+  static Status join_etcd(const DaemonConfig& cfg, std::unique_ptr<etcd::Registry>* registry,
+                          ClusterFile* cluster);
   ~ControlPlane();
   ControlPlane(const ControlPlane&) = delete;
   ControlPlane& operator=(const ControlPlane&) = delete;
@@ -75,6 +84,15 @@ class ControlPlane {
   const std::string& rack_of(int host) const { return cluster_.hosts[size_t(host)].rack; }
   // Bumped by every peer that comes up or goes down.
   uint64_t epoch() const { return epoch_; }
+  // Whether host index h is a member now: every host of a cluster file; on
+  // etcd, a host whose key is there (a left host keeps its index, unused).
+  bool is_member(int h) const {
+    return h >= 0 && size_t(h) < present_.size() && present_[size_t(h)];
+  }
+  // Members, self included.
+  int members() const;
+  // gsyncctl status: where membership comes from and how that source fares.
+  nlohmann::json membership_report() const;
   transport::Context& net() { return *net_; }
   std::string transport_summary() const;
 
@@ -135,6 +153,13 @@ class ControlPlane {
   // The cluster key ([cluster] key_file) for the transport.
   Status load_key(std::string* key) const;
   void bump_epoch();
+  // Membership on etcd (etcd_members.cc).
+  void start_registry();
+  void on_registry();
+  void host_joined(const etcd::HostRecord& r);
+  void host_left(const std::string& id, const std::string& why);
+  void hosts_now(const std::vector<etcd::HostRecord>& hosts);
+  void grow(size_t hosts);
   void sample_rates();
   void log_started() const;
 
@@ -156,6 +181,9 @@ class ControlPlane {
   };
   std::vector<PeerBuild> peer_builds_;
   std::unique_ptr<Prober> prober_;
+  std::vector<bool> present_;  // is_member, by host index
+  std::unique_ptr<etcd::Registry> registry_;
+  int registry_fd_ = -1;  // the registry's threads wake the loop through it
 };
 
 }  // namespace gsync::cluster

@@ -48,7 +48,7 @@ void ControlPlane::probe(const ProbeOptions& options, Prober::Done done) {
 void ControlPlane::sample_rates() {
   auto now = Clock::now();
   for (int h = 0; h < static_cast<int>(cluster_.hosts.size()); h++) {
-    if (h == cluster_.self) continue;
+    if (h == cluster_.self || !is_member(h)) continue;
     auto st = net_->stats(h);
     sent_meter_[size_t(h)].add(st.bytes_sent - last_sent_[size_t(h)], now);
     recv_meter_[size_t(h)].add(st.bytes_received - last_recv_[size_t(h)], now);
@@ -62,7 +62,7 @@ nlohmann::json ControlPlane::peers_report() const {
   auto now = Clock::now();
   json peers = json::array();
   for (int h = 0; h < static_cast<int>(cluster_.hosts.size()); h++) {
-    if (h == cluster_.self) continue;
+    if (h == cluster_.self || !is_member(h)) continue;
     const auto& host = cluster_.hosts[size_t(h)];
     auto st = net_->stats(h);
     const PeerBuild& b = peer_builds_[size_t(h)];
@@ -133,6 +133,7 @@ nlohmann::json ControlPlane::peers_report() const {
                         {"rack", me.rack}, {"version", GSYNC_VERSION_STRING},
                         {"build_id", build_id()}, {"pid", getpid()}}},
               {"epoch", epoch_},
+              {"membership", membership_report()},
               {"peers", peers}};
 }
 

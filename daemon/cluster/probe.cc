@@ -45,7 +45,7 @@ void Prober::start(const ProbeOptions& options, Done done) {
   run.done = std::move(done);
   const int hosts = static_cast<int>(cp_.cluster().hosts.size());
   for (int h = 0; h < hosts; h++) {
-    if (h == cp_.self()) continue;
+    if (h == cp_.self() || !cp_.is_member(h)) continue;
     PeerRun p;
     p.host = h;
     auto st = cp_.net().stats(h);

@@ -18,6 +18,8 @@
   X(config)                   \
   X(control_messages)         \
   X(dpdk_frame)               \
+  X(etcd_record)              \
+  X(etcd_response)            \
   X(leases)                   \
   X(ps)                       \
   X(submission)               \

@@ -140,6 +140,20 @@ def int8_flagged():
     return head + bytes(64 - len(head)) + bytes(64) + raw
 
 
+ETCD_HEADER = (b'"header":{"cluster_id":"14841639068965178418","member_id":'
+               b'"10276657743932975437","revision":"9","raft_term":"2"}')
+
+
+def etcd_answer(fields):
+    """A unary answer of etcd's JSON gateway: the header, then fields."""
+    return b"{" + ETCD_HEADER + (b"," + fields if fields else b"") + b"}"
+
+
+def etcd_result(fields):
+    """A streamed answer (watch, keepalive): one {"result": ...} line."""
+    return b'{"result":' + etcd_answer(fields) + b"}\n"
+
+
 def parts(*msgs):
     return b"".join(struct.pack("<H", len(m)) + m for m in msgs)
 
@@ -264,6 +278,47 @@ SEEDS = {
         "a-drop": lease_ask("j", 0, 1, 1, 4, 0) + lease_ask("j", 1, 2, 1, 4, 0) +
         lease_settle("j", 1, 0, mtype=14) + lease_ask("j", 0, 3, 1, 4, 1),
         "grant": lease_grant(5, -8, 0, "job j: rank 1 leases from epoch 0 of 4 batches"),
+    },
+    # A host's record in etcd (daemon/cluster/etcd/record.h).
+    "etcd_record": {
+        "record": b'{"address":"10.0.1.11","build_id":"7ae47e692ddc07b5","id":"h11","pid":4242,'
+                  b'"port":7700,"rack":"r1","slot":3,"version":"0.5.0"}',
+        "no-build": b'{"address":"127.0.0.1","build_id":"","id":"h1","pid":1,"port":1,'
+                    b'"rack":"default","slot":0,"version":""}',
+        "bad-slot": b'{"address":"a","build_id":"","id":"h","pid":1,"port":1,"rack":"r",'
+                    b'"slot":4096,"version":""}',
+    },
+    # etcd's JSON gateway (daemon/cluster/etcd/responses.h), as etcd 3.4.23
+    # answers: the parser's byte (0 watch, 1 range, 2 keepalive, 3 txn,
+    # 4 grant, 5 header, 6 base64, 7 prefix_end), then the text.
+    "etcd_response": {
+        "watch-created": b"\0" + etcd_result(b'"created":true'),
+        "watch-put-delete": b"\0" + etcd_result(
+            b'"events":[{"kv":{"key":"dy9h","create_revision":"7","mod_revision":"8",'
+            b'"version":"2","value":"Mg=="}},{"type":"DELETE","kv":{"key":"dy9h",'
+            b'"mod_revision":"9"}}]'),
+        "watch-compacted": b'\0{"result":{"header":{"raft_term":"2"},"canceled":true,'
+                           b'"compact_revision":"8"}}',
+        "watch-stream-error": b'\0{"error":{"grpc_code":14,"http_code":503,'
+                              b'"message":"etcdserver: no leader","http_status":"Unavailable"}}',
+        "range": b"\1" + etcd_answer(
+            b'"kvs":[{"key":"YS94","create_revision":"4","mod_revision":"4","version":"1",'
+            b'"value":"djE=","lease":"7587899320881956624"}],"count":"1"'),
+        "range-empty": b"\1" + etcd_answer(b""),
+        "keepalive": b"\2" + etcd_result(b'"ID":"7587899320881956624","TTL":"2"'),
+        "keepalive-expired": b"\2" + etcd_result(b'"ID":"7587899320881956624"'),
+        "txn-succeeded": b"\3" + etcd_answer(
+            b'"succeeded":true,"responses":[{"response_put":{"header":{"revision":"6"}}}]'),
+        "txn-failed": b"\3" + etcd_answer(
+            b'"responses":[{"response_range":{"header":{"revision":"6"},"kvs":[{"key":"dC8x",'
+            b'"create_revision":"6","mod_revision":"6","version":"1","value":"b25l"}],'
+            b'"count":"1"}}]'),
+        "grant": b"\4" + etcd_answer(b'"ID":"7587899320881956622","TTL":"2"'),
+        "lease-not-found": b'\5{"error":"etcdserver: requested lease not found",'
+                           b'"message":"etcdserver: requested lease not found","code":5}',
+        "put": b"\5" + etcd_answer(b""),
+        "base64": b"\6djE=",
+        "prefix-end": b"\7/gsync/prod-a/hosts/\xff",
     },
     # The tuning table's file (daemon/tuning/tune_table.h), as gsync-perf
     # --tune writes it, and one that repeats a band.

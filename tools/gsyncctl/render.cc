@@ -99,6 +99,31 @@ std::string render_config(const json& config) {
 
 }  // namespace
 
+namespace {
+
+// "etcd http://10.0.0.1:2379 (up, lease 7f3a ttl 10 s, revision 42), 4 hosts",
+// or "file /etc/gsync/cluster.toml, 4 hosts"; "etcd ... (UNREACHABLE since
+// ...: why)" when etcd is away (docs/membership.md).
+std::string render_membership(const json& m) {
+  if (!m.is_object()) return "local (single host)";
+  const json& e = field(m, "etcd");
+  if (!e.is_object())
+    return fmt::format("{} {}, {} hosts", text(field(m, "source")), text(field(m, "where")),
+                       text(field(m, "hosts")));
+  const json& up = field(e, "up");
+  std::string how = up.is_boolean() && up.get<bool>()
+                        ? fmt::format("up, lease {} ttl {} s, revision {}", text(field(e, "lease")),
+                                      text(field(e, "lease_ttl_s")), text(field(e, "revision")))
+                        : fmt::format("UNREACHABLE: {}; running jobs go on, no host joins or "
+                                      "leaves",
+                                      text(field(e, "last_error")));
+  return fmt::format("etcd {} {} ({}), {} hosts, {} changes seen", text(field(e, "endpoint")),
+                     text(field(e, "prefix")), how, text(field(m, "hosts")),
+                     text(field(e, "changes")));
+}
+
+}  // namespace
+
 std::string render_status(const json& reply) {
   const json& ops = field(reply, "ops");
   std::string ops_text =
@@ -123,6 +148,7 @@ std::string render_status(const json& reply) {
       {"reduce threads", text(field(reply, "reduce_threads"))},
       {"transport", text(field(reply, "transport"))},
       {"cluster epoch", text(field(reply, "epoch"))},
+      {"membership", render_membership(field(reply, "membership"))},
       {"clients", text(field(reply, "clients"))},
       {"jobs", text(field(reply, "jobs"))},
       {"ops", ops_text},
