@@ -5,7 +5,8 @@
 # Run without arguments (CI, .ci/run) it runs every lane (docs/testing.md):
 #   - the release build: suites systemd, rxe, torch, the soak (its
 #     resident-set check means nothing under ASan), demo (the README's
-#     main job, as a user runs it) and dpdk (DPDK's virtual devices);
+#     main job, as a user runs it), dpdk (DPDK's virtual devices) and etcd
+#     (membership on a real etcd);
 #   - the sanitizer lane (tools/sanitize/run.sh): unit and integration with
 #     ASan and UBSan, which stands in for the release run of those two
 #     (issue #15 allows it: two builds of them do not fit the budget);
@@ -25,7 +26,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 bash tools/setup-deps.sh || exit 1
 build=${BUILD_DIR:-build}
-release_suites=(soak systemd rxe torch demo dpdk)
+release_suites=(soak systemd rxe torch demo dpdk etcd)
 if [ $# -gt 0 ] || [ "${GSYNC_LANES:-1}" = 0 ]; then
   bash tools/build.sh || exit 1
 else
@@ -64,5 +65,5 @@ else
     "$((sanitized - released)) s, fuzzing lane $((fuzzed - sanitized)) s"
 fi
 python3 tools/test-summary.py "${logs[@]}" "${strict[@]}" --allow tests/skip-allowlist.txt \
-  --expect-suites unit,integration,systemd,rxe,torch,demo,dpdk || rc=1
+  --expect-suites unit,integration,systemd,rxe,torch,demo,dpdk,etcd || rc=1
 exit $rc

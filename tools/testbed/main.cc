@@ -2,6 +2,8 @@
 //
 // gsync-testbed: a multi-host gsync cluster on this machine, for people.
 //   gsync-testbed up --hosts 4 --racks 2 --uplink-mbit 1000 [-- extra gsyncd args]
+//   gsync-testbed up --etcd --hosts 3 --racks 1   (membership on a real etcd)
+//   gsync-testbed add-host --rack 1 | remove-host h2 [--kill]
 //   gsync-testbed cleanup
 // `up` prints where every host's daemon is and stays in the foreground until
 // Ctrl-C (or SIGTERM/SIGHUP), then tears everything down.
@@ -19,6 +21,7 @@
 #include <fmt/format.h>
 
 #include "tools/common/procs.h"
+#include "tools/testbed/control.h"
 #include "tools/testbed/testbed.h"
 
 namespace {
@@ -67,7 +70,11 @@ int run_up(const Options& options) {
                bed->uplink_mbit() ? std::to_string(bed->uplink_mbit()) + " Mbit/s" : "unshaped");
   else
     fmt::print("loopback ({})\n", bed->loopback_reason());
-  fmt::print("cluster file: {}\n", bed->cluster_file());
+  if (options.etcd)
+    fmt::print("membership:   etcd {} (leases of {} s)\n", bed->etcd_endpoint(),
+               options.etcd_lease_ttl_s);
+  else
+    fmt::print("cluster file: {}\n", bed->cluster_file());
   fmt::print("cluster key:  {}\n", bed->key_file());
   if (options.start_daemons)
     fmt::print("daemon logs:  {}/<host>/gsyncd.log\n", bed->dir());
@@ -81,9 +88,22 @@ int run_up(const Options& options) {
   std::fflush(stdout);
 
   std::vector<bool> reported(static_cast<size_t>(bed->hosts()), false);
+  int control = -1;
+  if (options.etcd) {
+    std::string err;
+    control = gsync::testbed::open_control(*bed, &err);
+    if (control < 0)
+      fmt::print(stderr, "gsync-testbed: {}; add-host and remove-host will not reach this bed\n", err);
+    else
+      fmt::print("\netcd {}; change the cluster with\n  gsync-testbed add-host --rack N\n"
+                 "  gsync-testbed remove-host HOST [--kill]\n",
+                 bed->etcd_endpoint());
+  }
   for (;;) {
-    timespec one_second{1, 0};
-    int sig = sigtimedwait(&stop, nullptr, &one_second);
+    // A fifth of a second: requests from add-host/remove-host are looked at as often.
+    timespec tick{0, 200 * 1000 * 1000};
+    int sig = sigtimedwait(&stop, nullptr, &tick);
+    if (control >= 0) gsync::testbed::serve_control(*bed, control);
     if (sig > 0) {
       fmt::print("\n{}: tearing down {}\n", strsignal(sig), bed->name());
       break;
@@ -96,6 +116,7 @@ int run_up(const Options& options) {
                  bed->daemon_log_path(h));
     }
   }
+  if (control >= 0) close(control);
   bed.reset();
   fmt::print("done\n");
   return 0;
@@ -134,13 +155,35 @@ int main(int argc, char** argv) {
                  "per rack)");
   up->add_flag("--pin", options.pin,
                "give each host its own share of the CPUs (its daemon and what runs in it)");
+  up->add_flag("--etcd", options.etcd,
+               "membership on a real etcd the bed starts (loopback); hosts join and leave with "
+               "add-host / remove-host");
+  up->add_option("--etcd-lease-ttl-s", options.etcd_lease_ttl_s, "the daemons' lease ttl, s")
+      ->capture_default_str();
   up->add_option("daemon_args", options.daemon_args, "extra gsyncd arguments, after --");
+  std::string bed_dir, remove_id;
+  int add_rack = 1;
+  bool remove_kill = false;
+  CLI::App* add = app.add_subcommand("add-host", "a new host joins a running etcd bed");
+  add->add_option("--rack", add_rack, "its rack (1-based; one past the last: a new rack)")
+      ->capture_default_str();
+  add->add_option("--bed", bed_dir, "the bed's folder (default: the one under /tmp)");
+  CLI::App* rm = app.add_subcommand("remove-host", "a host of a running etcd bed leaves");
+  rm->add_option("host", remove_id, "its id (h3)")->required();
+  rm->add_flag("--kill", remove_kill, "SIGKILL (peers see it go when its lease expires), not a "
+                                      "clean stop");
+  rm->add_option("--bed", bed_dir, "the bed's folder (default: the one under /tmp)");
 
   app.add_subcommand("cleanup",
                      "delete namespaces and temp dirs of testbeds whose process is gone");
 
   CLI11_PARSE(app, argc, argv);
 
+  if (app.got_subcommand("add-host"))
+    return gsync::testbed::ask_bed(bed_dir, fmt::format("add-host {}", add_rack));
+  if (app.got_subcommand("remove-host"))
+    return gsync::testbed::ask_bed(
+        bed_dir, fmt::format("remove-host {} {}", remove_id, remove_kill ? "kill" : "term"));
   if (app.got_subcommand("cleanup")) {
     std::string report;
     gsync::Status st = Testbed::cleanup_stale(&report);

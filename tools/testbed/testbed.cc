@@ -27,6 +27,7 @@
 #include "daemon/cluster/cluster_key.h"
 #include "tools/common/procs.h"
 #include "tools/testbed/commands.h"
+#include "tools/testbed/etcd.h"
 #include "tools/testbed/probes.h"
 
 namespace gsync::testbed {
@@ -151,6 +152,8 @@ Status Testbed::build(const Options& options) {
     if (Status st = verify_network(); !st) return st;
   }
   if (Status st = write_cluster_file(); !st) return st;
+  if (options_.etcd)
+    if (Status st = start_etcd(); !st) return st;
   // A key per bed, as a real cluster has one: every daemon proves it to
   // its peers, and a bed's daemons never accept another bed's.
   if (Status st = create_cluster_key(key_file_); !st)
@@ -218,8 +221,8 @@ Status Testbed::plan(const Options& o) {
   }
 
   // The mode: namespaces when we can make them, else loopback.
-  if (o.loopback) {
-    loopback_reason_ = "loopback asked for";
+  if (o.loopback || o.etcd) {
+    loopback_reason_ = o.loopback ? "loopback asked for" : "an etcd bed runs on loopback";
   } else if (geteuid() != 0) {
     loopback_reason_ = "not root (euid " + std::to_string(geteuid()) + ")";
   } else {
@@ -397,11 +400,11 @@ Status Testbed::write_cluster_file() {
 
 std::vector<std::string> Testbed::daemon_command(int h) const {
   const Host& host = hosts_.at(static_cast<size_t>(h));
-  std::vector<std::string> argv = {gsyncd_};
-  for (const auto& [flag, value] : {std::pair<std::string, std::string>{"--socket", host.socket},
-                                    {"--admin-socket", host.admin_socket},
-                                    {"--cluster", cluster_file_},
-                                    {"--host-id", host.id},
+  std::vector<std::string> argv = {gsyncd_, "--socket", host.socket, "--admin-socket",
+                                   host.admin_socket};
+  std::vector<std::string> m = membership_args(h);
+  argv.insert(argv.end(), m.begin(), m.end());
+  for (const auto& [flag, value] : {std::pair<std::string, std::string>{"--host-id", host.id},
                                     {"--log-level", options_.log_level},
                                     {"--cluster-key", key_file_},
                                     // Each host's state, in its own folder.
@@ -666,6 +669,7 @@ void Testbed::teardown() {
     std::this_thread::sleep_for(milliseconds(10));
   }
 
+  etcd_.reset();  // after the daemons: they revoke their leases on the way out
   // Hosts first, the fabric last: the reverse of creation.
   for (auto it = made_netns_.rbegin(); it != made_netns_.rend(); ++it)
     if (Status st = delete_netns(*it); !st)

@@ -74,7 +74,16 @@ struct Options {
   // its two hosts: every rack must have exactly two). "": the daemons'
   // default transport.
   std::string dpdk;
+  // Membership on etcd instead of a cluster file (docs/membership.md): the
+  // bed starts a real etcd (one member, its own data dir and ports) and
+  // every daemon registers there with a lease of this many seconds. Such a
+  // bed runs on loopback (etcd listens on 127.0.0.1, out of reach of the
+  // hosts' namespaces), and add_host / remove_host change it while it runs.
+  bool etcd = false;
+  uint32_t etcd_lease_ttl_s = 2;
 };
+
+class EtcdServer;
 
 // Errors (Status): GSYNC_ERR_INVALID for options that cannot work,
 // GSYNC_ERR_CONNECT when the network or a daemon does not come up,
@@ -133,6 +142,8 @@ class Testbed {
   // The daemon's argv, as started.
   std::vector<std::string> daemon_command(int h) const;
   std::vector<std::string> dpdk_args(int h) const;
+  // --cluster FILE, or with Options::etcd the flags that register h there.
+  std::vector<std::string> membership_args(int h) const;
   // Host h is the memif client of its rack (Options::dpdk "memif"): it
   // starts after the server, and a server started again leaves it without a
   // link until it is started again too (DPDK 22.11's memif client does not
@@ -148,6 +159,17 @@ class Testbed {
   // (Re)starts host h's daemon with the same identity, sockets and port, and
   // waits as create() does. Its log is appended to.
   Status start_daemon(int h);
+
+  // Membership on etcd (Options::etcd). The bed's etcd, its client URL.
+  EtcdServer* etcd() const { return etcd_.get(); }
+  std::string etcd_endpoint() const;
+  // A new host in rack `rack` (1-based; a new rack when one past the last)
+  // with the next id, registered through etcd; *h is its index.
+  Status add_host(int rack, int* h);
+  // Host h leaves: sig SIGTERM is a clean leave (its lease is revoked),
+  // SIGKILL a crash (peers learn of it when the lease expires). Its index
+  // stays, with no daemon.
+  void remove_host(int h, int sig = SIGTERM);
 
   // Runs fn in a forked child inside host h's network namespace (in loopback
   // mode: just forked) and returns the child's pid; fn's return value is the
@@ -179,6 +201,7 @@ class Testbed {
   Status build_network();
   Status verify_network();
   Status write_cluster_file();
+  Status start_etcd();
   Status launch_daemon(int h);
   Status wait_ready(const std::vector<int>& hosts);
   bool wait_port_released(int h) const;
@@ -188,6 +211,7 @@ class Testbed {
   std::string fabric_netns_, loopback_reason_;
   std::vector<std::string> made_netns_;  // in creation order, for teardown
   std::vector<Host> hosts_;
+  std::unique_ptr<EtcdServer> etcd_;
   int racks_ = 0;
   uint32_t uplink_mbit_ = 0;
   pid_t owner_pid_ = -1;
