@@ -7,7 +7,8 @@
 // Properties: a frame that parses is exactly as long as its header says,
 // is a DATA or an ACK of this cluster, its payload lies inside the frame,
 // a last piece lies inside its write and no piece's end wraps around, an
-// ACK has no data fields, and put_headers() writes back exactly its bytes
+// ACK has no data fields and carries at most kMaxAckWords further words of
+// its selective bitmap (counted in `offset`), and put_headers() writes back exactly its bytes
 // (the format has one spelling); a frame refused says one of the reasons
 // parse() can give without a link's state. A HELLO or READY that decodes
 // re-encodes to exactly its bytes.
@@ -28,7 +29,8 @@ void check_parsed(const uint8_t* frame, size_t len, uint32_t cluster, const Pars
   FUZZ_CHECK(data || h.type == static_cast<uint8_t>(FrameType::kAck));
   FUZZ_CHECK(h.cluster == cluster && h.magic == kFrameMagic && h.version == kFrameVersion);
   FUZZ_CHECK(h.reserved == 0);
-  FUZZ_CHECK(len == kFrameOverhead + (data ? h.length : 0));
+  // DATA carries its payload; an ACK the further words of its bitmap.
+  FUZZ_CHECK(len == kFrameOverhead + (data ? h.length : h.offset * 8));
   FUZZ_CHECK(p.payload == frame + kFrameOverhead);
   if (data) {
     FUZZ_CHECK((h.flags & ~kFlagLast) == 0);
@@ -43,7 +45,8 @@ void check_parsed(const uint8_t* frame, size_t len, uint32_t cluster, const Pars
     for (uint32_t i = 0; i < h.length; i++) sum ^= p.payload[i];
     (void)sum;
   } else {
-    FUZZ_CHECK(h.flags == 0 && h.region == 0 && h.offset == 0 && h.write_len == 0 && h.imm == 0);
+    FUZZ_CHECK(h.flags == 0 && h.region == 0 && h.write_len == 0 && h.imm == 0);
+    FUZZ_CHECK(h.offset <= kMaxAckWords);
   }
   std::vector<uint8_t> again(kFrameOverhead);
   put_headers(again.data(), frame, p.src_mac, h);
