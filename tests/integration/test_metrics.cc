@@ -300,8 +300,9 @@ int late_allreduces(gsync_comm_t* comm, int ops, double delay_s) {
 // from the ranks' own "submits:" lines. The late rank sleeps its delay
 // after its previous op completed, and it may complete after the others
 // (a ring's last chunk reaches the hosts at different times; a sanitizer
-// build on two cores stretches that), so its true lag is the delay plus
-// that skew: the report is checked against this, not the bare delay.
+// build on two cores stretches that) or before them (an eager op's last
+// host to arrive has the sum first), so its true lag is the delay plus or
+// minus that skew: the report is checked against this, not the bare delay.
 double submitted_lag_median(const std::vector<ChildResult>& res, size_t late) {
   std::vector<std::vector<int64_t>> t(res.size());
   for (size_t r = 0; r < res.size(); r++) {
@@ -324,7 +325,7 @@ double submitted_lag_median(const std::vector<ChildResult>& res, size_t late) {
 
 // Three ranks, the third 40 ms late to every op: the straggler report
 // names it with its lag (within 8 ms of how far behind it really submitted,
-// which is at least the 40 ms), the log says so naming
+// about the 40 ms), the log says so naming
 // its pid, gsyncctl prints it, and /metrics has its lag.
 TEST(Stragglers, TheDelayedRankIsNamedWithItsLag) {
   DaemonProcess d({"--metrics-listen", "127.0.0.1:0"});
@@ -365,7 +366,7 @@ TEST(Stragglers, TheDelayedRankIsNamedWithItsLag) {
   const auto& r2 = s["ranks"][2];
   EXPECT_EQ(r2["rank"], 2) << s.dump();
   const double truth = submitted_lag_median(res, 2);
-  EXPECT_GE(truth, kDelayS);
+  EXPECT_GT(truth, 0.5 * kDelayS);  // it is late (it may complete first, and lag less)
   EXPECT_NEAR(r2["median_lag_s"].get<double>(), truth, 0.2 * kDelayS) << s.dump();
   EXPECT_GE(r2["last_share"].get<double>(), 0.9) << s.dump();
   for (int r : {0, 1}) EXPECT_LT(s["ranks"][r]["median_lag_s"].get<double>(), 0.2 * kDelayS);
@@ -390,8 +391,8 @@ TEST(Stragglers, TheDelayedRankIsNamedWithItsLag) {
 }
 
 // Three hosts, a rank each, the rank on h2 40 ms late to every op: each
-// daemon's host lags (on its own clock) name h2, its median lag within 8 ms
-// of how far behind its rank really submitted, and last in nearly every op; h1's log says it, gsyncctl
+// daemon's host lags (on its own clock) name h2, its median lag within 10
+// ms of how far behind its rank really submitted, and last in nearly every op; h1's log says it, gsyncctl
 // prints the host table and the verdict, /metrics has the lag. Over `algo`:
 // ring (rendezvous: OpReady) and direct (small ops go eagerly: OpData);
 // the eager one with [trace] record off (the report keeps its own times).
@@ -406,6 +407,10 @@ void host_lag_named(const std::string& algo, bool record) {
   ASSERT_TRUE(st) << st.message();
   constexpr int kOps = 60;
   constexpr double kDelayS = 0.040;
+  // A host sees another's readiness when its message comes: the lag it
+  // reports is the truth plus the difference of two messages' latencies
+  // (a few ms on two cores under a sanitizer).
+  constexpr double kSlackS = 0.010;
   const auto p = places({1, 1, 1});
   int go[2];
   ASSERT_EQ(pipe(go), 0);
@@ -442,7 +447,7 @@ void host_lag_named(const std::string& algo, bool record) {
   for (auto& c : res) EXPECT_EQ(c.code, 0) << c.output;
   ASSERT_TRUE(seen) << admin_query(bed->admin_socket(0), "jobs");
   const double truth = submitted_lag_median(res, 1);
-  EXPECT_GE(truth, kDelayS);
+  EXPECT_GT(truth, 0.5 * kDelayS);  // it is late (it may complete first, and lag less)
   std::printf("[ measured ] %s, h2 submitted %.1f ms behind the first\n", algo.c_str(),
               1e3 * truth);
   for (int h = 0; h < 3; h++) {
@@ -452,7 +457,7 @@ void host_lag_named(const std::string& algo, bool record) {
     for (const auto& row : sh["hosts"]) {
       const double median = row["lag_median_s"].get<double>();
       if (row["host"] == "h2") {
-        EXPECT_NEAR(median, truth, 0.2 * kDelayS) << "on h" << h + 1 << ": " << sh.dump();
+        EXPECT_NEAR(median, truth, kSlackS) << "on h" << h + 1 << ": " << sh.dump();
         EXPECT_GE(row["last_share"].get<double>(), 0.9) << sh.dump();
       } else {
         EXPECT_LT(median, 0.2 * kDelayS) << "on h" << h + 1 << ": " << sh.dump();
@@ -474,7 +479,7 @@ void host_lag_named(const std::string& algo, bool record) {
   auto m = parse(scrape, &error);
   EXPECT_TRUE(error.empty()) << error;
   EXPECT_NEAR(m["gsync_host_arrival_lag_seconds{job=\"hl\",host=\"h2\",quantile=\"0.5\"}"],
-              truth, 0.2 * kDelayS)
+              truth, kSlackS)
       << scrape;
 }
 
