@@ -391,8 +391,9 @@ TEST(Stragglers, TheDelayedRankIsNamedWithItsLag) {
 }
 
 // Three hosts, a rank each, the rank on h2 40 ms late to every op: each
-// daemon's host lags (on its own clock) name h2, its median lag within 10
-// ms of how far behind its rank really submitted, and last in nearly every op; h1's log says it, gsyncctl
+// daemon's host lags (on its own clock) name h2, every host's median lag
+// within 10 ms of how far behind its rank really submitted (h2's far above
+// the others'), h2 last in nearly every op; h1's log says it, gsyncctl
 // prints the host table and the verdict, /metrics has the lag. Over `algo`:
 // ring (rendezvous: OpReady) and direct (small ops go eagerly: OpData);
 // the eager one with [trace] record off (the report keeps its own times).
@@ -460,7 +461,12 @@ void host_lag_named(const std::string& algo, bool record) {
         EXPECT_NEAR(median, truth, kSlackS) << "on h" << h + 1 << ": " << sh.dump();
         EXPECT_GE(row["last_share"].get<double>(), 0.9) << sh.dump();
       } else {
-        EXPECT_LT(median, 0.2 * kDelayS) << "on h" << h + 1 << ": " << sh.dump();
+        // A punctual host may still submit a little behind the first (it
+        // completed the op before later): its own truth, and far below h2.
+        const size_t r = row["host"] == "h1" ? 0 : 2;
+        EXPECT_NEAR(median, submitted_lag_median(res, r), kSlackS)
+            << "on h" << h + 1 << ": " << sh.dump();
+        EXPECT_LT(median, 0.5 * truth) << "on h" << h + 1 << ": " << sh.dump();
       }
       EXPECT_EQ(row["self"], row["host"] == bed->host_id(h)) << sh.dump();
     }
@@ -529,8 +535,12 @@ TEST(Trace, TheFileHoldsTheOpsRunAsChromeTraceEvents) {
     const std::string ph = e["ph"];
     const int pid = e["pid"];
     if (ph == "M" && e["name"] == "process_name") named.insert(pid);
-    if (ph == "X" || ph == "i") ASSERT_TRUE(e["ts"].is_number()) << e.dump();
-    if (ph == "X") ASSERT_GE(e["dur"].get<double>(), 0) << e.dump();
+    if (ph == "X" || ph == "i") {
+      ASSERT_TRUE(e["ts"].is_number()) << e.dump();
+    }
+    if (ph == "X") {
+      ASSERT_GE(e["dur"].get<double>(), 0) << e.dump();
+    }
     if (ph == "X" && e["cat"] == "op") {
       ops_per_pid[pid]++;
       EXPECT_EQ(e["args"]["job"], pid == 1 ? "ta" : "tb") << e.dump();
@@ -630,7 +640,7 @@ TEST(Metrics, JunkOnTheHttpPortIsAnsweredAndTheDaemonServesOn) {
             std::string::npos);
   // Junk is refused (an HTTP error) or the connection closed; either way
   // the next scrape is answered.
-  for (const std::string junk : {std::string("\x01\x02garbage\r\n\r\n"), std::string(100000, 'A'),
+  for (const std::string& junk : {std::string("\x01\x02garbage\r\n\r\n"), std::string(100000, 'A'),
                                  std::string("GET /metrics HTTP/9.9\r\n\r\n")}) {
     const std::string reply = http(port, junk, 1);  // an unfinished request waits for more
     EXPECT_TRUE(reply.empty() || reply.rfind("HTTP/1.1 4", 0) == 0 ||
