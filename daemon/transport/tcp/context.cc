@@ -154,7 +154,6 @@ uint32_t TcpContext::handshake_timeout_ms() const {
 
 Status TcpContext::start(Handlers handlers) {
   if (started_) return {GSYNC_ERR_INVALID, "tcp transport: start() called twice"};
-  if (Status st = device_->enable(); !st) return st;
   handlers_ = std::move(handlers);
   // A missing handler means "not interested"; calling an empty
   // std::function would throw.
@@ -168,15 +167,14 @@ Status TcpContext::start(Handlers handlers) {
   spdlog::info(
       "tcp transport: {} listening on {} (cluster '{}', {} hosts, {} stream{} per peer in "
       "the rack, {} per peer in another; socket buffers: {}, kernel granted send {} KiB, "
-      "receive {} KiB; io_uring {})",
+      "receive {} KiB)",
       me.host_id, device_->listen_endpoint().text, options_.identity.cluster_name, size(),
       options_.streams, options_.streams == 1 ? "" : "s",
       options_.cross_rack_streams ? options_.cross_rack_streams : options_.streams,
       options_.socket_buffer_bytes == 0
           ? std::string("kernel autotuning")
           : fmt::format("asked {} KiB", options_.socket_buffer_bytes >> 10),
-      device_->granted_sndbuf() >> 10, device_->granted_rcvbuf() >> 10,
-      device_->deferred() ? "with deferred task work" : "without deferred task work (kernel < 6.1)");
+      device_->granted_sndbuf() >> 10, device_->granted_rcvbuf() >> 10);
   post_accept();
   for (auto& p : pairs_)
     if (p) p->start();

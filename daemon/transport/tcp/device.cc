@@ -5,7 +5,6 @@
 #include <netdb.h>
 #include <netinet/tcp.h>
 #include <sys/eventfd.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -101,27 +100,16 @@ Status Device::create(const std::string& listen_address, uint16_t port, int buff
   std::unique_ptr<Device> d(new Device());
 
   io_uring_params p{};
-  // DEFER_TASKRUN: a recv that completes while the loop sleeps runs its
-  // completion when we next look (next() enters the kernel for it, told by
-  // IORING_SQ_TASKRUN), instead of interrupting epoll_wait with a signal
-  // and waking the loop twice (EINTR, then the eventfd). It needs one
-  // submitting thread, which this ring has: the event loop's. The ring
-  // starts disabled and enable() binds it to the thread that starts the
-  // context (which may not be the one that created it). Kernels before 6.1
-  // refuse the flags; the ring then works the old way.
-  const unsigned base = IORING_SETUP_CQSIZE | IORING_SETUP_SUBMIT_ALL;
-  const unsigned deferred = IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN |
-                            IORING_SETUP_TASKRUN_FLAG | IORING_SETUP_R_DISABLED;
-  p.flags = base | deferred;
+  // A plain ring, on purpose: a recv that completes while the event loop
+  // sleeps posts its completion from task work that interrupts epoll_wait,
+  // and the eventfd wakes the loop. IORING_SETUP_DEFER_TASKRUN saved that
+  // interruption, but on Linux 6.18 a frame received while the loop slept
+  // signalled the eventfd only 12-24 ms later: every other small op across
+  // two hosts waited that long (tests/unit/test_transport_tcp.cc,
+  // AnIdleContextsEventFdSaysAMessageArrivedAtOnce; docs/transport.md).
+  p.flags = IORING_SETUP_CQSIZE | IORING_SETUP_SUBMIT_ALL;
   p.cq_entries = kCqEntries;
   int rc = io_uring_queue_init_params(kSqEntries, &d->ring_, &p);
-  d->disabled_ = d->deferred_ = rc == 0;
-  if (rc == -EINVAL) {
-    p = io_uring_params{};
-    p.flags = base;
-    p.cq_entries = kCqEntries;
-    rc = io_uring_queue_init_params(kSqEntries, &d->ring_, &p);
-  }
   if (rc < 0) {
     return {GSYNC_ERR_INTERNAL,
             fmt::format("io_uring_queue_init ({} entries): {}{}", kSqEntries, strerror(-rc),
@@ -249,17 +237,6 @@ void Device::drain_event_fd() {
   [[maybe_unused]] ssize_t n = read(event_fd_, &v, sizeof v);
 }
 
-Status Device::enable() {
-  if (!disabled_) return Status::ok();
-  // The raw call: Debian's liburing 2.3 declares io_uring_enable_rings()
-  // but its library does not export it.
-  if (syscall(__NR_io_uring_register, ring_.ring_fd, IORING_REGISTER_ENABLE_RINGS, nullptr, 0) != 0)
-    return {GSYNC_ERR_INTERNAL,
-            fmt::format("io_uring_register(ENABLE_RINGS): {}", strerror(errno))};
-  disabled_ = false;
-  return Status::ok();
-}
-
 void Device::quiet(bool on) {
   if (on == quiet_) return;
   io_uring_cq_eventfd_toggle(&ring_, !on);
@@ -269,15 +246,10 @@ void Device::quiet(bool on) {
   // then read the tail. A full fence keeps our store ahead of our load, so
   // a completion is either seen here or signalled there.
   std::atomic_thread_fence(std::memory_order_seq_cst);
-  // Deferred completions not yet run count too (IORING_SQ_TASKRUN).
-  bool deferred = IO_URING_READ_ONCE(*ring_.sq.kflags) & IORING_SQ_TASKRUN;
-  if (io_uring_cq_ready(&ring_) > 0 || deferred) notify();
+  if (io_uring_cq_ready(&ring_) > 0) notify();
 }
 
-bool Device::ready() const {
-  return io_uring_cq_ready(&ring_) > 0 ||
-         (IO_URING_READ_ONCE(*ring_.sq.kflags) & IORING_SQ_TASKRUN) != 0;
-}
+bool Device::ready() const { return io_uring_cq_ready(&ring_) > 0; }
 
 void Device::notify() {
   uint64_t one = 1;

@@ -73,12 +73,6 @@ class Device {
   Device(const Device&) = delete;
   Device& operator=(const Device&) = delete;
 
-  // Lets the ring take submissions, from the calling thread only (see
-  // create()); before it nothing may be submitted.
-  Status enable();
-  // The kernel took IORING_SETUP_DEFER_TASKRUN (6.1+).
-  bool deferred() const { return deferred_; }
-
   // An SQE whose completion carries tag; never null (submits to make room).
   // Every SQE not tagged kIgnore counts in outstanding() until its
   // completion has been taken with next().
@@ -105,8 +99,7 @@ class Device {
   // submit completes inline would otherwise wake the event loop once more,
   // for nothing. quiet(false) signals if a completion arrived meanwhile.
   void quiet(bool on);
-  // A completion is posted, or the kernel holds some to post at the next
-  // enter (IORING_SQ_TASKRUN): what a polling caller looks at instead of
+  // A completion is posted: what a polling caller looks at instead of
   // event_fd. Reads only the rings' shared memory.
   bool ready() const;
 
@@ -121,8 +114,6 @@ class Device {
 
   io_uring ring_{};
   bool ring_ok_ = false;
-  bool disabled_ = false;  // created with IORING_SETUP_R_DISABLED, not yet enabled
-  bool deferred_ = false;  // IORING_SETUP_DEFER_TASKRUN took
   int event_fd_ = -1;
   int listen_fd_ = -1;
   Endpoint listen_;
