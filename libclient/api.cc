@@ -148,6 +148,8 @@ constexpr size_t kConfigSize02 = (offsetof(gsync_config_t, staleness) + sizeof(u
 // The 0.3 struct ends at anomaly_window, the same way.
 constexpr size_t kConfigSize03 =
     (offsetof(gsync_config_t, anomaly_window) + sizeof(uint32_t) + 7) / 8 * 8;
+// The 0.4 struct ends at chunk_bytes.
+constexpr size_t kConfigSize04 = offsetof(gsync_config_t, chunk_bytes) + sizeof(uint64_t);
 }  // namespace
 
 extern "C" {
@@ -159,17 +161,20 @@ void libgsync_config_init_0_1(gsync_config_t* cfg);
 void libgsync_config_init_0_2(gsync_config_t* cfg);
 void libgsync_config_init_0_3(gsync_config_t* cfg);
 void libgsync_config_init_0_4(gsync_config_t* cfg);
+void libgsync_config_init_0_5(gsync_config_t* cfg);
 #pragma GCC visibility pop
 void libgsync_config_init_0_1(gsync_config_t* cfg) {
   config_init(cfg, (kConfigSize01 + 7) / 8 * 8);
 }
 void libgsync_config_init_0_2(gsync_config_t* cfg) { config_init(cfg, kConfigSize02); }
 void libgsync_config_init_0_3(gsync_config_t* cfg) { config_init(cfg, kConfigSize03); }
-void libgsync_config_init_0_4(gsync_config_t* cfg) { config_init(cfg, sizeof(gsync_config_t)); }
+void libgsync_config_init_0_4(gsync_config_t* cfg) { config_init(cfg, kConfigSize04); }
+void libgsync_config_init_0_5(gsync_config_t* cfg) { config_init(cfg, sizeof(gsync_config_t)); }
 __asm__(".symver libgsync_config_init_0_1,gsync_config_init@GSYNC_0.1");
 __asm__(".symver libgsync_config_init_0_2,gsync_config_init@GSYNC_0.2");
 __asm__(".symver libgsync_config_init_0_3,gsync_config_init@GSYNC_0.3");
-__asm__(".symver libgsync_config_init_0_4,gsync_config_init@@GSYNC_0.4");
+__asm__(".symver libgsync_config_init_0_4,gsync_config_init@GSYNC_0.4");
+__asm__(".symver libgsync_config_init_0_5,gsync_config_init@@GSYNC_0.5");
 
 void gsync_allreduce_opts_init(gsync_allreduce_opts_t* opts) {
   if (opts == nullptr) return;
@@ -462,6 +467,19 @@ int gsync_ps_resume_clock(gsync_request_t* req, uint64_t* clock) {
                       "gsync_ps_resume_clock: the request is not a completed declaration");
     *clock = v;
     return int{GSYNC_OK};
+  });
+}
+
+int gsync_world(gsync_comm_t* comm, gsync_world_t* out, int timeout_ms) {
+  return guarded("gsync_world", [&] {
+    if (comm == nullptr || out == nullptr)
+      return gc::fail(GSYNC_ERR_INVALID, "gsync_world: comm and out must not be NULL");
+    if (out->struct_size < sizeof(gsync_world_t))
+      return gc::fail(GSYNC_ERR_INVALID,
+                      gc::format("gsync_world: out->struct_size %u is below %zu (set it to "
+                                 "sizeof(gsync_world_t))",
+                                 out->struct_size, sizeof(gsync_world_t)));
+    return comm->session->world(out, timeout_ms);
   });
 }
 

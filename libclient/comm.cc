@@ -20,6 +20,7 @@
 #include "protocol/compression.h"
 #include "protocol/lease.h"
 #include "protocol/ps.h"
+#include "protocol/world.h"
 
 namespace gsync::client {
 namespace {
@@ -91,6 +92,8 @@ Session::Session(ConnectParams params, Connection conn, UniqueFd wake)
       conn_(std::move(conn)),
       wake_(std::move(wake)),
       allocator_(conn_.geometry.arena_bytes) {
+  rank_.store(params_.min_hosts > 0 ? -1 : params_.rank, std::memory_order_relaxed);
+  world_size_.store(params_.min_hosts > 0 ? 0 : params_.world_size, std::memory_order_relaxed);
   const ShmGeometry& g = conn_.geometry;
   char* base = conn_.shm.base();
   header_ = reinterpret_cast<proto::ShmHeader*>(base);
@@ -112,7 +115,10 @@ Session::Session(ConnectParams params, Connection conn, UniqueFd wake)
 }
 
 std::string Session::context() const {
-  return format("job %s rank %d", params_.job_id.c_str(), params_.rank);
+  const int rank = rank_.load(std::memory_order_relaxed);
+  if (rank < 0)  // an elastic job's rank before gsync_world told it
+    return format("job %s local rank %d", params_.job_id.c_str(), params_.local_rank);
+  return format("job %s rank %d", params_.job_id.c_str(), rank);
 }
 
 std::string Session::op_name(const RequestState& st) const {
@@ -212,7 +218,7 @@ int Session::validate(const OpArgs& a, bool* zero_copy, uint64_t* bytes) const {
   };
   *zero_copy = false;
   *bytes = 0;
-  if (a.opcode == proto::Opcode::kBarrier) return GSYNC_OK;
+  if (a.opcode == proto::Opcode::kBarrier || a.opcode == proto::Opcode::kWorld) return GSYNC_OK;
   if (a.opcode == proto::Opcode::kLease) {
     // key: the epoch, step: the clock, count: the epoch's batches.
     if (a.count == 0 || a.count > proto::kMaxLeaseBatches)
@@ -249,9 +255,11 @@ int Session::validate(const OpArgs& a, bool* zero_copy, uint64_t* bytes) const {
     if (a.ps != nullptr)
       if (std::string why = proto::check(*a.ps); !why.empty()) return bad("opts." + why);
   }
-  if (a.opcode == proto::Opcode::kBroadcast && (a.root < 0 || a.root >= params_.world_size)) {
-    return bad(
-        format("root %d is not a rank of the job (world_size %d)", a.root, params_.world_size));
+  // An elastic job's world is known once gsync_world said it; before that
+  // the daemon answers GSYNC_ERR_WORLD_CHANGED, whatever the root.
+  const int world = world_size_.load(std::memory_order_relaxed);
+  if (a.opcode == proto::Opcode::kBroadcast && (a.root < 0 || (world > 0 && a.root >= world))) {
+    return bad(format("root %d is not a rank of the job (world_size %d)", a.root, world));
   }
   if (a.compress != nullptr && a.opcode == proto::Opcode::kAllreduce) {
     proto::RedOp redop{};
@@ -366,7 +374,8 @@ int Session::submit(const OpArgs& a, std::shared_ptr<RequestState>* out) {
     }
     // A broadcast overwrites every rank's buffer with the root's: only the
     // root's data needs to go in, and only the others' needs to come out.
-    const bool is_root = a.opcode == proto::Opcode::kBroadcast && a.root == params_.rank;
+    const bool is_root = a.opcode == proto::Opcode::kBroadcast &&
+                         a.root == rank_.load(std::memory_order_relaxed);
     copy_in = a.opcode != proto::Opcode::kBroadcast || is_root;
     st->copy_out = !is_root;
   }
@@ -488,6 +497,7 @@ void Session::complete_locked(uint64_t tag, int32_t status, std::string message,
   st->done = true;
   st->status = status;
   st->value = value;
+  if (status == GSYNC_OK && st->opcode == proto::Opcode::kWorld) st->text = std::move(message);
   if (status != GSYNC_OK) {
     st->error = !message.empty() ? std::move(message)
                                  : format("%s: %s (%s)", op_name(*st).c_str(), error_name(status),
@@ -672,6 +682,39 @@ bool Session::leased_batch(RequestState& st, uint64_t* batch) {
   if (!st.done || st.status != GSYNC_OK || st.opcode != proto::Opcode::kLease) return false;
   *batch = st.value;
   return true;
+}
+
+int Session::world(gsync_world_t* out, int timeout_ms) {
+  std::shared_ptr<RequestState> st;
+  const OpArgs args{.api = "gsync_world", .opcode = proto::Opcode::kWorld};
+  if (int rc = submit(args, &st); rc != GSYNC_OK) return rc;
+  int rc = wait(*st, timeout_ms);
+  if (rc == GSYNC_ERR_AGAIN) {
+    // The daemon still answers it when a world forms; nobody waits then.
+    release(*st);
+    return fail(GSYNC_ERR_TIMEOUT, format("gsync_world: no world after %d ms: %s (%s)", timeout_ms,
+                                          "the job waits for enough hosts (min_hosts)",
+                                          context().c_str()));
+  }
+  if (rc != GSYNC_OK) return rc;
+  proto::WorldView w;
+  std::string text;
+  {
+    std::lock_guard lk(mu_);
+    text = st->text;
+  }
+  if (!proto::world_from_text(text, &w))
+    return fail(GSYNC_ERR_PROTOCOL, format("gsync_world: gsyncd answered '%s', not a world (%s)",
+                                           text.c_str(), context().c_str()));
+  rank_.store(w.rank, std::memory_order_relaxed);
+  world_size_.store(w.world_size, std::memory_order_relaxed);
+  out->epoch = w.epoch;
+  out->world_size = w.world_size;
+  out->rank = w.rank;
+  out->local_rank = w.local_rank;
+  out->local_size = w.local_size;
+  out->hosts = w.hosts;
+  return GSYNC_OK;
 }
 
 bool Session::declared_clock(RequestState& st, uint64_t* clock) {

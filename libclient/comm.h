@@ -11,6 +11,7 @@
 // doorbells at once; the mapping goes with the last reference.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -78,6 +79,8 @@ class Session {
   // false for any other request.
   bool leased_batch(RequestState& st, uint64_t* batch);
   void release(RequestState& st);
+  // gsync_world: asks the daemon and waits; learns this rank's number.
+  int world(gsync_world_t* out, int timeout_ms);
 
   // "job J rank R", for error text.
   std::string context() const;
@@ -110,6 +113,10 @@ class Session {
   std::string op_name(const RequestState& st) const;
 
   const ConnectParams params_;
+  // This rank's number: the hello's, or (an elastic job) the last world's;
+  // -1 before an elastic job's first gsync_world.
+  std::atomic<int> rank_{-1};
+  std::atomic<int> world_size_{0};  // likewise: 0 before the first
   Connection conn_;
   UniqueFd wake_;  // private eventfd to interrupt the poller
 

@@ -21,6 +21,7 @@
 #include "protocol/plan_choice.h"
 #include "protocol/ps.h"
 #include "protocol/wire.h"
+#include "protocol/world.h"
 
 namespace gsync::client {
 namespace {
@@ -89,6 +90,8 @@ int send_hello(const ConnectParams& p, int sock) {
   hello.sync = p.sync;
   hello.guard = p.guard;
   hello.plan = p.plan;
+  hello.min_hosts = p.min_hosts;
+  hello.max_hosts = p.max_hosts;
   ssize_t n;
   do {
     n = ::send(sock, &hello, sizeof(hello), MSG_NOSIGNAL);
@@ -308,6 +311,43 @@ int check_geometry(const ConnectParams& p, const proto::HelloReply& reply, const
 
 
 namespace {
+// An elastic job's bounds: the 0.5 fields, then the environment.
+int elastic_from_config(const gsync_config_t& cfg, ConnectParams* p) {
+  int64_t lo = 0, hi = 0;
+  if (cfg.struct_size >= offsetof(gsync_config_t, max_hosts) + sizeof(int32_t)) {
+    lo = cfg.min_hosts;
+    hi = cfg.max_hosts;
+  }
+  for (auto [name, v] : {std::pair{"GSYNC_MIN_HOSTS", &lo}, std::pair{"GSYNC_MAX_HOSTS", &hi}}) {
+    const char* env = std::getenv(name);
+    if (env == nullptr || *env == '\0') continue;
+    char* end = nullptr;
+    errno = 0;
+    long long n = std::strtoll(env, &end, 10);
+    if (errno != 0 || *end != '\0' || n < 0 || n > proto::kMaxElasticHosts)
+      return fail(GSYNC_ERR_INVALID, format("gsync_connect: $%s '%s' is not a number of hosts "
+                                            "(0 .. %d)",
+                                            name, env, proto::kMaxElasticHosts));
+    *v = n;
+  }
+  if (lo < 0 || lo > proto::kMaxElasticHosts || hi < 0 || hi > proto::kMaxElasticHosts)
+    return fail(GSYNC_ERR_INVALID, format("gsync_connect: cfg.min_hosts %lld and cfg.max_hosts "
+                                          "%lld must be in 0 .. %d",
+                                          static_cast<long long>(lo), static_cast<long long>(hi),
+                                          proto::kMaxElasticHosts));
+  if (lo == 0 && hi != 0)
+    return fail(GSYNC_ERR_INVALID, format("gsync_connect: cfg.max_hosts %lld without min_hosts "
+                                          "(an elastic job sets min_hosts >= 1)",
+                                          static_cast<long long>(hi)));
+  if (hi != 0 && hi < lo)
+    return fail(GSYNC_ERR_INVALID, format("gsync_connect: cfg.max_hosts %lld is below min_hosts "
+                                          "%lld",
+                                          static_cast<long long>(hi), static_cast<long long>(lo)));
+  p->min_hosts = static_cast<uint16_t>(lo);
+  p->max_hosts = static_cast<uint16_t>(hi);
+  return GSYNC_OK;
+}
+
 // The job's algorithm and chunk size: the 0.4 fields, then the environment.
 int plan_from_config(const gsync_config_t& cfg, uint32_t* out) {
   proto::PlanChoice plan;
@@ -391,10 +431,18 @@ int parse_config(const gsync_config_t* cfg, ConnectParams* out) {
                        "job %s)",
                        what, p.world_size, p.rank, p.local_rank, p.local_size, p.job_id.c_str()));
   };
-  if (p.world_size < 1) return bad("world_size must be >= 1");
-  if (p.rank < 0 || p.rank >= p.world_size) return bad("rank must be in [0, world_size)");
-  if (p.local_size < 1 || p.local_size > p.world_size) {
-    return bad("local_size must be in [1, world_size]");
+  if (int rc = elastic_from_config(*cfg, &p); rc != GSYNC_OK) return rc;
+  if (p.min_hosts > 0) {
+    if (p.world_size != 0 || p.rank != 0)
+      return bad("an elastic job (min_hosts > 0) leaves world_size and rank 0: the daemons "
+                 "number its ranks");
+    if (p.local_size < 1) return bad("local_size must be >= 1");
+  } else {
+    if (p.world_size < 1) return bad("world_size must be >= 1");
+    if (p.rank < 0 || p.rank >= p.world_size) return bad("rank must be in [0, world_size)");
+    if (p.local_size < 1 || p.local_size > p.world_size) {
+      return bad("local_size must be in [1, world_size]");
+    }
   }
   if (p.local_rank < 0 || p.local_rank >= p.local_size) {
     return bad("local_rank must be in [0, local_size)");

@@ -32,6 +32,9 @@ struct ConnectParams {
   uint32_t sync = 0;  // the job's sync mode, as the hello carries it (protocol/ps.h)
   uint32_t guard = 0;  // the job's anomaly guard, as the hello carries it (protocol/guard.h)
   uint32_t plan = 0;   // the job's algorithm and chunk size (protocol/plan_choice.h)
+  // An elastic job's bounds (min_hosts > 0); world_size and rank are then 0
+  // until gsync_world says them.
+  uint16_t min_hosts = 0, max_hosts = 0;
 };
 
 // The static part of ShmHeader, read once and checked: the client never

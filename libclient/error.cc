@@ -57,6 +57,8 @@ const char* error_name(int code) {
       return "a host of the job was lost";
     case GSYNC_ERR_ANOMALY:
       return "the reduced gradient is an anomaly (non-finite or a norm spike)";
+    case GSYNC_ERR_WORLD_CHANGED:
+      return "the job's world changed (a host left or joined); call gsync_world";
     default:
       return "unknown gsync error code";
   }

@@ -33,13 +33,17 @@ enum class Opcode : uint8_t {
   // A batch lease (protocol/lease.h): no tensor, answered by the job's
   // lease keeper, never matched across ranks.
   kLease = 8,
+  // An elastic job's world (gsync_world): no tensor; answered by the
+  // daemon once the job has a world, the world as text in the completion
+  // (protocol/world.h). Never matched across ranks.
+  kWorld = 9,
 };
 constexpr bool is_ps(Opcode o) { return o >= Opcode::kPsDeclare && o <= Opcode::kPushPull; }
 constexpr bool is_push(Opcode o) { return o == Opcode::kPush || o == Opcode::kPushPull; }
 
 // A GSYNC_ERR_* code, as a peer's message or the daemon's hello reply may
 // carry one: the one place that knows the lowest (a new code moves it).
-constexpr int kLowestError = GSYNC_ERR_ANOMALY;
+constexpr int kLowestError = GSYNC_ERR_WORLD_CHANGED;
 constexpr bool is_error_code(int c) { return c <= GSYNC_ERR_INVALID && c >= kLowestError; }
 // A code's short name, for labels (gsync_op_failures_total{code="timeout"}).
 constexpr const char* error_code_name(int c) {
@@ -47,7 +51,7 @@ constexpr const char* error_code_name(int c) {
                                     "nomem",    "timeout",     "rank_dead",  "mismatch",
                                     "protocol", "closed",      "again",      "busy",
                                     "unsupported", "permission", "internal", "host_lost",
-                                    "anomaly"};
+                                    "anomaly", "world_changed"};
   static_assert(std::size(kNames) == size_t(-kLowestError));
   return is_error_code(c) ? kNames[-c - 1] : "unknown";
 }
@@ -82,7 +86,7 @@ constexpr uint8_t wire(Codec v) { return static_cast<uint8_t>(v); }
 // A byte from the wire (or an int from the C API); false for a value that
 // names nothing, and *out is left alone.
 constexpr bool opcode_from_wire(int v, Opcode* out) {
-  if (v < 1 || v > 8) return false;
+  if (v < 1 || v > 9) return false;
   *out = static_cast<Opcode>(v);
   return true;
 }
@@ -113,6 +117,7 @@ constexpr const char* name(Opcode v) {
     case Opcode::kPull: return "pull";
     case Opcode::kPushPull: return "push_pull";
     case Opcode::kLease: return "lease";
+    case Opcode::kWorld: return "world";
   }
   return "unknown-op";
 }

@@ -26,7 +26,9 @@ namespace gsync::proto {
 //    without data).
 // 6: HelloRequest's reserved became plan (the job's algorithm and chunk
 //    size, protocol/plan_choice.h).
-constexpr uint32_t kVersion = 6;
+// 7: the world opcode; HelloRequest grew min_hosts and max_hosts (an
+//    elastic job) and reserved.
+constexpr uint32_t kVersion = 7;
 constexpr uint32_t kHelloMagic = 0x4e595347;  // "GSYN"
 constexpr uint32_t kShmMagic = 0x4d485347;    // "GSHM"
 constexpr size_t kJobIdMax = 64;              // including the NUL
@@ -46,8 +48,11 @@ struct HelloRequest {
   uint32_t sync;         // the job's sync mode (protocol/ps.h to_wire); 0: bsp
   uint32_t guard;        // the job's anomaly guard (protocol/guard.h to_wire); 0: off
   uint32_t plan;         // the job's algorithm and chunk size (protocol/plan_choice.h); 0: auto
+  uint16_t min_hosts;    // an elastic job: > 0 (world_size and rank then 0)
+  uint16_t max_hosts;    // an elastic job's bound; 0: none
+  uint32_t reserved;
 };
-static_assert(sizeof(HelloRequest) == 112);
+static_assert(sizeof(HelloRequest) == 120);
 
 // Daemon -> client. On status == 0 the message carries, by SCM_RIGHTS, three
 // fds in this order: the sealed memfd, the submission doorbell eventfd

@@ -23,6 +23,7 @@ ControlPlane::ControlPlane(const DaemonConfig& cfg, ClusterFile cluster, EventLo
       cluster_(std::move(cluster)),
       loop_(loop),
       members_(cluster_.self),
+      elastic_(cluster_.self),
       registry_(std::move(registry)) {
   grow(cluster_.hosts.size());
   // A cluster file's hosts are all members; on etcd, those join() found.
@@ -248,6 +249,12 @@ void ControlPlane::on_control(int peer, std::string_view msg) {
     case kProbeReply:
       prober_->on_message(peer, msg);
       return;
+    case kElasticJoin:
+      on_elastic_join(peer, msg);
+      return;
+    case kElasticWorld:
+      on_elastic_world(peer, msg);
+      return;
     default:
       break;
   }
@@ -263,6 +270,11 @@ void ControlPlane::on_announce(int peer, std::string_view msg) {
     return;
   }
   std::string job = field(a.job, sizeof a.job);
+  if (stale_world(job)) {
+    spdlog::debug("job {}: host {} announced a world this host has left behind; ignored", job,
+                  host_id(peer));
+    return;
+  }
   spdlog::info("job {}: host {} has {} ranks of {}", job, host_id(peer), ranks.size(),
                a.world_size);
   members_.set_remote(job, peer, a.world_size, std::move(ranks));
@@ -303,6 +315,7 @@ void ControlPlane::on_peer_up(int peer) {
   for (const auto& [job, wr] : members_.local())
     net_->send_control(peer, encode_announce(job, wr.first, wr.second,
                                              members_.tuning_of(job, cluster_.self)));
+  elastic_peer_up(peer);
 }
 
 void ControlPlane::on_peer_down(int peer, const Status& why) {
@@ -318,6 +331,8 @@ void ControlPlane::on_peer_down(int peer, const Status& why) {
   for (const auto& job : members_.remove_host(peer))
     if (on_job_broken)
       on_job_broken(job, Status(GSYNC_ERR_HOST_LOST, fmt::format("job {}: {}", job, what)));
+  // After the ops failed naming the host: the next world is formed without it.
+  elastic_peer_down(peer);
 }
 
 }  // namespace gsync::cluster

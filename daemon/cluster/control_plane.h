@@ -20,6 +20,7 @@
 #include <nlohmann/json_fwd.hpp>
 
 #include "daemon/cluster/cluster_file.h"
+#include "daemon/cluster/elastic.h"
 #include "daemon/cluster/etcd/registry.h"
 #include "daemon/cluster/membership.h"
 #include "daemon/cluster/messages.h"
@@ -129,6 +130,28 @@ class ControlPlane {
   std::function<void(const std::string& job)> on_job_ready;
   std::function<void(const std::string& job, const Status& why)> on_job_broken;
 
+  // --- Elastic jobs (elastic_plane.cc; docs/membership.md, "Elastic
+  // jobs"): a job whose world the daemons form from the hosts that have
+  // all their ranks of it, and form again when one leaves or joins.
+  // All this host's ranks of the job are connected (local_size), or one
+  // left.
+  void elastic_local_complete(const std::string& job, int local_size, int min_hosts,
+                              int max_hosts);
+  void elastic_local_left(const std::string& job);
+  // The job's last rank here closed: an ended job is forgotten (a new one
+  // of the same id starts afresh).
+  void elastic_closed(const std::string& job) { elastic_.forget_ended(job); }
+  // The job's world now (epoch 0: none yet); null for a job unknown here.
+  const ElasticWorldView* elastic_world(const std::string& job) const;
+  // Whether this host's links to every other host of the job's world are
+  // up: until then its ops would send into links that drop them (hosts
+  // link to each other in any order while a world forms).
+  bool elastic_world_linked(const std::string& job) const;
+  // A newer world of the job was adopted; this host announced its ranks
+  // under ElasticBook::world_name, and job_ready of that name holds once
+  // every host of the world has too (on_job_ready says when).
+  std::function<void(const std::string& job, const ElasticWorldView& w)> on_world;
+
   // --- Messages to peers (ops use them for their rendezvous and aborts).
   bool peer_up(int host) const;
   void send(int host, std::string_view msg);
@@ -159,6 +182,20 @@ class ControlPlane {
   void host_joined(const etcd::HostRecord& r);
   void host_left(const std::string& id, const std::string& why);
   void hosts_now(const std::vector<etcd::HostRecord>& hosts);
+  // Elastic jobs (elastic_plane.cc).
+  void on_elastic_join(int peer, std::string_view msg);
+  void on_elastic_world(int peer, std::string_view msg);
+  void elastic_evaluate(const std::string& job);
+  void elastic_adopt(const std::string& job, ElasticWorldView w);
+  // The rank maps of the job's worlds older than epoch: gone.
+  void forget_worlds_before(const std::string& job, uint64_t epoch);
+  // A world's name that an elastic job here has left behind (an
+  // announcement of it is late, and ignored).
+  bool stale_world(const std::string& name) const;
+  void elastic_peer_up(int peer);
+  // A host's id, or "host #N" for one this daemon has not heard of yet.
+  std::string elastic_host_name(int host) const;
+  void elastic_peer_down(int peer);
   void grow(size_t hosts);
   void sample_rates();
   void log_started() const;
@@ -171,6 +208,7 @@ class ControlPlane {
   OpTraffic* ps_traffic_ = nullptr;
   uint64_t epoch_ = 1;
   Membership members_;
+  ElasticBook elastic_;
   std::vector<RateMeter> sent_meter_, recv_meter_;
   std::vector<uint64_t> last_sent_, last_recv_;
   // What each peer said it runs (HostInfo); kept after its link goes down.

@@ -11,6 +11,20 @@ void Membership::set_local(const std::string& job, int world, std::vector<int> r
 
 void Membership::clear_local(const std::string& job) { local_.erase(job); }
 
+void Membership::forget(const std::string& job) {
+  local_.erase(job);
+  remote_.erase(job);
+  tuning_.erase(job);
+}
+
+std::vector<std::string> Membership::names() const {
+  std::vector<std::string> out;
+  for (const auto& [job, l] : local_) out.push_back(job);
+  for (const auto& [job, r] : remote_)
+    if (!local_.count(job)) out.push_back(job);
+  return out;
+}
+
 void Membership::set_remote(const std::string& job, int host, int world, std::vector<int> ranks) {
   auto& r = remote_[job];
   r.world = world;

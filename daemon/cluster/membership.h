@@ -20,7 +20,11 @@ class Membership {
   // This host's ranks of a job, once all of them are connected.
   void set_local(const std::string& job, int world, std::vector<int> ranks);
   void clear_local(const std::string& job);
+  // Everything about the job, every host's (an elastic job's old world).
+  void forget(const std::string& job);
   bool has_local(const std::string& job) const { return local_.count(job) > 0; }
+  // Every job name this host holds ranks of, its own or a peer's.
+  std::vector<std::string> names() const;
   const std::map<std::string, std::pair<int, std::vector<int>>>& local() const { return local_; }
 
   void set_remote(const std::string& job, int host, int world, std::vector<int> ranks);

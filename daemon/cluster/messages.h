@@ -38,7 +38,8 @@ namespace gsync::cluster {
 // 9: HostInfo (type 15: a daemon's version and build id, sent when a link
 //    comes up) and the probe's messages (types 16-17, cluster/probe.h).
 // 10: JobAnnounce's padding carries the digest of the job's tuning table.
-constexpr uint32_t kProtocolVersion = 10;
+// 11: ElasticJoin and ElasticWorld (elastic jobs).
+constexpr uint32_t kProtocolVersion = 11;
 
 enum MsgType : uint8_t {
   kJobAnnounce = 1,
@@ -62,6 +63,10 @@ enum MsgType : uint8_t {
   kHostInfo = 15,
   kProbe = 16,
   kProbeReply = 17,
+  // Elastic jobs (daemon/cluster/elastic_messages.h): a host's ranks of a
+  // job are all there (or gone), and the world its leader formed.
+  kElasticJoin = 18,
+  kElasticWorld = 19,
 };
 // Writes and their cookies with this bit set belong to the parameter
 // server, the others to the op engine.

@@ -17,11 +17,14 @@
 #include "protocol/plan_choice.h"
 #include "protocol/lease.h"
 #include "protocol/ps.h"
+#include "protocol/world.h"
 
 namespace gsync {
 
 namespace {
 constexpr uint64_t kMaxTimeoutMs = 24ull * 3600 * 1000;
+// "#" and up to 16 hex digits of the epoch after it, and the NUL.
+constexpr size_t kMaxElasticJobId = proto::kJobIdMax - 18;
 
 // "allreduce of 100 float32 (sum)" - what one rank asked for.
 std::string shape_of(const proto::OpShape& s) {
@@ -42,6 +45,7 @@ std::string shape_of(const proto::OpShape& s) {
                          s.lr > 0 ? fmt::format(" (lr {})", s.lr) : "");
     case proto::Opcode::kBarrier:
     case proto::Opcode::kLease:
+    case proto::Opcode::kWorld:
       break;
   }
   return proto::name(s.opcode);
@@ -126,6 +130,12 @@ Status check_submission(const proto::SubmitEntry& e, int world_size, uint64_t ar
       return bad(GSYNC_ERR_PROTOCOL, "a lease carries no tensor, codec, weight or root");
     return Status::ok();
   }
+  if (shape->opcode == proto::Opcode::kWorld) {
+    if (e.key != 0 || e.step != 0 || e.count != 0 || e.offset != 0 || e.dtype != 0 ||
+        e.redop != 0 || e.compress != 0 || e.root != 0 || e.compress_arg != 0 || e.weight != 0)
+      return bad(GSYNC_ERR_PROTOCOL, "a world query carries no key, step, tensor, codec or root");
+    return Status::ok();
+  }
   if (proto::is_ps(shape->opcode)) {
     if (e.key == proto::kBarrierKey)
       return bad(GSYNC_ERR_PROTOCOL, "key 0xffffffffffffffff is reserved for barriers");
@@ -175,7 +185,25 @@ Status check_join_request(const JoinRequest& r, bool multi_host_ok) {
     if (c < 0x21 || c > 0x7e)
       return {GSYNC_ERR_INVALID, fmt::format("job id '{}' has a character outside printable ASCII",
                                              printable(r.job_id, 96))};
-  if (r.world_size < 1 || r.local_size < 1 || r.local_size > r.world_size || r.rank < 0 ||
+  if (r.min_hosts > 0 || r.max_hosts > 0) {
+    if (r.min_hosts < 1 || r.min_hosts > proto::kMaxElasticHosts ||
+        (r.max_hosts != 0 && r.max_hosts < r.min_hosts))
+      return {GSYNC_ERR_INVALID, fmt::format("job {}: min_hosts {} max_hosts {}: an elastic job "
+                                             "has 1 <= min_hosts <= max_hosts (0: no bound) <= {}",
+                                             r.job_id, r.min_hosts, r.max_hosts,
+                                             proto::kMaxElasticHosts)};
+    // Its worlds go between hosts as "id#epoch" in the 64-byte job field.
+    if (r.job_id.size() > kMaxElasticJobId)
+      return {GSYNC_ERR_INVALID, fmt::format("job {}: an elastic job's id is at most {} bytes",
+                                             r.job_id, kMaxElasticJobId)};
+    if (r.world_size != 0 || r.rank != 0 || r.local_size < 1 || r.local_rank < 0 ||
+        r.local_rank >= r.local_size)
+      return {GSYNC_ERR_INVALID,
+              fmt::format("job {}: an elastic job's rank says world_size 0 and rank 0 (the "
+                          "daemons number its ranks), and 0 <= local_rank < local_size: got "
+                          "world_size={} rank={} local_size={} local_rank={}",
+                          r.job_id, r.world_size, r.rank, r.local_size, r.local_rank)};
+  } else if (r.world_size < 1 || r.local_size < 1 || r.local_size > r.world_size || r.rank < 0 ||
       r.rank >= r.world_size || r.local_rank < 0 || r.local_rank >= r.local_size)
     return {GSYNC_ERR_INVALID,
             fmt::format("job {}: inconsistent shape world_size={} rank={} local_size={} "
@@ -190,7 +218,7 @@ Status check_join_request(const JoinRequest& r, bool multi_host_ok) {
   proto::PlanChoice plan;
   if (std::string why = proto::from_wire_plan(r.plan, &plan); !why.empty())
     return {GSYNC_ERR_INVALID, fmt::format("job {}: {}", r.job_id, why)};
-  if (r.world_size != r.local_size && !multi_host_ok)
+  if (r.min_hosts == 0 && r.world_size != r.local_size && !multi_host_ok)
     return {GSYNC_ERR_REFUSED,
             fmt::format("job {}: world_size {} spans more hosts than this one (local_size {}), but "
                         "this daemon has no cluster configured",
@@ -205,7 +233,8 @@ Status JobManager::validate(const Session& s, const Job& job, const proto::Submi
   if (Status st = check_submission(e, job.world_size, s.arena_bytes(), s.describe(), shape, &bytes);
       !st)
     return st;
-  if (shape->opcode == proto::Opcode::kBarrier || shape->opcode == proto::Opcode::kLease)
+  if (shape->opcode == proto::Opcode::kBarrier || shape->opcode == proto::Opcode::kLease ||
+      shape->opcode == proto::Opcode::kWorld)
     return Status::ok();
   // Checked above against the same arena size; this only finds the address.
   if (!s.arena_range(e.offset, bytes, data))

@@ -52,6 +52,7 @@ struct JobOp {
   // The pipeline's serial once the op runs (its buffers are in use until
   // it is done); 0 while it waits for ranks or hosts.
   uint64_t serial = 0;
+  uint64_t world = 0;  // an elastic job's world epoch it was submitted in
 
   bool running() const { return serial != 0; }
   uint64_t bytes() const { return shape.bytes(); }  // one rank's tensor
@@ -72,6 +73,9 @@ struct RankSlot {
   // Batch leases: the first clock whose pushes this rank has not all begun
   // (its leases for earlier clocks settle when those pushes are applied).
   uint64_t pushes_begun_below = 0;
+  // An elastic job: the world epoch this rank last asked for (gsync_world);
+  // its submissions are taken only in the job's current one.
+  uint64_t world_seen = 0;
 };
 
 struct Job {
@@ -90,6 +94,7 @@ struct Job {
     OpId id;
     Status status;
     Clock::time_point expires;
+    uint64_t world = 0;  // an elastic job's: a later world's op of this id is a new one
   };
   std::deque<Tombstone> tombstones;
   std::unique_ptr<SyncPolicy> policy;
@@ -135,6 +140,31 @@ struct Job {
   // Remote ranks that left or hosts of the job that were lost, counted
   // (gsyncctl jobs: what an operator, and a test, can wait on).
   uint64_t remote_departures = 0;
+
+  // An elastic job (docs/membership.md, "Elastic jobs"): min_hosts > 0.
+  // The daemons form its world; its ranks are numbered in the world this
+  // host adopted last (world_epoch, 0: none yet), and its ops go between
+  // hosts under that world's name, so an epoch's ops never meet another's.
+  int min_hosts = 0, max_hosts = 0;
+  uint64_t world_epoch = 0;
+  std::string world_name;
+  int world_hosts = 0;
+  bool in_world = false;  // this host is in the current world
+  std::string world_reason;  // why the world last changed
+  Status world_end;  // the job ended below min_hosts: every op fails with it
+  std::vector<std::string> worlds_used;  // names to close with the job
+  // gsync_world calls waiting for a world this host is in.
+  struct WorldWaiter {
+    std::shared_ptr<Session> session;
+    uint64_t tag = 0;
+  };
+  std::vector<WorldWaiter> world_waiters;
+  // Ops of an earlier world still in the pipeline (their stages end them),
+  // by serial: the (key, step) is free for the new world's op meanwhile.
+  std::map<uint64_t, std::unique_ptr<JobOp>> old_ops;
+  bool elastic() const { return min_hosts > 0; }
+  // The name its ops and rank map go by between the daemons.
+  const std::string& wire_name() const { return elastic() ? world_name : id; }
 
   bool multi_host() const { return world_size > local_size; }
   // The local ranks an op waits for: all but the departed.

@@ -53,6 +53,9 @@ JobManager::JobManager(const DaemonConfig& cfg, pipeline::Pipeline& pipeline,
   control_->on_job_broken = [this](const std::string& job, const Status& why) {
     job_broken(job, why);
   };
+  control_->on_world = [this](const std::string& job, const cluster::ElasticWorldView& w) {
+    world_changed(job, w);
+  };
 }
 
 Status JobManager::check_join(const JoinRequest& r) {
@@ -60,7 +63,13 @@ Status JobManager::check_join(const JoinRequest& r) {
   auto it = jobs_.find(r.job_id);
   if (it == jobs_.end()) return Status::ok();
   const Job& job = *it->second;
-  if (job.world_size != r.world_size || job.local_size != r.local_size)
+  if (job.min_hosts != r.min_hosts || job.max_hosts != r.max_hosts)
+    return {GSYNC_ERR_REFUSED,
+            fmt::format("job {} has min_hosts {} max_hosts {}, but local rank {} says {} and {}",
+                        r.job_id, job.min_hosts, job.max_hosts, r.local_rank, r.min_hosts,
+                        r.max_hosts)};
+  if (job.elastic() ? job.local_size != r.local_size
+                    : job.world_size != r.world_size || job.local_size != r.local_size)
     return {GSYNC_ERR_REFUSED,
             fmt::format("job {} has world_size {} local_size {}, but rank {} says world_size {} "
                         "local_size {}",
@@ -96,7 +105,7 @@ Status JobManager::check_join(const JoinRequest& r) {
     if (static_cast<int>(l) == r.local_rank)
       return {GSYNC_ERR_REFUSED, fmt::format("job {} local rank {} is already held by {}",
                                              r.job_id, r.local_rank, s->describe())};
-    if (s->rank == r.rank)
+    if (!job.elastic() && s->rank == r.rank)
       return {GSYNC_ERR_REFUSED,
               fmt::format("job {} rank {} is already held by {}", r.job_id, r.rank, s->describe())};
   }
@@ -104,23 +113,42 @@ Status JobManager::check_join(const JoinRequest& r) {
 }
 
 void JobManager::attach(const std::shared_ptr<Session>& s) {
+  if (s->min_hosts > 0) {
+    s->rank = -1;  // an elastic job's ranks are numbered by the world they join
+    s->world_size = 0;
+  }
   auto& job = jobs_[s->job_id];
   if (!job) {
     proto::Sync sync;
     proto::from_wire(s->sync, &sync);  // checked at join
-    job = std::make_unique<Job>(s->job_id, s->world_size, s->local_size, sync);
+    // An elastic job is on this host alone until it has a world.
+    const bool elastic = s->min_hosts > 0;
+    job = std::make_unique<Job>(s->job_id, elastic ? s->local_size : s->world_size,
+                                s->local_size, sync);
+    job->min_hosts = s->min_hosts;
+    job->max_hosts = s->max_hosts;
     leases_.job_opened(s->job_id);
     proto::from_wire_guard(s->guard, &job->guard);  // checked at join
     proto::from_wire_plan(s->plan, &job->plan);     // checked at join
-    job->tuning = tuning_;  // fixed for the job's life: its results' bits do not move
-    spdlog::info("job {}: created by {} (world_size {}, local_size {}, {})", s->job_id,
-                 s->describe(), s->world_size, s->local_size, proto::describe(job->sync));
+    // Fixed for the job's life: its results' bits do not move. An elastic
+    // job's hosts change, and with them whose table it would plan with.
+    if (!elastic) job->tuning = tuning_;
+    const std::string shape =
+        elastic ? fmt::format("elastic on {}..{} hosts", s->min_hosts,
+                              s->max_hosts ? std::to_string(s->max_hosts) : "any")
+                : fmt::format("world_size {}", s->world_size);
+    spdlog::info("job {}: created by {} ({}, local_size {}, {})", s->job_id, s->describe(),
+                 shape, s->local_size, proto::describe(job->sync));
   }
   RankSlot& slot = job->slots[static_cast<size_t>(s->local_rank)];
   if (slot.dead)
     spdlog::info("job {}: {} rejoined in place of pid {}", job->id, s->describe(), slot.dead_pid);
   slot = RankSlot{};
   slot.session = s;
+  if (job->elastic()) {
+    if (job->live_ranks() == job->local_size) elastic_complete(*job);
+    return;
+  }
   if (control_ && job->multi_host() && job->live_ranks() == job->local_size) {
     std::vector<int> ranks;
     for (const auto& sl : job->slots) ranks.push_back(sl.session->rank);
@@ -130,28 +158,29 @@ void JobManager::attach(const std::shared_ptr<Session>& s) {
 }
 
 bool JobManager::cross_ready(Job& job) {
-  if (!control_->job_ready(job.id, job.world_size)) return false;
+  if (!control_->job_ready(job.wire_name(), job.world_size)) return false;
   // Every host has announced the job (again): a departure recorded before
   // is over.
   job.remote_broken = Status::ok();
   return true;
 }
 
-void JobManager::job_ready(const std::string& job_id) {
-  auto it = jobs_.find(job_id);
-  if (it == jobs_.end()) return;
-  Job& job = *it->second;
+void JobManager::job_ready(const std::string& name) {
+  Job* found = job_by_wire(name);
+  if (!found) return;
+  Job& job = *found;
   if (!cross_ready(job)) return;
+  if (job.elastic()) answer_world_waiters(job);
   std::vector<OpId> waiting;
   for (const auto& [id, op] : job.ops)
     if (!op->running() && job.policy->ready(job, *op)) waiting.push_back(id);
   for (const auto& id : waiting) run(job, *job.ops[id]);
 }
 
-void JobManager::job_broken(const std::string& job_id, const Status& why) {
-  auto it = jobs_.find(job_id);
-  if (it == jobs_.end()) return;
-  Job& job = *it->second;
+void JobManager::job_broken(const std::string& name, const Status& why) {
+  Job* found = job_by_wire(name);
+  if (!found) return;
+  Job& job = *found;
   job.remote_departures++;
   if (job.remote_broken) job.remote_broken = why;
   job.last_error = job.remote_broken.message();
@@ -166,7 +195,10 @@ void JobManager::detach(const std::shared_ptr<Session>& s, const std::string& re
   RankSlot& slot = job.slots[static_cast<size_t>(s->local_rank)];
   if (slot.session != s) return;
   slot.session.reset();
-  if (job.leasing && job.live_ranks() > 0) {
+  if (job.elastic()) {
+    elastic_rank_left(job, *s);
+    if (job.live_ranks() > 0) rank_died(job, *s, reason);
+  } else if (job.leasing && job.live_ranks() > 0) {
     depart(job, *s, reason);  // the job goes on without it
   } else {
     if (control_ && job.multi_host())
@@ -208,13 +240,16 @@ void JobManager::rank_died(Job& job, const Session& s, const std::string& reason
 
 void JobManager::maybe_erase(const std::string& job_id) {
   auto it = jobs_.find(job_id);
-  if (it == jobs_.end() || it->second->live_ranks() > 0) return;
+  if (it == jobs_.end() || it->second->live_ranks() > 0 || !it->second->old_ops.empty()) return;
   for (const auto& [id, op] : it->second->ops)
     if (op->running()) return;  // erased when the pipeline hands it back
   spdlog::info("job {}: last rank left; job closed ({} ops completed, {} failed)", job_id,
                it->second->ops_completed, it->second->ops_failed);
+  if (control_ && it->second->elastic()) control_->elastic_closed(job_id);
+  std::vector<std::string> worlds = std::move(it->second->worlds_used);
   jobs_.erase(it);
   pipeline_.job_closed(job_id);
+  for (const auto& w : worlds) pipeline_.job_closed(w);
   leases_.job_closed(job_id);
 }
 
@@ -232,6 +267,10 @@ void JobManager::submit(const std::shared_ptr<Session>& s, const proto::SubmitEn
     return;
   }
   OpId id{e.key, e.step};
+  if (job.elastic() ? elastic_submit(s, job, e, shape) : shape.opcode == proto::Opcode::kWorld) {
+    if (!job.elastic()) answer_world(job, s, e.tag);
+    return;
+  }
   if (const RankSlot* dead = job.first_dead()) {
     reply(s, e.tag,
           Status(GSYNC_ERR_RANK_DEAD,
@@ -287,6 +326,7 @@ JobOp& JobManager::op_for(Job& job, const Session& s, const proto::SubmitEntry& 
     op.first = s.local_rank;
     op.arrivals.resize(static_cast<size_t>(job.local_size));
     op.started = Clock::now();
+    op.world = job.world_epoch;
     op.timeout_ms = e.timeout_ms ? e.timeout_ms : s.timeout_ms;
     op.deadline = op.started + std::chrono::milliseconds(op.timeout_ms);
   }
@@ -310,14 +350,14 @@ void JobManager::start(Job& job, JobOp& op) {
               fmt::format("{}: {}", op.describe(job.id), job.remote_broken.message()));
     // Hosts that began this op before they heard of the departure wait
     // for this host's part: they fail it now, not at their timeout.
-    pipeline_.abort_unbegun(job.id, id, st);
+    pipeline_.abort_unbegun(job.wire_name(), id, st);
     finish(job, id, st);
   }
 }
 
 pipeline::OpRequest JobManager::request(const Job& job, const JobOp& op) const {
   pipeline::OpRequest r;
-  r.job = job.id;
+  r.job = job.wire_name();
   r.id = op.id;
   r.shape = op.shape;
   r.world_size = job.world_size;
@@ -333,10 +373,10 @@ pipeline::OpRequest JobManager::request(const Job& job, const JobOp& op) const {
     r.locals.push_back(std::move(c));
   }
   if (job.multi_host()) {
-    r.hosts = control_->participants(job.id);
+    r.hosts = control_->participants(job.wire_name());
     if (op.shape.opcode == proto::Opcode::kBroadcast ||
         op.shape.opcode == proto::Opcode::kPsDeclare)
-      r.root_host = control_->host_of(job.id, op.shape.root);
+      r.root_host = control_->host_of(job.wire_name(), op.shape.root);
     r.epoch = control_->epoch();
   }
   r.sync = job.sync;
@@ -360,10 +400,19 @@ void JobManager::op_done(const std::string& job_id, const OpId& id, uint64_t ser
                          const Status& st, const pipeline::OpTimes& times) {
   auto jit = jobs_.find(job_id);
   if (jit == jobs_.end()) return;
-  auto oit = jit->second->ops.find(id);
+  Job& job = *jit->second;
+  if (auto old = job.old_ops.find(serial); old != job.old_ops.end()) {
+    // An elastic job's op of an earlier world.
+    std::unique_ptr<JobOp> op = std::move(old->second);
+    job.old_ops.erase(old);
+    finish_op(job, std::move(op), st, &times);
+    maybe_erase(job_id);
+    return;
+  }
+  auto oit = job.ops.find(id);
   // Only the op that ran: never one that took its (key, step) since.
-  if (oit == jit->second->ops.end() || oit->second->serial != serial) return;
-  finish(*jit->second, id, st, &times);
+  if (oit == job.ops.end() || oit->second->serial != serial) return;
+  finish(job, id, st, &times);
   maybe_erase(job_id);
 }
 
@@ -373,6 +422,12 @@ void JobManager::finish(Job& job, const OpId& id, const Status& st,
   if (it == job.ops.end()) return;
   std::unique_ptr<JobOp> op = std::move(it->second);
   job.ops.erase(it);
+  finish_op(job, std::move(op), st, times);
+}
+
+void JobManager::finish_op(Job& job, std::unique_ptr<JobOp> op, const Status& st,
+                           const pipeline::OpTimes* times) {
+  const OpId id = op->id;
   auto now = Clock::now();  // before the replies: a rank may see its completion at once
   for (auto& a : op->arrivals)
     if (a.session) reply(a.session, a.tag, st, times ? times->value : 0);
@@ -402,7 +457,7 @@ void JobManager::finish(Job& job, const OpId& id, const Status& st,
     counts.failed++;
     if (st.code() == GSYNC_ERR_ANOMALY) job.anomalies++;
     job.last_error = st.message();
-    remember_failure(job, id, st);
+    remember_failure(job, id, st, op->world);
   }
 }
 
@@ -413,13 +468,14 @@ void OpLatency::add(double s) {
   sum_s += s;
 }
 
-void JobManager::remember_failure(Job& job, const OpId& id, const Status& st) {
+void JobManager::remember_failure(Job& job, const OpId& id, const Status& st, uint64_t world) {
   auto now = Clock::now();
   while (!job.tombstones.empty() &&
          (job.tombstones.front().expires < now || job.tombstones.size() >= kMaxTombstones))
     job.tombstones.pop_front();
   // Kept twice the op timeout: long enough for any straggler of this op.
-  job.tombstones.push_back({id, st, now + 2 * std::chrono::milliseconds(cfg_.op_timeout_ms)});
+  job.tombstones.push_back(
+      {id, st, now + 2 * std::chrono::milliseconds(cfg_.op_timeout_ms), world});
 }
 
 void JobManager::fail_pending(Job& job, const Status& st) {

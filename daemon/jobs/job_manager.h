@@ -109,10 +109,29 @@ class JobManager final : public ClientSink {
   void job_broken(const std::string& job_id, const Status& why);
   void rank_died(Job& job, const Session& s, const std::string& reason);
   void finish(Job& job, const OpId& id, const Status& st, const pipeline::OpTimes* times = nullptr);
+  void finish_op(Job& job, std::unique_ptr<JobOp> op, const Status& st,
+                 const pipeline::OpTimes* times);
   void fail_pending(Job& job, const Status& st);
   void reply(const std::shared_ptr<Session>& s, uint64_t tag, const Status& st,
              uint64_t value = 0);
-  void remember_failure(Job& job, const OpId& id, const Status& st);
+  void remember_failure(Job& job, const OpId& id, const Status& st, uint64_t world);
+  // Elastic jobs (elastic_jobs.cc; docs/membership.md, "Elastic jobs").
+  // The job by the name its ops go by between hosts (a world's name).
+  Job* job_by_wire(const std::string& name);
+  // All local ranks are connected: the host joins the job's next world.
+  void elastic_complete(Job& job);
+  void elastic_rank_left(Job& job, const Session& s);
+  // The control plane adopted a newer world of the job.
+  void world_changed(const std::string& job_id, const cluster::ElasticWorldView& w);
+  // A submission to an elastic job: true when it was answered here (a
+  // world query, an op of an old world, an op the job cannot run).
+  bool elastic_submit(const std::shared_ptr<Session>& s, Job& job, const proto::SubmitEntry& e,
+                      const proto::OpShape& shape);
+  // Whether the job's world is one its ops can run in now.
+  bool world_settled(Job& job);
+  void answer_world(Job& job, const std::shared_ptr<Session>& s, uint64_t tag);
+  void answer_world_waiters(Job& job);
+  void wait_for_world(Job& job, const std::shared_ptr<Session>& s, uint64_t tag);
   void maybe_erase(const std::string& job_id);
   std::string missing_ranks(const Job& job, const JobOp& op) const;
   // Batch leases (leasing.cc).
@@ -132,6 +151,7 @@ class JobManager final : public ClientSink {
   void note_host_arrivals(Job& job, const HostArrivals& hosts);
   nlohmann::json host_report(const Job& job) const;
   nlohmann::json straggler_report(const Job& job) const;
+  nlohmann::json elastic_report(const Job& job) const;
   void expire(Job& job, Clock::time_point now);
 
   const DaemonConfig& cfg_;

@@ -70,6 +70,21 @@ nlohmann::json ps_keys(const ps::Service* service, const std::string& job) {
 }
 }  // namespace
 
+// An elastic job's bounds and its world as this host has it; null for a
+// fixed job.
+nlohmann::json JobManager::elastic_report(const Job& job) const {
+  if (!job.elastic()) return nullptr;
+  return {{"min_hosts", job.min_hosts},
+          {"max_hosts", job.max_hosts},
+          {"epoch", job.world_epoch},
+          {"world", job.world_name},
+          {"hosts", job.world_hosts},
+          {"in_world", job.in_world},
+          {"reason", job.world_reason},
+          {"ended", job.world_end.is_ok() ? std::string() : job.world_end.message()},
+          {"waiting_ranks", job.world_waiters.size()}};
+}
+
 nlohmann::json JobManager::jobs_report() const {
   using nlohmann::json;
   auto now = Clock::now();
@@ -105,7 +120,8 @@ nlohmann::json JobManager::jobs_report() const {
                     {"ops_in_flight", job->ops.size()},
                     {"ops_running", running},
                     {"ready", !job->multi_host() ||
-                                  (control_ && control_->job_ready(job->id, job->world_size))},
+                                  (control_ &&
+                                   control_->job_ready(job->wire_name(), job->world_size))},
                     {"remote_departures", job->remote_departures},
                     {"bytes_reduced", job->bytes_reduced},
                     {"throughput_gbps", job->meter.rate(now) / 1e9},
@@ -119,6 +135,7 @@ nlohmann::json JobManager::jobs_report() const {
                     {"leases", leases_.report(name)},
                     {"departures", job->departures},
                     {"stragglers", straggler_report(*job)},
+                    {"elastic", elastic_report(*job)},
                     {"last_error", job->last_error}});
   }
   return json{{"jobs", list}};
@@ -153,7 +170,8 @@ nlohmann::json JobManager::ops_report() const {
         row["stage"] = v.stage;
         row["waiting_for"] = v.waiting_for;
       } else if (op->arrived == job->local_size && control_) {
-        row["waiting_for"] = control_->job_missing(job->id, job->world_size, job->live_rank_ids());
+        row["waiting_for"] =
+            control_->job_missing(job->wire_name(), job->world_size, job->live_rank_ids());
       }
       in_flight.push_back(std::move(row));
     }

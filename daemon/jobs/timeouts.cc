@@ -64,13 +64,25 @@ void JobManager::expire(Job& job, Clock::time_point now) {
     else
       missing = fmt::format("all {} local ranks arrived, but the job is not complete across "
                             "hosts: {}",
-                            expected, control_ ? control_->job_missing(job.id, job.world_size,
-                                                                       job.live_rank_ids())
-                                               : "");
+                            expected,
+                            control_ ? control_->job_missing(job.wire_name(), job.world_size,
+                                                             job.live_rank_ids())
+                                     : "");
     expired.emplace_back(id, Status(GSYNC_ERR_TIMEOUT,
                                     fmt::format("{} timed out after {} ms: {}",
                                                 op->describe(job.id), op->timeout_ms, missing)));
   }
+  // An elastic job's ops of an earlier world that were crossing when it
+  // changed run on (elastic_jobs.cc), under the same deadline.
+  for (const auto& [serial, op] : job.old_ops)
+    if (now >= op->deadline && pipeline_.waits_on_peers(serial) &&
+        now >= op->deadline + pipeline_.timeout_grace(serial))
+      cross_expired.emplace_back(
+          serial, Status(GSYNC_ERR_TIMEOUT,
+                         fmt::format("{} (of an earlier world) timed out after {} ms in the "
+                                     "cross-host step: {}",
+                                     op->describe(job.id), op->timeout_ms,
+                                     pipeline_.waiting_for(serial))));
   for (auto& [id, st] : expired) {
     spdlog::warn("{}", st.message());
     finish(job, id, st);

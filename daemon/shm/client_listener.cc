@@ -142,6 +142,8 @@ void ClientListener::open_session(int fd, const Peer& peer, const proto::HelloRe
   s->sync = join.sync;
   s->guard = join.guard;
   s->plan = join.plan;
+  s->min_hosts = join.min_hosts;
+  s->max_hosts = join.max_hosts;
   s->timeout_ms = hello.timeout_ms ? hello.timeout_ms : cfg_.op_timeout_ms;
 
   proto::HelloReply reply{};

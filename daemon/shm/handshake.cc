@@ -67,6 +67,8 @@ JoinRequest join_request(const proto::HelloRequest& hello) {
   join.sync = hello.sync;
   join.guard = hello.guard;
   join.plan = hello.plan;
+  join.min_hosts = hello.min_hosts;
+  join.max_hosts = hello.max_hosts;
   return join;
 }
 

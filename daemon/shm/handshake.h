@@ -22,6 +22,7 @@ struct JoinRequest {
   uint32_t sync = 0;  // as the hello carried it (protocol/ps.h), not yet checked
   uint32_t guard = 0;  // as the hello carried it (protocol/guard.h), not yet checked
   uint32_t plan = 0;   // as the hello carried it (protocol/plan_choice.h), not yet checked
+  int min_hosts = 0, max_hosts = 0;  // an elastic job's (min_hosts > 0)
 };
 
 // SO_PEERCRED of a connected unix socket.

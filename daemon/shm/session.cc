@@ -145,6 +145,8 @@ bool Session::arena_range(uint64_t offset, uint64_t bytes, void** ptr) const {
 
 std::string Session::describe() const {
   if (job_id.empty()) return fmt::format("session {} (pid {})", id_, peer.pid);
+  if (rank < 0)  // an elastic job's rank before its first world
+    return fmt::format("job {} local rank {} (pid {})", job_id, local_rank, peer.pid);
   return fmt::format("job {} rank {} (local {}, pid {})", job_id, rank, local_rank, peer.pid);
 }
 

@@ -80,6 +80,7 @@ class Session {
   uint32_t sync = 0;  // the job's sync mode as the hello gave it (checked at join)
   uint32_t guard = 0;  // the job's anomaly guard as the hello gave it (checked at join)
   uint32_t plan = 0;   // the job's algorithm and chunk size, the same way
+  int min_hosts = 0, max_hosts = 0;  // an elastic job's bounds (checked at join)
   uint32_t timeout_ms = 0;
   std::chrono::steady_clock::time_point connected_at;
   SessionStats stats;

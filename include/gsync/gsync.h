@@ -44,8 +44,11 @@ enum gsync_error {
   GSYNC_ERR_PERMISSION = -14, /* uid/gid not allowed by the daemon */
   GSYNC_ERR_INTERNAL = -15,   /* a bug in gsync; the text says where */
   GSYNC_ERR_HOST_LOST = -16,  /* a host of the job was lost (dead or unreachable) */
-  GSYNC_ERR_ANOMALY = -17     /* the reduced gradient is non-finite or a norm spike (the
+  GSYNC_ERR_ANOMALY = -17,    /* the reduced gradient is non-finite or a norm spike (the
                                  anomaly guard); every rank gets it alike: skip the step */
+  GSYNC_ERR_WORLD_CHANGED = -18 /* an elastic job's world changed (a host left or joined):
+                                   call gsync_world for this rank's new rank and world
+                                   size, then go on from the next step */
 };
 
 enum gsync_dtype {
@@ -150,7 +153,31 @@ typedef struct gsync_config {
    * $GSYNC_ALGORITHM and $GSYNC_CHUNK_BYTES override them. */
   const char *algorithm;
   uint64_t chunk_bytes;
+  /* Since 0.5: an elastic job (docs/membership.md, "Elastic jobs"): with
+   * min_hosts > 0 the daemons number the ranks (world_size and rank must
+   * be 0; local_rank and local_size say where the rank is on its host),
+   * the job runs on as many hosts as have all their local ranks connected,
+   * up to max_hosts (0: no bound), and shrinks or grows at a step boundary
+   * when a host leaves or joins: the op in flight fails (GSYNC_ERR_HOST_LOST
+   * naming the host, or GSYNC_ERR_WORLD_CHANGED), the next submission gets
+   * GSYNC_ERR_WORLD_CHANGED, gsync_world tells the new world. Fewer hosts
+   * than min_hosts end the job: its ops fail naming the hosts left. Every
+   * rank of the job must say the same. $GSYNC_MIN_HOSTS and
+   * $GSYNC_MAX_HOSTS override them. */
+  int32_t min_hosts;
+  int32_t max_hosts;
 } gsync_config_t;
+
+/* The world of a job as this rank is in it (gsync_world). */
+typedef struct gsync_world {
+  uint32_t struct_size; /* set by the caller: sizeof(gsync_world_t) */
+  uint64_t epoch;       /* grows with every change of an elastic job's world; 0: a fixed job */
+  int32_t world_size;   /* ranks on all hosts of the world */
+  int32_t rank;         /* this rank's number in it */
+  int32_t local_rank;
+  int32_t local_size;
+  int32_t hosts;        /* hosts in the world */
+} gsync_world_t;
 
 /* A parameter's optimizer (gsync_ps_declare); fields may be appended. */
 typedef struct gsync_ps_opts {
@@ -279,6 +306,14 @@ int gsync_lease_batch(gsync_request_t *req, uint64_t *batch);
 int gsync_broadcast(gsync_comm_t *comm, uint64_t key, uint64_t step, void *buf,
                     size_t count, int dtype, int root, gsync_request_t **req);
 int gsync_ibarrier(gsync_comm_t *comm, uint64_t step, gsync_request_t **req);
+/* The job's world now (gsync_world_t): for an elastic job it waits, up to
+ * timeout_ms (< 0: forever), until the daemons have formed one (enough
+ * hosts, min_hosts), and from then on this rank's submissions are taken in
+ * that world. After GSYNC_ERR_WORLD_CHANGED or GSYNC_ERR_HOST_LOST call it,
+ * renumber what depends on the rank, bring the ranks' state into agreement
+ * (broadcast it from rank 0) and go on. GSYNC_ERR_TIMEOUT while too few
+ * hosts are there; GSYNC_ERR_HOST_LOST once the job ended below min_hosts. */
+int gsync_world(gsync_comm_t *comm, gsync_world_t *out, int timeout_ms);
 /* Blocking barrier over all ranks of the job. */
 int gsync_barrier(gsync_comm_t *comm, uint64_t step, int timeout_ms);
 

@@ -22,10 +22,14 @@
 // and its answer (a ping's, a burst's last chunk's, no other) is a
 // ProbeReply the asker's checks take, echoing the probe; the clock
 // estimate of any reply is finite; HostInfo's strings stay in their fields.
+// An ElasticJoin that decodes encodes back to itself; an ElasticWorld that
+// decodes lists hosts in rank order, each with ranks, and once adopted
+// numbers the ranks densely, the same world again being stale.
 #include <algorithm>
 #include <cmath>
 #include <set>
 
+#include "daemon/cluster/elastic.h"
 #include "daemon/cluster/membership.h"
 #include "daemon/cluster/messages.h"
 #include "daemon/cluster/probe_messages.h"
@@ -80,6 +84,45 @@ void check_leave(std::string_view msg) {
   FUZZ_CHECK(field(m.reason, sizeof m.reason).size() <= sizeof m.reason);
   FUZZ_CHECK(field(m.job, sizeof m.job).size() <= kJobMax);
   FUZZ_CHECK(encode_leave(m, open) == msg);
+}
+
+void check_elastic_join(std::string_view msg) {
+  ElasticJoin m;
+  if (!decode_elastic_join(msg, &m)) return;
+  FUZZ_CHECK(m.min_hosts > 0 && (m.max_hosts == 0 || m.max_hosts >= m.min_hosts));
+  FUZZ_CHECK(m.local_size >= 0 && size_t(m.local_size) <= kMaxRanksPerHost);
+  std::string job = field(m.job, sizeof m.job);
+  // The padding is the only thing a re-encoding may change.
+  ElasticJoin again;
+  FUZZ_CHECK(decode_elastic_join(encode_elastic_join(job, m.local_size, m.min_hosts, m.max_hosts),
+                                 &again));
+  FUZZ_CHECK(again.local_size == m.local_size && again.min_hosts == m.min_hosts &&
+             again.max_hosts == m.max_hosts && field(again.job, sizeof again.job) == job);
+}
+
+void check_elastic_world(std::string_view msg) {
+  ElasticWorld m;
+  std::vector<ElasticMember> hosts;
+  if (!decode_elastic_world(msg, &m, &hosts)) return;
+  FUZZ_CHECK(hosts.size() == m.nhosts && hosts.size() <= kMaxElasticWorldHosts);
+  FUZZ_CHECK((m.failed != 0) == hosts.empty());
+  ElasticWorldView w;
+  w.epoch = m.epoch;
+  w.hosts = hosts;
+  w.failed = m.failed != 0;
+  int64_t total = 0;
+  for (size_t i = 0; i < hosts.size(); i++) {
+    FUZZ_CHECK(hosts[i].local_size >= 1);
+    if (i > 0) FUZZ_CHECK(hosts[i].host > hosts[i - 1].host);
+    FUZZ_CHECK(w.offset_of(hosts[i].host) == total);
+    total += hosts[i].local_size;
+  }
+  FUZZ_CHECK(w.world_size() == total);
+  ElasticBook book(0);
+  const std::string job = field(m.job, sizeof m.job);
+  FUZZ_CHECK(book.adopt(job, w));
+  FUZZ_CHECK(!book.adopt(job, w));  // the same epoch again is stale
+  FUZZ_CHECK(book.find(job)->counter == epoch_counter(m.epoch));
 }
 
 void check_abort(std::string_view msg) {
@@ -227,6 +270,12 @@ GSYNC_FUZZ_TARGET(control_messages) {
       break;
     case kHostInfo:
       check_host_info(msg);
+      break;
+    case kElasticJoin:
+      check_elastic_join(msg);
+      break;
+    case kElasticWorld:
+      check_elastic_world(msg);
       break;
     default:
       break;
