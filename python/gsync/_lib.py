@@ -32,6 +32,7 @@ ERR_PERMISSION = -14
 ERR_INTERNAL = -15
 ERR_HOST_LOST = -16
 ERR_ANOMALY = -17
+ERR_WORLD_CHANGED = -18
 
 # enum gsync_dtype
 FLOAT32, FLOAT16, BFLOAT16, FLOAT64, INT32 = 0, 1, 2, 3, 4
@@ -89,7 +90,7 @@ class GsyncPushOpts(ctypes.Structure):
 
 
 class GsyncConfig(ctypes.Structure):
-    """struct gsync_config (0.4); filled by gsync_config_init (sets struct_size)."""
+    """struct gsync_config (0.5); filled by gsync_config_init (sets struct_size)."""
 
     _fields_ = [
         ("struct_size", ctypes.c_uint32),
@@ -109,6 +110,22 @@ class GsyncConfig(ctypes.Structure):
         ("anomaly_window", ctypes.c_uint32),
         ("algorithm", ctypes.c_char_p),
         ("chunk_bytes", ctypes.c_uint64),
+        ("min_hosts", ctypes.c_int32),
+        ("max_hosts", ctypes.c_int32),
+    ]
+
+
+class GsyncWorld(ctypes.Structure):
+    """struct gsync_world: an elastic job's world as this rank is in it."""
+
+    _fields_ = [
+        ("struct_size", ctypes.c_uint32),
+        ("epoch", ctypes.c_uint64),
+        ("world_size", ctypes.c_int32),
+        ("rank", ctypes.c_int32),
+        ("local_rank", ctypes.c_int32),
+        ("local_size", ctypes.c_int32),
+        ("hosts", ctypes.c_int32),
     ]
 
 
@@ -173,6 +190,9 @@ def _declare(lib: ctypes.CDLL) -> None:
                                 comm_pp]),
         "gsync_lease_batch": (c_int, [c_void_p, ctypes.POINTER(ctypes.c_uint64)]),
         "gsync_barrier": (c_int, [c_void_p, ctypes.c_uint64, c_int]),
+        "gsync_broadcast": (c_int, [c_void_p, ctypes.c_uint64, ctypes.c_uint64, c_void_p,
+                                    ctypes.c_size_t, c_int, c_int, comm_pp]),
+        "gsync_world": (c_int, [c_void_p, ctypes.POINTER(GsyncWorld), c_int]),
         "gsync_test": (c_int, [c_void_p]),
         "gsync_wait": (c_int, [c_void_p, c_int]),
         "gsync_request_error": (c_char_p, [c_void_p]),

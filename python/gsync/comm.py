@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import ctypes
-from typing import Optional
+from typing import NamedTuple, Optional
 
 from gsync import _lib
 from gsync._lib import GsyncError
@@ -63,6 +63,16 @@ class Request:
             self._ptr = None
 
 
+class World(NamedTuple):
+    """An elastic job's world as this rank is in it (gsync_world_t)."""
+    epoch: int
+    world_size: int
+    rank: int
+    local_rank: int
+    local_size: int
+    hosts: int
+
+
 class Comm:
     """A session with the host's gsyncd (gsync_comm_t).
 
@@ -75,7 +85,8 @@ class Comm:
                  local_size: int, socket: Optional[str] = None, arena_bytes: int = 0,
                  timeout_ms: int = 0, compression: Optional[str] = None,
                  sync: str = "bsp", guard: Optional[tuple] = None,
-                 algorithm: Optional[str] = None, chunk_bytes: int = 0):
+                 algorithm: Optional[str] = None, chunk_bytes: int = 0,
+                 min_hosts: int = 0, max_hosts: int = 0):
         """compression: the job's codec between hosts, as text ("int8",
         "topk:0.01@cross_host", "bf16,noef"; docs/compression.md); None
         leaves it to $GSYNC_COMPRESSION, else none. sync: the job's mode for
@@ -84,7 +95,9 @@ class Comm:
         anomaly guard on (docs/fault-tolerance.md); None leaves it off.
         algorithm, chunk_bytes: the job's cross-host plan ("ring", "hier",
         "direct", "tree", "doubling"; None: the daemon chooses; 0: chunks per
-        tensor; docs/algorithms.md, "Choosing per job")."""
+        tensor; docs/algorithms.md, "Choosing per job"). min_hosts > 0: an
+        elastic job (docs/membership.md, "Elastic jobs"): world_size and rank
+        are 0, and world() tells them once the daemons formed a world."""
         L = _lib.lib()
         # gsync_config_init writes the library's whole struct: into room for
         # any size first, so that a newer library cannot write past ours.
@@ -112,6 +125,7 @@ class Comm:
         self._algorithm_b = algorithm.encode() if algorithm else None
         cfg.algorithm = self._algorithm_b
         cfg.chunk_bytes = chunk_bytes
+        cfg.min_hosts, cfg.max_hosts = min_hosts, max_hosts
         if compression is not None:
             _lib.check(L.gsync_compression_parse(compression.encode(),
                                                  ctypes.byref(cfg.compression)))
@@ -150,6 +164,25 @@ class Comm:
         _lib.check(_lib.lib().gsync_allreduce(self.handle, key, step, addr, count, dtype, op,
                                               weight, ctypes.byref(req)))
         return Request(req.value, key, step)
+
+    def broadcast(self, key: int, step: int, addr: int, count: int, dtype: int,
+                  root: int) -> Request:
+        """Submits a broadcast of `count` elements at `addr` from rank `root`."""
+        req = ctypes.c_void_p()
+        _lib.check(_lib.lib().gsync_broadcast(self.handle, key, step, addr, count, dtype, root,
+                                              ctypes.byref(req)))
+        return Request(req.value, key, step)
+
+    def world(self, timeout_ms: int = -1) -> World:
+        """The job's world now (gsync_world); for an elastic job it waits
+        until one is formed with this host in it, and updates rank and
+        world_size. Raises GsyncError (ERR_TIMEOUT while too few hosts are
+        there, ERR_HOST_LOST once the job ended below min_hosts)."""
+        w = _lib.GsyncWorld()
+        w.struct_size = ctypes.sizeof(w)
+        _lib.check(_lib.lib().gsync_world(self.handle, ctypes.byref(w), timeout_ms))
+        self.world_size, self.rank = w.world_size, w.rank
+        return World(w.epoch, w.world_size, w.rank, w.local_rank, w.local_size, w.hosts)
 
     # --- parameter server (docs/parameter-server.md)
 

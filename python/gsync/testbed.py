@@ -53,7 +53,8 @@ class Testbed:
 
     def __init__(self, hosts: int = 2, racks: int = 1, daemon_args: Sequence[str] = (),
                  binary: Optional[str] = None, gsyncd: Optional[str] = None,
-                 start_timeout_s: float = 60.0, uplink_mbit: int = 0):
+                 start_timeout_s: float = 60.0, uplink_mbit: int = 0, etcd: bool = False,
+                 etcd_lease_ttl_s: int = 2):
         binary = binary or find_tool("GSYNC_TESTBED", "tools/testbed/gsync-testbed",
                                      "gsync-testbed")
         if not binary:
@@ -61,6 +62,11 @@ class Testbed:
         cmd = [binary, "up", "--hosts", str(hosts), "--racks", str(racks)]
         if uplink_mbit:
             cmd += ["--uplink-mbit", str(uplink_mbit)]
+        if etcd:
+            # Membership on a real etcd: hosts join and leave while it runs
+            # (add_host, remove_host).
+            cmd += ["--etcd", "--etcd-lease-ttl-s", str(etcd_lease_ttl_s)]
+        self.binary = binary
         gsyncd = gsyncd or os.environ.get("GSYNCD")
         if gsyncd:
             cmd += ["--gsyncd", gsyncd]
@@ -98,6 +104,33 @@ class Testbed:
         if len(self.hosts) != hosts:
             self.close()
             raise RuntimeError(f"{' '.join(cmd)} did not come up:\n" + "".join(self.output))
+
+    @property
+    def dir(self) -> str:
+        """The bed's folder (where its key, cluster file and hosts are)."""
+        return str(Path(self.key_file).parent)
+
+    def add_host(self, rack: int = 1) -> Host:
+        """An etcd bed: a new host joins (gsync-testbed add-host)."""
+        out = subprocess.run([self.binary, "add-host", "--rack", str(rack), "--bed", self.dir],
+                             capture_output=True, text=True, timeout=60)
+        m = re.search(r"ok: (h\d+) in rack (\S+) at ([^,\s]+), client socket ([^,\s]+), "
+                      r"admin socket (\S+)", out.stdout + out.stderr)
+        if out.returncode != 0 or not m:
+            raise RuntimeError(f"add-host failed:\n{out.stdout}{out.stderr}")
+        host = Host(id=m.group(1), rack=m.group(2), address=m.group(3), netns="-",
+                    socket=m.group(4), admin_socket=m.group(5))
+        self.hosts.append(host)
+        return host
+
+    def remove_host(self, host_id: str, kill: bool = False) -> None:
+        """An etcd bed: a host leaves (gsync-testbed remove-host [--kill])."""
+        cmd = [self.binary, "remove-host", host_id, "--bed", self.dir]
+        if kill:
+            cmd.append("--kill")
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+        if out.returncode != 0:
+            raise RuntimeError(f"remove-host failed:\n{out.stdout}{out.stderr}")
 
     @property
     def sockets(self) -> List[str]:

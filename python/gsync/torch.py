@@ -37,8 +37,8 @@ from gsync import _lib
 from gsync._lib import GsyncError
 from gsync.comm import Comm, Request
 
-__all__ = ["GsyncError", "GsyncState", "LeasedBatchSampler", "PSOptimizer", "allreduce_hook",
-           "init"]
+__all__ = ["ElasticDataParallel", "GsyncError", "GsyncState", "LeasedBatchSampler",
+           "PSOptimizer", "allreduce_hook", "elastic", "init"]
 
 _DTYPES = {
     torch.float32: _lib.FLOAT32,
@@ -443,3 +443,5 @@ def bucket_layout(state: GsyncState) -> List[Tuple[int, int]]:
 # The parameter server's optimizer (docs/parameter-server.md); below the
 # helpers it uses from this module.
 from gsync.torch_ps import LeasedBatchSampler, PSOptimizer  # noqa: E402
+# Elastic jobs: data parallel training that shrinks and grows with its hosts.
+from gsync.torch_elastic import ElasticDataParallel, elastic  # noqa: E402
