@@ -54,7 +54,7 @@ class Testbed:
     def __init__(self, hosts: int = 2, racks: int = 1, daemon_args: Sequence[str] = (),
                  binary: Optional[str] = None, gsyncd: Optional[str] = None,
                  start_timeout_s: float = 60.0, uplink_mbit: int = 0, etcd: bool = False,
-                 etcd_lease_ttl_s: int = 2):
+                 etcd_lease_ttl_s: int = 2, etcd_members: int = 1):
         binary = binary or find_tool("GSYNC_TESTBED", "tools/testbed/gsync-testbed",
                                      "gsync-testbed")
         if not binary:
@@ -65,7 +65,8 @@ class Testbed:
         if etcd:
             # Membership on a real etcd: hosts join and leave while it runs
             # (add_host, remove_host).
-            cmd += ["--etcd", "--etcd-lease-ttl-s", str(etcd_lease_ttl_s)]
+            cmd += ["--etcd", "--etcd-lease-ttl-s", str(etcd_lease_ttl_s), "--etcd-members",
+                    str(etcd_members)]
         self.binary = binary
         gsyncd = gsyncd or os.environ.get("GSYNCD")
         if gsyncd:

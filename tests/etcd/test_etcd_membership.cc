@@ -29,11 +29,12 @@ namespace {
 using Clock = std::chrono::steady_clock;
 constexpr int kTtlS = 2;
 
-std::unique_ptr<testbed::Testbed> make_etcd_bed(int hosts) {
+std::unique_ptr<testbed::Testbed> make_etcd_bed(int hosts, int etcd_members = 1) {
   testbed::Options o;
   o.hosts = hosts;
   o.racks = 1;
   o.etcd = true;
+  o.etcd_members = etcd_members;
   o.etcd_lease_ttl_s = kTtlS;
   o.daemon_args = {"--op-timeout-ms", "20000"};
   std::unique_ptr<testbed::Testbed> bed;
@@ -117,6 +118,30 @@ TEST(EtcdMembership, HostsJoinAndLeaveARunningCluster) {
   ASSERT_TRUE(st) << st.message();
   ASSERT_GE(wait_peers(*bed, {0, 1, 2}, {"h1", "h2", "h3"}, 20000), 0) << bed->daemon_log(2);
   run_job(*bed, "back", {1, 1, 1}, {{GSYNC_FLOAT32, GSYNC_SUM, 4099}});
+}
+
+// A three-member etcd cluster: the member every daemon names first is
+// stopped; the cluster keeps its quorum, the daemons go on through the
+// other two, a host joins and one leaves while it is down, and the member
+// rejoins.
+TEST(EtcdMembership, AThreeMemberEtcdLosesOneAndMembershipGoesOn) {
+  auto bed = make_etcd_bed(3, 3);
+  ASSERT_TRUE(bed);
+  ASSERT_EQ(bed->etcd_members(), 3);
+  ASSERT_GE(wait_peers(*bed, {0, 1, 2}, {"h1", "h2", "h3"}, 20000), 0) << bed->daemon_log(0);
+  bed->etcd_member(0)->stop();
+  int h4 = -1;
+  Status st = bed->add_host(1, &h4);
+  ASSERT_TRUE(st) << st.message();
+  ASSERT_GE(wait_peers(*bed, {0, 1, 2, 3}, {"h1", "h2", "h3", "h4"}, 20000), 0)
+      << bed->daemon_log(0) << bed->daemon_log(h4);
+  run_job(*bed, "quorum", {1, 1, 1, 1}, {{GSYNC_FLOAT32, GSYNC_SUM, 4099}});
+  bed->remove_host(1, SIGTERM);
+  ASSERT_GE(wait_peers(*bed, {0, 2, 3}, {"h1", "h3", "h4"}, 20000), 0) << bed->daemon_log(0);
+  st = bed->etcd_member(0)->restart();
+  ASSERT_TRUE(st) << st.message();
+  bed->remove_host(h4, SIGTERM);
+  ASSERT_GE(wait_peers(*bed, {0, 2}, {"h1", "h3"}, 20000), 0) << bed->daemon_log(0);
 }
 
 // kill -9 of a host in a running job: its ops fail on the survivors naming

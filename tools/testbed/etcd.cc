@@ -7,6 +7,7 @@
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/time.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -96,28 +97,67 @@ std::string EtcdServer::log_tail(size_t bytes) const {
   return all.size() > bytes ? "..." + all.substr(all.size() - bytes) : all;
 }
 
-Status EtcdServer::start(const std::string& dir) {
+Status EtcdServer::prepare(const std::string& dir, const std::string& name,
+                           std::set<uint16_t>* taken) {
   if (pid_ > 0) return {GSYNC_ERR_INVALID, "etcd: already running, pid " + std::to_string(pid_)};
   dir_ = dir;
+  name_ = name;
   // Ports spread by pid and by server, so that parallel tests and several
   // servers in one process do not pick the same ones.
   static std::atomic<unsigned> servers{0};
-  std::set<uint16_t> taken;
+  std::set<uint16_t> none;
   std::vector<uint16_t> ports;
   unsigned seed = static_cast<unsigned>(getpid()) * 7919u + servers.fetch_add(1) * 104729u;
-  if (Status st = pick_loopback_ports(2, seed, &taken, &ports); !st)
+  if (Status st = pick_loopback_ports(2, seed, taken ? taken : &none, &ports); !st)
     return {st.code(), "etcd: " + st.message()};
   client_port_ = ports[0];
   peer_port_ = ports[1];
+  return Status::ok();
+}
+
+std::string EtcdServer::peer_url() const {
+  return "http://127.0.0.1:" + std::to_string(peer_port_);
+}
+
+Status EtcdServer::start(const std::string& dir, std::set<uint16_t>* taken) {
+  if (Status st = prepare(dir, "gsync", taken); !st) return st;
+  initial_cluster_ = name_ + "=" + peer_url();
   return launch();
 }
 
+Status EtcdServer::start_cluster(const std::string& dir, int n, std::set<uint16_t>* taken,
+                                 std::vector<std::unique_ptr<EtcdServer>>* out) {
+  out->clear();
+  std::string initial;
+  for (int i = 1; i <= n; i++) {
+    auto m = std::make_unique<EtcdServer>();
+    const std::string d = dir + "/" + std::to_string(i);
+    if (mkdir(d.c_str(), 0700) != 0 && errno != EEXIST)
+      return {GSYNC_ERR_INTERNAL, "mkdir " + d + ": " + strerror(errno)};
+    if (Status st = m->prepare(d, "m" + std::to_string(i), taken); !st) return st;
+    initial += (initial.empty() ? "" : ",") + m->name_ + "=" + m->peer_url();
+    out->push_back(std::move(m));
+  }
+  for (auto& m : *out) {
+    m->initial_cluster_ = initial;
+    if (Status st = m->spawn(); !st) return st;
+  }
+  for (auto& m : *out)
+    if (Status st = m->wait_healthy(); !st) return st;
+  return Status::ok();
+}
+
 Status EtcdServer::launch() {
+  if (Status st = spawn(); !st) return st;
+  return wait_healthy();
+}
+
+Status EtcdServer::spawn() {
   const std::string client = "http://127.0.0.1:" + std::to_string(client_port_);
-  const std::string peer = "http://127.0.0.1:" + std::to_string(peer_port_);
+  const std::string peer = peer_url();
   const std::vector<std::string> args = {etcd_binary(),
                                          "--name",
-                                         "gsync",
+                                         name_,
                                          "--data-dir",
                                          dir_ + "/data",
                                          "--listen-client-urls",
@@ -129,7 +169,9 @@ Status EtcdServer::launch() {
                                          "--initial-advertise-peer-urls",
                                          peer,
                                          "--initial-cluster",
-                                         "gsync=" + peer,
+                                         initial_cluster_,
+                                         "--initial-cluster-token",
+                                         "gsync-testbed-" + std::to_string(getpid()),
                                          "--logger",
                                          "zap",
                                          "--log-outputs",
@@ -138,6 +180,10 @@ Status EtcdServer::launch() {
   const pid_t parent = getpid();
   pid_ = tools::spawn([&]() -> int { exec_etcd(args, log, parent); });
   if (pid_ < 0) return {GSYNC_ERR_INTERNAL, std::string("etcd: fork: ") + strerror(errno)};
+  return Status::ok();
+}
+
+Status EtcdServer::wait_healthy() {
   int status = 0;
   bool exited = false;
   bool up = tools::wait_until(
@@ -153,7 +199,8 @@ Status EtcdServer::launch() {
   if (exited) pid_ = -1;
   stop();
   return {exited ? GSYNC_ERR_INTERNAL : GSYNC_ERR_TIMEOUT,
-          "etcd on " + client + " " + why + "; the end of " + log + ":\n" + log_tail()};
+          "etcd " + name_ + " on " + endpoint() + " " + why + "; the end of " + dir_ +
+              "/etcd.log:\n" + log_tail()};
 }
 
 void EtcdServer::stop() {

@@ -71,7 +71,8 @@ int run_up(const Options& options) {
   else
     fmt::print("loopback ({})\n", bed->loopback_reason());
   if (options.etcd)
-    fmt::print("membership:   etcd {} (leases of {} s)\n", bed->etcd_endpoint(),
+    fmt::print("membership:   etcd {} ({} member{}, leases of {} s)\n", bed->etcd_endpoint(),
+               bed->etcd_members(), bed->etcd_members() == 1 ? "" : "s",
                options.etcd_lease_ttl_s);
   else
     fmt::print("cluster file: {}\n", bed->cluster_file());
@@ -159,6 +160,10 @@ int main(int argc, char** argv) {
                "membership on a real etcd the bed starts (loopback); hosts join and leave with "
                "add-host / remove-host");
   up->add_option("--etcd-lease-ttl-s", options.etcd_lease_ttl_s, "the daemons' lease ttl, s")
+      ->capture_default_str();
+  up->add_option("--etcd-members", options.etcd_members,
+                 "etcd's members: 1, or a cluster of 3 or 5 (each on its own ports)")
+      ->check(CLI::IsMember({1, 3, 5}))
       ->capture_default_str();
   up->add_option("daemon_args", options.daemon_args, "extra gsyncd arguments, after --");
   std::string bed_dir, remove_id;

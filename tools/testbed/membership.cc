@@ -31,15 +31,32 @@ std::vector<std::string> Testbed::membership_args(int h) const {
 }
 
 Status Testbed::start_etcd() {
-  etcd_ = std::make_unique<EtcdServer>();
+  const int n = options_.etcd_members;
+  if (n != 1 && n != 3 && n != 5)
+    return {GSYNC_ERR_INVALID, "testbed: etcd_members " + std::to_string(n) +
+                                   ": 1, or a cluster of 3 or 5"};
   std::string dir = dir_ + "/etcd";
   if (mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST)
     return {GSYNC_ERR_INTERNAL, "mkdir " + dir + ": " + strerror(errno)};
-  if (Status st = etcd_->start(dir); !st) return {st.code(), "testbed: etcd: " + st.message()};
+  // Not the hosts' ports (picked free before, not yet bound).
+  std::set<uint16_t> taken;
+  for (const Host& x : hosts_) taken.insert(x.port);
+  Status st;
+  if (n == 1) {
+    etcd_.push_back(std::make_unique<EtcdServer>());
+    st = etcd_[0]->start(dir, &taken);
+  } else {
+    st = EtcdServer::start_cluster(dir, n, &taken, &etcd_);
+  }
+  if (!st) return {st.code(), "testbed: etcd: " + st.message()};
   return Status::ok();
 }
 
-std::string Testbed::etcd_endpoint() const { return etcd_ ? etcd_->endpoint() : ""; }
+std::string Testbed::etcd_endpoint() const {
+  std::string out;
+  for (const auto& m : etcd_) out += (out.empty() ? "" : ",") + m->endpoint();
+  return out;
+}
 
 Status Testbed::add_host(int rack, int* h) {
   if (!options_.etcd)
@@ -50,6 +67,7 @@ Status Testbed::add_host(int rack, int* h) {
                                    std::to_string(racks_) + " racks nor the next"};
   std::set<uint16_t> taken;
   for (const Host& x : hosts_) taken.insert(x.port);
+  for (const auto& m : etcd_) taken.insert({m->client_port(), m->peer_port()});
   std::vector<uint16_t> port;
   unsigned seed = static_cast<unsigned>(getpid()) * 31u + static_cast<unsigned>(hosts_.size());
   if (Status st = pick_loopback_ports(1, seed, &taken, &port); !st) return st;

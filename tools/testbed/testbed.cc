@@ -669,7 +669,7 @@ void Testbed::teardown() {
     std::this_thread::sleep_for(milliseconds(10));
   }
 
-  etcd_.reset();  // after the daemons: they revoke their leases on the way out
+  etcd_.clear();  // after the daemons: they revoke their leases on the way out
   // Hosts first, the fabric last: the reverse of creation.
   for (auto it = made_netns_.rbegin(); it != made_netns_.rend(); ++it)
     if (Status st = delete_netns(*it); !st)

@@ -81,6 +81,9 @@ struct Options {
   // hosts' namespaces), and add_host / remove_host change it while it runs.
   bool etcd = false;
   uint32_t etcd_lease_ttl_s = 2;
+  // etcd's members: 1, or a cluster of 3 or 5 (each its own data dir and
+  // ports on loopback); every daemon is given all their endpoints.
+  int etcd_members = 1;
 };
 
 class EtcdServer;
@@ -160,8 +163,12 @@ class Testbed {
   // waits as create() does. Its log is appended to.
   Status start_daemon(int h);
 
-  // Membership on etcd (Options::etcd). The bed's etcd, its client URL.
-  EtcdServer* etcd() const { return etcd_.get(); }
+  // Membership on etcd (Options::etcd). The bed's etcd (its first member;
+  // member(i) of etcd_members()), and every member's client URL,
+  // comma-separated (what the daemons are given).
+  EtcdServer* etcd() const { return etcd_.empty() ? nullptr : etcd_[0].get(); }
+  EtcdServer* etcd_member(int i) const { return etcd_.at(size_t(i)).get(); }
+  int etcd_members() const { return static_cast<int>(etcd_.size()); }
   std::string etcd_endpoint() const;
   // A new host in rack `rack` (1-based; a new rack when one past the last)
   // with the next id, registered through etcd; *h is its index.
@@ -211,7 +218,7 @@ class Testbed {
   std::string fabric_netns_, loopback_reason_;
   std::vector<std::string> made_netns_;  // in creation order, for teardown
   std::vector<Host> hosts_;
-  std::unique_ptr<EtcdServer> etcd_;
+  std::vector<std::unique_ptr<EtcdServer>> etcd_;
   int racks_ = 0;
   uint32_t uplink_mbit_ = 0;
   pid_t owner_pid_ = -1;
