@@ -5,7 +5,7 @@
 // one message a client sends after connect. Input: one byte of flags (bit
 // 0: this daemon has a cluster), then the message. Properties: a hello that
 // passes has a NUL-terminated job id of printable ASCII and a consistent
-// shape; the refusal sent back for one that does not is a NUL-terminated
+// shape (a fixed job's, or an elastic job's); the refusal sent back for one that does not is a NUL-terminated
 // printable message of the failing code.
 #include <cstring>
 
@@ -27,8 +27,18 @@ GSYNC_FUZZ_TARGET(client_hello) {
     st = check_join_request(join, cluster);
     if (st) {
       for (char c : join.job_id) FUZZ_CHECK(c > 0x20 && c < 0x7f);
-      FUZZ_CHECK(join.rank >= 0 && join.rank < join.world_size);
       FUZZ_CHECK(join.local_rank >= 0 && join.local_rank < join.local_size);
+      if (join.min_hosts > 0) {
+        // An elastic job: the daemons number its ranks; its bounds agree
+        // and its id leaves room for "#epoch" (found by the fuzzer: the
+        // fixed job's checks do not hold for it).
+        FUZZ_CHECK(join.world_size == 0 && join.rank == 0);
+        FUZZ_CHECK(join.max_hosts == 0 || join.max_hosts >= join.min_hosts);
+        FUZZ_CHECK(join.job_id.size() + 18 <= proto::kJobIdMax);
+        return 0;
+      }
+      FUZZ_CHECK(join.max_hosts == 0);
+      FUZZ_CHECK(join.rank >= 0 && join.rank < join.world_size);
       FUZZ_CHECK(join.local_size <= join.world_size);
       FUZZ_CHECK(cluster || join.local_size == join.world_size);
       return 0;

@@ -207,19 +207,24 @@ Status parse_range_response(std::string_view body, std::vector<KeyValue>* kvs, i
   Json doc;
   if (Status st = document_of(body, "range", &doc); !st) return st;
   if (!member(doc, "header")) return problem("range", "header: missing");
-  if (Problem p = read_revision(doc, "", revision); !p.empty()) return problem("range", p);
+  // Outputs are written only once the whole answer parsed: a caller that
+  // gets an error sees no revision (found by fuzz_etcd_response: a revision
+  // stayed behind when "kvs" was not an array).
+  int64_t rev = 0;
+  if (Problem p = read_revision(doc, "", &rev); !p.empty()) return problem("range", p);
   const Json* list = member(doc, "kvs");
-  if (!list) return Status::ok();  // no key in the range
-  if (!list->is_array()) return problem("range", "kvs: not an array");
-  kvs->resize(list->size());
-  for (size_t i = 0; i < list->size(); i++) {
-    Problem p = read_kv((*list)[i], fmt::format("kvs[{}]", i), &(*kvs)[i]);
-    if (!p.empty()) {
-      kvs->clear();
-      *revision = 0;
-      return problem("range", p);
+  if (list && !list->is_array()) return problem("range", "kvs: not an array");
+  if (list) {
+    kvs->resize(list->size());
+    for (size_t i = 0; i < list->size(); i++) {
+      Problem p = read_kv((*list)[i], fmt::format("kvs[{}]", i), &(*kvs)[i]);
+      if (!p.empty()) {
+        kvs->clear();
+        return problem("range", p);
+      }
     }
   }
+  *revision = rev;  // no "kvs": no key in the range
   return Status::ok();
 }
 
