@@ -10,9 +10,12 @@ it times (rounds of) three phases:
 
   gloo     plain DDP, torch's gloo allreduce (tcp 127.0.0.1)
   gsync    DDP with gsync.torch.allreduce_hook, buckets through the hosts' gsyncd
+  gsync_dp gsync.torch.DataParallel in place of DDP: the gradients live in
+           gsync's arena, reduced in place (no copy on the rank)
   no_sync  DDP under model.no_sync(): no communication at all
 
-and prints step_ms and exposed = 1 - t(no_sync) / t(phase) for each.
+and prints step_ms and exposed = 1 - t(no_sync) / t(phase) for each, and
+gloo's step time over gsync's (gsync_vs_gloo, gsync_dp_vs_gloo).
 
 BLAS: Debian's torch uses the system libblas.so.3 (the reference BLAS here,
 ~25x slower than OpenBLAS on this model's GEMMs), which would hide any

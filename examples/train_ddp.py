@@ -39,7 +39,9 @@ NCLS = 10
 
 def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--backend", choices=["gloo", "gsync"], default="gloo")
+    p.add_argument("--backend", choices=["gloo", "gsync", "gsync_dp"], default="gloo",
+                   help="gsync: DDP with gsync's hook; gsync_dp: gsync.torch.DataParallel "
+                        "(gradients in the arena)")
     p.add_argument("--steps", type=int, default=50)
     p.add_argument("--warmup", type=int, default=10, help="--bench: untimed steps per phase")
     p.add_argument("--din", type=int, default=256)
@@ -122,11 +124,17 @@ def make_shard(args: argparse.Namespace, rank: int, world: int, n_total: int = 0
 
 # ---- training ----
 
-def build_ddp(args: argparse.Namespace, hook_state=None):
+def build_ddp(args: argparse.Namespace, hook_state=None, data_parallel: bool = False):
     import torch
     from torch.nn.parallel import DistributedDataParallel as DDP
-    model = DDP(make_model(args), bucket_cap_mb=args.bucket_cap_mb)
-    if hook_state is not None:
+    if data_parallel:
+        import gsync.torch
+        # In place of DDP: the gradients live in gsync's arena, no copies.
+        model = gsync.torch.DataParallel(make_model(args), hook_state,
+                                         bucket_cap_mb=args.bucket_cap_mb)
+    else:
+        model = DDP(make_model(args), bucket_cap_mb=args.bucket_cap_mb)
+    if hook_state is not None and not data_parallel:
         import gsync.torch
         model.register_comm_hook(hook_state, gsync.torch.allreduce_hook)  # gsync: line 2 of 2
     opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
@@ -203,7 +211,7 @@ def init_rank(args: argparse.Namespace):
     os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
     dist.init_process_group("gloo", init_method="env://", rank=rank, world_size=world)
     state = None
-    if args.backend == "gsync" or args.bench:
+    if args.backend in ("gsync", "gsync_dp") or args.bench:
         import gsync.torch
         job = args.job or f"train-ddp-{os.environ.get('MASTER_PORT', '0')}"
         state = gsync.torch.init(job=job, timeout_ms=args.timeout_ms,  # gsync: line 1 of 2
@@ -217,7 +225,8 @@ def train_main(args: argparse.Namespace) -> int:
     import torch.distributed as dist
     rank, world, state = init_rank(args)
     x, y = make_shard(args, rank, world)
-    model, opt = build_ddp(args, state if args.backend == "gsync" else None)
+    uses_gsync = args.backend in ("gsync", "gsync_dp")
+    model, opt = build_ddp(args, state if uses_gsync else None, args.backend == "gsync_dp")
     if rank == 0:
         n = sum(p.numel() for p in model.parameters())
         print(f"# backend={args.backend} ranks={world} params={n} "
@@ -234,7 +243,7 @@ def train_main(args: argparse.Namespace) -> int:
     try:
         losses = run_steps(model, opt, x, y, args.steps, args.batch, on_step=on_step,
                            step_times=step_times,
-                           state=state if args.backend == "gsync" else None,
+                           state=state if uses_gsync else None,
                            faults=args.inject_faults, rank=rank, world=world)
     except RuntimeError as e:
         # A gsync failure inside the hook surfaces here, from loss.backward().
@@ -285,13 +294,14 @@ def bench_main(args: argparse.Namespace) -> int:
     import torch.distributed as dist
     rank, world, state = init_rank(args)
     x, y = make_shard(args, rank, world)
-    phases = ["gloo", "gsync", "no_sync"] + (["noop_hook"] if args.noop_phase else [])
+    phases = ["gloo", "gsync", "gsync_dp", "no_sync"] + (["noop_hook"] if args.noop_phase else [])
     times: Dict[str, List[float]] = {k: [] for k in phases}
     inflight: List[float] = []
     copy_in: List[float] = []
     for _ in range(args.rounds):
         for phase in phases:
-            model, opt = build_ddp(args, state if phase == "gsync" else None)
+            model, opt = build_ddp(args, state if phase in ("gsync", "gsync_dp") else None,
+                                   phase == "gsync_dp")
             if phase == "noop_hook":
                 model.register_comm_hook(None, _noop_hook)
             run_steps(model, opt, x, y, args.warmup, args.batch, no_sync=phase == "no_sync")
@@ -308,6 +318,8 @@ def bench_main(args: argparse.Namespace) -> int:
             if phase == "gsync":
                 copy_in.append((state.stats.copy_in_s - c0) / args.steps)
                 inflight.append((state.completer.inflight_s - i0) / args.steps)
+            if phase == "gsync_dp":
+                model.close()  # its gradients' arena blocks
     if rank == 0:
         n = sum(p.numel() for p in make_model(args).parameters())
         med = {k: statistics.median(v) for k, v in times.items()}
@@ -325,6 +337,7 @@ def bench_main(args: argparse.Namespace) -> int:
                                   "rounds_ms": [v * 1e3 for v in times[k]]}), flush=True)
             print(json.dumps({"hosts": hosts, "ranks": world,
                               "gsync_vs_gloo": med["gloo"] / med["gsync"],
+                              "gsync_dp_vs_gloo": med["gloo"] / med["gsync_dp"],
                               "copy_in_ms": statistics.median(copy_in) * 1e3,
                               "in_flight_ms": statistics.median(inflight) * 1e3}), flush=True)
         else:
@@ -349,8 +362,9 @@ def print_bench(args, world, hosts, n, blas, phases, times, med, best, copy_in, 
               f"{best[k] * 1e3:8.2f} {1 - best['no_sync'] / best[k]:8.3f}   {rounds}")
     print(f"  gsync per step: copy-in (bucket -> arena) {statistics.median(copy_in) * 1e3:.2f}"
           f" ms; in flight (submit -> future done, summed over buckets) "
-          f"{statistics.median(inflight) * 1e3:.2f} ms; zero_copy={not args.staged}",
-          flush=True)
+          f"{statistics.median(inflight) * 1e3:.2f} ms; zero_copy={not args.staged}")
+    print(f"  gloo / gsync: {med['gloo'] / med['gsync']:.3f}x (DDP hook), "
+          f"{med['gloo'] / med['gsync_dp']:.3f}x (gsync.torch.DataParallel)", flush=True)
 
 
 def _noop_hook(state, bucket):

@@ -6,6 +6,9 @@ Switching a DDP script to gsync is two lines (docs/pytorch.md):
     state = gsync.torch.init(job="my-run")
     model.register_comm_hook(state, gsync.torch.allreduce_hook)
 
+or, faster (no copy of the gradients at all: they live in the arena),
+gsync.torch.DataParallel(model, state) in place of DDP (torch_dp.py).
+
 DDP calls the hook once per gradient bucket during backward. The hook copies
 the bucket into a buffer of the shared arena that belongs to that bucket,
 submits an asynchronous GSYNC_AVG allreduce of it, and returns a
@@ -37,8 +40,8 @@ from gsync import _lib
 from gsync._lib import GsyncError
 from gsync.comm import Comm, Request
 
-__all__ = ["ElasticDataParallel", "GsyncError", "GsyncState", "LeasedBatchSampler",
-           "PSOptimizer", "allreduce_hook", "elastic", "init"]
+__all__ = ["DataParallel", "ElasticDataParallel", "GsyncError", "GsyncState",
+           "LeasedBatchSampler", "PSOptimizer", "allreduce_hook", "elastic", "init"]
 
 _DTYPES = {
     torch.float32: _lib.FLOAT32,
@@ -443,5 +446,7 @@ def bucket_layout(state: GsyncState) -> List[Tuple[int, int]]:
 # The parameter server's optimizer (docs/parameter-server.md); below the
 # helpers it uses from this module.
 from gsync.torch_ps import LeasedBatchSampler, PSOptimizer  # noqa: E402
+# Data parallel training with the gradients in the arena (no copies).
+from gsync.torch_dp import DataParallel  # noqa: E402
 # Elastic jobs: data parallel training that shrinks and grows with its hosts.
 from gsync.torch_elastic import ElasticDataParallel, elastic  # noqa: E402

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 # SPDX-License-Identifier: Apache-2.0
 """A rank killed mid-training: examples/train_ddp.py runs 4 ranks over gsync
-on a 2-host test bed with a 5 s op timeout; once rank 0 has printed step 20,
+(the DDP hook, then gsync.torch.DataParallel) on a 2-host test bed with a 5 s op timeout; once rank 0 has printed step 20,
 rank 3 (on host h2) gets SIGKILL. Every other rank, on either host, must
 leave training with a Python exception from loss.backward() that carries
 gsync's text naming rank 3, within the timeout (the daemon reports a dead
@@ -27,8 +27,10 @@ from gsync.testbed import Testbed  # noqa: E402
 RANKS, VICTIM, TIMEOUT_MS = 4, 3, 5000
 
 fails = tc.Failures()
-with Testbed(hosts=2, racks=1) as bed:
-    cmd = [sys.executable, str(tc.EXAMPLE), "--backend", "gsync", "--steps", "100000",
+
+
+def run(bed: Testbed, backend: str) -> None:
+    cmd = [sys.executable, str(tc.EXAMPLE), "--backend", backend, "--steps", "100000",
            "--timeout-ms", str(TIMEOUT_MS), *tc.SMALL_MODEL]
     procs = spawn_ranks(cmd, RANKS, bed.sockets, capture=True)
     outs = {r: [] for r in range(RANKS)}
@@ -54,7 +56,7 @@ with Testbed(hosts=2, racks=1) as bed:
     for t in threads:
         t.start()
     ok = started.wait(timeout=120)
-    fails.check(ok, "rank 0 never reached step 20")
+    fails.check(ok, f"{backend}: rank 0 never reached step 20")
     t_kill = time.monotonic()
     procs[VICTIM].send_signal(signal.SIGKILL)
     for t in threads:
@@ -67,16 +69,21 @@ with Testbed(hosts=2, racks=1) as bed:
             continue
         err = "".join(errs[r])
         print(f"--- rank {r} (exit {procs[r].returncode}), stderr:\n{err.strip()}\n---")
-        fails.check(procs[r].returncode not in (None, 0), f"rank {r} did not fail")
+        fails.check(procs[r].returncode not in (None, 0), f"{backend}: rank {r} did not fail")
         took = exited.get(r, float("inf")) - t_kill
-        fails.check(took <= TIMEOUT_MS / 1000, f"rank {r} took {took:.1f} s to fail "
+        fails.check(took <= TIMEOUT_MS / 1000, f"{backend}: rank {r} took {took:.1f} s to fail "
                     f"(timeout {TIMEOUT_MS} ms)")
         fails.check(f"rank {VICTIM}" in err and "training failed" in err,
-                    f"rank {r}: the exception does not name rank {VICTIM}")
+                    f"{backend}: rank {r}: the exception does not name rank {VICTIM}")
         fails.check("GSYNC_ERR_RANK_DEAD" in err or "GSYNC_ERR_HOST_LOST" in err,
-                    f"rank {r}: the exception does not say GSYNC_ERR_RANK_DEAD")
-        print(f"rank {r}: failed {took:.2f} s after the kill")
+                    f"{backend}: rank {r}: the exception does not say GSYNC_ERR_RANK_DEAD")
+        print(f"{backend}: rank {r}: failed {took:.2f} s after the kill")
     if not ok or fails.items:
         for h in range(len(bed.hosts)):
             print(f"--- {bed.hosts[h].id} gsyncd.log ---\n{bed.daemon_log(h)[-2000:]}")
+
+
+with Testbed(hosts=2, racks=1) as bed:
+    for backend in ("gsync", "gsync_dp"):
+        run(bed, backend)
 fails.finish()
