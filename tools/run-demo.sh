@@ -49,7 +49,7 @@ perf=("$build/tools/perf/gsync-perf" --cluster "$cluster" --sockets "$sockets" -
 
 echo
 echo "== ResNet-50 gradients over $hosts hosts x $ranks ranks, $steps steps, average (as DDP)"
-"${perf[@]}" --workload resnet50 --steps "$steps" --op avg
+"${perf[@]}" --workload resnet50 --steps "$steps" --warmup 2 --op avg
 echo
 echo "== allreduce size sweep over $hosts hosts x $ranks ranks, fp32 sum"
 # 20 timed ops per size: the time printed is a median over samples, and

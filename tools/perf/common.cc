@@ -100,6 +100,12 @@ size_t fill_and_count_wrong(void* buf, size_t count, const Options& o, int rank,
   return wrong;
 }
 
+bool barrier(gsync_comm_t* comm, uint64_t* step, int rank) {
+  if (gsync_barrier(comm, (*step)++, kBarrierTimeoutMs) == 0) return true;
+  tools::report(fmt::format("error rank {}: {}\n", rank, gsync_last_error()));
+  return false;
+}
+
 bool collect(const std::vector<tools::ChildResult>& res, const std::string& kind,
              std::vector<std::vector<std::vector<double>>>* rows) {
   bool ok = true;

@@ -106,6 +106,8 @@ bool ps_declare(gsync_comm_t* comm, uint64_t key, void* buf, size_t count, const
 bool push_pull(gsync_comm_t* comm, uint64_t key, uint64_t clock, void* buf, size_t count,
                const Options& o, int rank);
 size_t fill_and_count_wrong(void* buf, size_t count, const Options& o, int rank, bool check);
+// A barrier of the ranks (step counts them), or a report of why not.
+bool barrier(gsync_comm_t* comm, uint64_t* step, int rank);
 // Per line kind, the ranks' reports as rows of numbers.
 bool collect(const std::vector<tools::ChildResult>& res, const std::string& kind,
              std::vector<std::vector<std::vector<double>>>* rows);

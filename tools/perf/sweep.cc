@@ -47,13 +47,6 @@ FirstOp check_first(void* buf, size_t count, const Options& o, const CodecRun& c
   return f;
 }
 
-// A barrier of the sweep, or a report of why not.
-bool barrier(gsync_comm_t* comm, uint64_t* step, int rank) {
-  if (gsync_barrier(comm, (*step)++, kBarrierTimeoutMs) == 0) return true;
-  tools::report(fmt::format("error rank {}: {}\n", rank, gsync_last_error()));
-  return false;
-}
-
 // The runs of each size: the allreduce once per codec and, with --ps, a
 // parameter server's push_pull (which takes no codec: codec 0 is "none").
 struct Variant {

@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 //
 // gsync-perf --workload resnet50: ResNet-50's gradients in DDP's 25 MiB
-// buckets, handed over as DDP does and waited for, step after step.
+// buckets, handed over as DDP does and waited for, step after step (after
+// --warmup untimed ones), and beside them the same bytes as one allreduce:
+// what the transport gives that size in the same run.
 #include <algorithm>
 #include <cstdio>
 
@@ -15,46 +17,82 @@
 namespace gsync::perf {
 
 namespace {
-// A rank of the ResNet-50 workload. Reports "step <wrong> <us>" per step.
+constexpr int kSameSizeOps = 3;  // the reference: the step's bytes as one allreduce
+
+// Submits every bucket as DDP does (each as soon as it is ready), then
+// waits for all of them; the microseconds that took, or -1.
+double one_step(const Options& o, gsync_comm_t* comm, int rank, uint64_t step,
+                const std::vector<size_t>& buckets, const std::vector<void*>& bufs) {
+  auto t0 = Clock::now();
+  std::vector<gsync_request_t*> reqs(buckets.size());
+  for (size_t b = 0; b < buckets.size(); b++) {
+    if (gsync_allreduce(comm, b, step, bufs[b], buckets[b], o.dtype_id, o.op_id, rank + 1.0,
+                        &reqs[b]) != 0) {
+      tools::report(fmt::format("error rank {}: {}\n", rank, gsync_last_error()));
+      return -1;
+    }
+  }
+  for (auto* r : reqs) {
+    if (gsync_wait(r, -1) != 0) {
+      tools::report(fmt::format("error rank {}: {}\n", rank, gsync_request_error(r)));
+      return -1;
+    }
+    gsync_request_free(r);
+  }
+  return std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
+}
+
+// A rank of the ResNet-50 workload. Reports "step <wrong> <us>" per timed
+// step, each started by the ranks together after a barrier (the warm-up steps, which touch fresh memory and build the plans,
+// are checked but not reported), then "same <us>" for each of kSameSizeOps
+// allreduces of the step's bytes as one tensor, after a barrier: the row a
+// size sweep would print for that size, in the same run.
 int workload_rank(const Options& o, int rank, const std::vector<size_t>& buckets) {
   size_t elem = tools::elem_size(o.dtype_id), total = 0;
   for (size_t b : buckets) total += b;
   gsync_comm_t* comm = nullptr;
-  if (connect(o, rank, total * elem + (16 << 20), &comm) != 0) {
+  if (connect(o, rank, 2 * total * elem + (16 << 20), &comm) != 0) {
     tools::report(fmt::format("error rank {}: {}\n", rank, gsync_last_error()));
     return 1;
   }
   std::vector<void*> bufs(buckets.size());
-  for (size_t b = 0; b < buckets.size(); b++) {
-    if (gsync_alloc(comm, buckets[b] * elem, &bufs[b]) != 0) {
+  void* whole = nullptr;
+  for (size_t b = 0; b <= buckets.size(); b++) {
+    void** at = b < buckets.size() ? &bufs[b] : &whole;
+    if (gsync_alloc(comm, (b < buckets.size() ? buckets[b] : total) * elem, at) != 0) {
       tools::report(fmt::format("error rank {}: {}\n", rank, gsync_last_error()));
       return 1;
     }
   }
-  for (int step = 0; step < o.steps; step++) {
+  uint64_t sync = 0;
+  for (int step = 0; step < o.warmup + o.steps; step++) {
     for (size_t b = 0; b < buckets.size(); b++) fill_and_count_wrong(bufs[b], buckets[b], o, rank, false);
-    // As DDP does: every bucket handed over as soon as it is ready, then a
-    // wait for all of them before the optimizer step.
-    auto t0 = Clock::now();
-    std::vector<gsync_request_t*> reqs(buckets.size());
-    for (size_t b = 0; b < buckets.size(); b++) {
-      if (gsync_allreduce(comm, b, static_cast<uint64_t>(step), bufs[b], buckets[b], o.dtype_id,
-                          o.op_id, rank + 1.0, &reqs[b]) != 0) {
-        tools::report(fmt::format("error rank {}: {}\n", rank, gsync_last_error()));
-        return 1;
-      }
-    }
-    for (auto* r : reqs) {
-      if (gsync_wait(r, -1) != 0) {
-        tools::report(fmt::format("error rank {}: {}\n", rank, gsync_request_error(r)));
-        return 1;
-      }
-      gsync_request_free(r);
-    }
-    double us = std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
+    // The ranks start the step together: how long one rank takes to fill
+    // 100 MB of test values (and to check them after) is the harness's
+    // time, not the transport's, and a rank that filled first would
+    // otherwise count the others' filling as its wait.
+    if (!barrier(comm, &sync, rank)) return 1;
+    double us = one_step(o, comm, rank, static_cast<uint64_t>(step), buckets, bufs);
+    if (us < 0) return 1;
     size_t wrong = 0;
     for (size_t b = 0; b < buckets.size(); b++) wrong += fill_and_count_wrong(bufs[b], buckets[b], o, rank, true);
-    tools::report(fmt::format("step {} {:.3f}\n", wrong, us));
+    if (step >= o.warmup || wrong > 0)
+      tools::report(fmt::format("{} {} {:.3f}\n", step >= o.warmup ? "step" : "warmup", wrong, us));
+  }
+  for (int i = 0; i < kSameSizeOps; i++) {
+    fill_and_count_wrong(whole, total, o, rank, false);
+    if (!barrier(comm, &sync, rank)) return 1;
+    auto t0 = Clock::now();
+    gsync_request_t* r;
+    if (gsync_allreduce(comm, buckets.size(), static_cast<uint64_t>(i), whole, total, o.dtype_id,
+                        o.op_id, rank + 1.0, &r) != 0 ||
+        gsync_wait(r, -1) != 0) {
+      tools::report(fmt::format("error rank {}: {}\n", rank, gsync_last_error()));
+      return 1;
+    }
+    gsync_request_free(r);
+    double us = std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
+    tools::report(fmt::format("same {} {:.3f}\n", fill_and_count_wrong(whole, total, o, rank, true), us));
   }
   gsync_close(comm);
   return 0;
@@ -67,10 +105,19 @@ int run_workload(const Options& o) {
   for (size_t t : tensors) params += t;
   auto buckets = ddp_buckets(tensors, 25 << 20, elem);
   auto res = tools::run_ranks(o.world(), [&](int r) { return workload_rank(o, r, buckets); }, 3600);
-  std::vector<std::vector<std::vector<double>>> rows;
-  bool ok = collect(res, "step", &rows);
-  std::vector<double> per_step(static_cast<size_t>(o.steps), 0.0);
+  std::vector<std::vector<std::vector<double>>> rows, same_rows, warm_rows;
+  bool ok = collect(res, "step", &rows) && collect(res, "same", &same_rows) &&
+            collect(res, "warmup", &warm_rows);
+  // The same bytes as one allreduce: per op the slowest rank, then the median.
+  std::vector<double> same_us(kSameSizeOps, 0.0);
+  for (auto& rank_rows : same_rows)
+    for (size_t i = 0; i < rank_rows.size() && i < same_us.size(); i++)
+      same_us[i] = std::max(same_us[i], rank_rows[i][1]);
   uint64_t wrong = 0;
+  for (auto* set : {&same_rows, &warm_rows})
+    for (auto& rank_rows : *set)
+      for (auto& row : rank_rows) wrong += static_cast<uint64_t>(row[0]);
+  std::vector<double> per_step(static_cast<size_t>(o.steps), 0.0);
   for (auto& rank_rows : rows)
     for (size_t s = 0; s < rank_rows.size() && s < per_step.size(); s++) {
       wrong += static_cast<uint64_t>(rank_rows[s][0]);
@@ -85,13 +132,20 @@ int run_workload(const Options& o) {
   double hi = per_step.empty() ? 0 : *std::max_element(per_step.begin(), per_step.end());
   double spread = lo > 0 ? hi / lo : 0;
   double algbw = us > 0 ? bytes / us / 1e3 : 0;
+  double same = median(same_us);
+  double same_algbw = same > 0 ? bytes / same / 1e3 : 0;
+  // What the workload reaches of what one allreduce of its bytes gets.
+  double reach = same_algbw > 0 ? algbw / same_algbw : 0;
   if (o.json_out) {
     std::printf("%s\n", nlohmann::json{{"workload", "resnet50"}, {"ranks", o.world()}, {"tensors", tensors.size()},
                              {"params", params}, {"buckets", buckets.size()}, {"steps", o.steps},
                              {"bytes_per_step", params * elem}, {"step_comm_us", us},
                              {"algbw_gbps", algbw}, {"busbw_gbps", algbw * bus_factor(o.world())},
                              {"hosts", o.hosts}, {"wrong", wrong}, {"step_min_us", lo},
-                             {"step_max_us", hi}, {"spread", spread}}
+                             {"step_max_us", hi}, {"spread", spread}, {"warmup", o.warmup},
+                             {"same_size_us", same}, {"same_size_busbw_gbps",
+                                                      same_algbw * bus_factor(o.world())},
+                             {"of_same_size", reach}}
                             .dump()
                             .c_str());
   } else {
@@ -110,9 +164,13 @@ int run_workload(const Options& o) {
                   static_cast<unsigned long long>(w));
     }
     std::printf("# median step: %.1f us, algbw %.3f GB/s, busbw %.3f GB/s; spread %.2fx (slowest "
-                "%.1f us / fastest %.1f us); every element of every step checked: %llu wrong\n",
-                us, algbw, algbw * bus_factor(o.world()), spread, hi, lo,
-                static_cast<unsigned long long>(wrong));
+                "%.1f us / fastest %.1f us, after %d warm-up step%s); every element of every step "
+                "checked: %llu wrong\n",
+                us, algbw, algbw * bus_factor(o.world()), spread, hi, lo, o.warmup,
+                o.warmup == 1 ? "" : "s", static_cast<unsigned long long>(wrong));
+    std::printf("# the same %.1f MB as one allreduce (the sweep's row at this size, median of %d): "
+                "%.1f us, busbw %.3f GB/s; the workload reaches %.0f%% of it\n",
+                bytes / 1e6, kSameSizeOps, same, same_algbw * bus_factor(o.world()), 100 * reach);
   }
   return ok && wrong == 0 ? 0 : 1;
 }
