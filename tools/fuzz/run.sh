@@ -30,13 +30,14 @@ jobs=${FUZZ_JOBS:-$(nproc)}
 start=$(date +%s)
 
 "$root/tools/setup-deps.sh"
+source "$root/tools/unity-args.sh"
 if [ ! -f "$build/build.ninja" ]; then
   # -O1 and line tables only: the build is most of the lane's time on 2
   # cores, and stack traces need no more to name file and line.
   CC=clang CXX=clang++ meson setup "$build" "$root" \
     -Dfuzz=enabled -Dtests=disabled -Dcuda=disabled -Ddpdk=disabled \
     -Dbuildtype=plain -Doptimization=1 -Dc_args=-gline-tables-only \
-    -Dcpp_args=-gline-tables-only -Db_sanitize=address,undefined -Db_lundef=false
+    -Dcpp_args=-gline-tables-only -Db_sanitize=address,undefined -Db_lundef=false "${unity[@]}"
 fi
 ninja -C "$build" "${targets[@]/#/tests/fuzz/fuzz_}"
 built=$(date +%s)

@@ -62,14 +62,14 @@ const json& at(const json& j, const char* key) {
   return it == j.end() ? kNull : *it;
 }
 
-std::optional<double> num(const json& j, const char* key) {
+std::optional<double> number(const json& j, const char* key) {
   const json& v = at(j, key);
   if (!v.is_number()) return std::nullopt;
   return v.get<double>();
 }
 
 // Any scalar as text ("-" when missing), escaped.
-std::string text(const json& v) {
+std::string html(const json& v) {
   if (v.is_string()) return html_escape(v.get<std::string>());
   if (v.is_number() || v.is_boolean()) return v.dump();
   return "-";
@@ -84,12 +84,12 @@ std::string td_num(const std::string& escaped, std::optional<double> value) {
 }
 
 std::string td_bytes(const json& j, const char* key) {
-  auto v = num(j, key);
+  auto v = number(j, key);
   return td_num(v && *v >= 0 ? format_bytes(uint64_t(*v)) : "-", v);
 }
 
 std::string td_gbps(const json& j, const char* key) {
-  auto v = num(j, key);
+  auto v = number(j, key);
   return td_num(v ? format_gbps(*v) : "-", v);
 }
 
@@ -106,15 +106,15 @@ std::string header(std::initializer_list<std::string_view> titles) {
 std::string status_line(const json& st) {
   if (!st.is_object()) return "";
   const json& ops = at(st, "ops");
-  auto uptime = num(st, "uptime_s");
+  auto uptime = number(st, "uptime_s");
   return fmt::format(
       "<p class=\"status\">gsyncd {}, pid {}, up {}, kernels {}, transport {}; ops {} completed, "
       "{} failed, {} in flight; {} reduced</p>\n",
-      text(at(st, "version")), text(at(st, "pid")),
-      uptime ? html_escape(format_duration(*uptime)) : "-", text(at(st, "isa")),
-      text(at(st, "transport")), text(at(ops, "completed")), text(at(ops, "failed")),
-      text(at(ops, "in_flight")),
-      num(st, "bytes_reduced") ? format_bytes(uint64_t(*num(st, "bytes_reduced"))) : "-");
+      html(at(st, "version")), html(at(st, "pid")),
+      uptime ? html_escape(format_duration(*uptime)) : "-", html(at(st, "isa")),
+      html(at(st, "transport")), html(at(ops, "completed")), html(at(ops, "failed")),
+      html(at(ops, "in_flight")),
+      number(st, "bytes_reduced") ? format_bytes(uint64_t(*number(st, "bytes_reduced"))) : "-");
 }
 
 // A job of one daemon: its row of the jobs report (null when its ranks have
@@ -157,13 +157,13 @@ std::string jobs_table(const std::vector<JobView>& jobs) {
                     "<tbody>\n";
   for (const JobView& v : jobs) {
     const json& r = v.row;
-    std::string error = at(r, "last_error").is_string() ? text(at(r, "last_error")) : "";
+    std::string error = at(r, "last_error").is_string() ? html(at(r, "last_error")) : "";
     out += fmt::format("<tr><td><a href=\"#{}\">{}</a></td>", v.anchor, html_escape(v.id)) +
-           td_num(text(at(r, "world_size")), num(r, "world_size")) +
-           td_num(text(at(r, "local_size")), num(r, "local_size")) +
-           td_num(text(at(r, "ops_completed")), num(r, "ops_completed")) +
-           td_num(text(at(r, "ops_failed")), num(r, "ops_failed")) +
-           td_num(text(at(r, "ops_in_flight")), num(r, "ops_in_flight")) +
+           td_num(html(at(r, "world_size")), number(r, "world_size")) +
+           td_num(html(at(r, "local_size")), number(r, "local_size")) +
+           td_num(html(at(r, "ops_completed")), number(r, "ops_completed")) +
+           td_num(html(at(r, "ops_failed")), number(r, "ops_failed")) +
+           td_num(html(at(r, "ops_in_flight")), number(r, "ops_in_flight")) +
            td_bytes(r, "bytes_reduced") + td_gbps(r, "throughput_gbps") + td(straggler_of(r)) +
            td(error.empty() ? "-" : error) + "</tr>\n";
   }
@@ -174,14 +174,15 @@ std::string straggler_verdict(const json& s) {
   const json& who = at(s, "straggler");
   if (!who.is_number())
     return fmt::format("<p class=\"verdict\">no straggler over the last {} ops</p>\n",
-                       text(at(s, "ops")));
+                       html(at(s, "ops")));
   for (const json& r : at(s, "ranks")) {
     if (at(r, "rank") != who) continue;
     return fmt::format(
         "<p class=\"verdict bad\">rank {} (pid {}) is the straggler: last in {:.0f}% of {} ops, "
         "{:.1f} ms after the first (median; p99 {:.1f} ms)</p>\n",
-        text(who), text(at(r, "pid")), 100 * num(r, "last_share").value_or(0), text(at(s, "ops")),
-        1e3 * num(r, "median_lag_s").value_or(0), 1e3 * num(r, "p99_lag_s").value_or(0));
+        html(who), html(at(r, "pid")), 100 * number(r, "last_share").value_or(0),
+        html(at(s, "ops")), 1e3 * number(r, "median_lag_s").value_or(0),
+        1e3 * number(r, "p99_lag_s").value_or(0));
   }
   return "";
 }
@@ -197,12 +198,12 @@ std::string stragglers_table(const json& row) {
       "<tbody>\n";
   for (const json& r : ranks) {
     const bool slow = at(r, "rank").is_number() && at(r, "rank") == at(s, "straggler");
-    auto share = num(r, "last_share");
+    auto share = number(r, "last_share");
     out += fmt::format("<tr class=\"{}\" data-rank=\"{}\">", slow ? "rank straggler" : "rank",
-                       text(at(r, "rank"))) +
-           td_num(text(at(r, "rank")), num(r, "rank")) +
-           td_num(text(at(r, "local_rank")), num(r, "local_rank")) + td(text(at(r, "pid"))) +
-           td_ms(num(r, "median_lag_s")) + td_ms(num(r, "p99_lag_s")) +
+                       html(at(r, "rank"))) +
+           td_num(html(at(r, "rank")), number(r, "rank")) +
+           td_num(html(at(r, "local_rank")), number(r, "local_rank")) + td(html(at(r, "pid"))) +
+           td_ms(number(r, "median_lag_s")) + td_ms(number(r, "p99_lag_s")) +
            td_num(share ? fmt::format("{:.0f}%", 100 * *share) : "-", share) + "</tr>\n";
   }
   return out + "</tbody></table>\n";
@@ -238,8 +239,8 @@ std::string peers_section(const json& reply) {
   if (!self.is_object()) return "<p class=\"note\">no cluster configured: a single host</p>\n";
   std::string out =
       fmt::format("<p>cluster {}, this host {} ({}, rack {}), epoch {}</p>\n",
-                  text(at(reply, "cluster")), text(at(self, "host")), text(at(self, "address")),
-                  text(at(self, "rack")), text(at(reply, "epoch")));
+                  html(at(reply, "cluster")), html(at(self, "host")), html(at(self, "address")),
+                  html(at(self, "rack")), html(at(reply, "epoch")));
   const json& peers = at(reply, "peers");
   if (!peers.is_array() || peers.empty()) return out + "<p class=\"note\">no peers</p>\n";
   out += "<table class=\"peers sortable\">" +
@@ -247,12 +248,12 @@ std::string peers_section(const json& reply) {
                  "recv", "connects", "last error"}) +
          "<tbody>\n";
   for (const json& p : peers) {
-    std::string error = at(p, "last_error").is_string() ? text(at(p, "last_error")) : "";
-    out += "<tr>" + td(text(at(p, "host"))) + td(text(at(p, "address"))) + td(text(at(p, "rack"))) +
-           td(text(at(p, "state"))) + td(text(at(p, "transport"))) + td_bytes(p, "bytes_sent") +
+    std::string error = at(p, "last_error").is_string() ? html(at(p, "last_error")) : "";
+    out += "<tr>" + td(html(at(p, "host"))) + td(html(at(p, "address"))) + td(html(at(p, "rack"))) +
+           td(html(at(p, "state"))) + td(html(at(p, "transport"))) + td_bytes(p, "bytes_sent") +
            td_bytes(p, "bytes_received") + td_gbps(p, "send_gbps") + td_gbps(p, "recv_gbps") +
-           td_num(text(at(p, "connects")), num(p, "connects")) + td(error.empty() ? "-" : error) +
-           "</tr>\n";
+           td_num(html(at(p, "connects")), number(p, "connects")) +
+           td(error.empty() ? "-" : error) + "</tr>\n";
   }
   return out + "</tbody></table>\n";
 }

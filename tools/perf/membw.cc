@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "tools/perf/membw.h"
+#include "tools/perf/perf.h"
 
 #include <algorithm>
 #include <chrono>
@@ -16,11 +17,6 @@ namespace {
 __attribute__((target_clones("avx512f", "avx2", "default"), noinline)) void add_into(
     float* __restrict a, const float* __restrict b, size_t n) {
   for (size_t i = 0; i < n; i++) a[i] += b[i];
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
 }
 
 }  // namespace

@@ -20,6 +20,7 @@ case $build in /*) ;; *) build=$root/$build ;; esac
 start=$(date +%s)
 
 bash "$root/tools/setup-deps.sh" || exit 1
+source "$root/tools/unity-args.sh"
 if [ ! -f "$build/build.ninja" ]; then
   # -O0 and line tables only (-g1): the build is most of the lane's time
   # on 2 cores. Measured per file, UBSan's checks at -O1 take twice the
@@ -27,7 +28,8 @@ if [ ! -f "$build/build.ninja" ]; then
   # at -O0), and a report's stack needs no more than file and line. The
   # reduce kernels and codecs keep their own -O3 (daemon/reduce/meson.build).
   meson setup "$build" "$root" -Dbuildtype=plain -Doptimization=0 -Dc_args=-g1 \
-    -Dcpp_args=-g1 -Db_sanitize=address,undefined -Db_lundef=false -Dcuda=disabled || exit 1
+    -Dcpp_args=-g1 -Db_sanitize=address,undefined -Db_lundef=false -Dcuda=disabled \
+    "${unity[@]}" || exit 1
 fi
 # What the two suites run, not the whole tree (benchmarks, the rxe lane's
 # program): tools/suite-targets.py.
