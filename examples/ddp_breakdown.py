@@ -124,6 +124,9 @@ def main() -> int:
     p.add_argument("--openblas", default="")
     p.add_argument("--json", action="store_true")
     p.add_argument("--daemon-arg", action="append", default=[])
+    p.add_argument("--backend", choices=["gsync", "gsync_dp"], default="gsync",
+                   help="gsync: DDP with the hook; gsync_dp: gsync.torch.DataParallel (its "
+                        "buckets' hook time is when their last gradient was in; no copy)")
     p.add_argument("model_args", nargs="*", help="more train_ddp.py arguments (after --)")
     args = p.parse_args()
     env = dict(os.environ)
@@ -133,7 +136,7 @@ def main() -> int:
         env["OPENBLAS_NUM_THREADS"] = "1"
     out = Path(tempfile.mkdtemp(prefix="ddp-breakdown-"))
     with Testbed(hosts=args.hosts, racks=1, daemon_args=args.daemon_arg) as bed:
-        cmd = [sys.executable, str(REPO / "examples" / "train_ddp.py"), "--backend", "gsync",
+        cmd = [sys.executable, str(REPO / "examples" / "train_ddp.py"), "--backend", args.backend,
                "--nproc", str(args.nproc), "--sockets", ",".join(bed.sockets), "--quiet",
                "--steps", str(args.steps), "--trace", str(out), *args.model_args]
         rc = subprocess.run(cmd, env=env).returncode
@@ -153,15 +156,15 @@ def main() -> int:
         ops = {(o["key"], o["step"]): o for o in recent[t["socket"]] if o["job"] == t["job"]}
         rows[t["rank"]] = breakdown(t, ops, skew, args.warmup)
     slowest = max(rows, key=lambda r: rows[r].get("step") or 0)
-    result = {"hosts": args.hosts, "ranks": args.nproc, "steps": args.steps - args.warmup,
+    result = {"backend": args.backend, "hosts": args.hosts, "ranks": args.nproc, "steps": args.steps - args.warmup,
               "blas": "openblas" if blas else "system", "rank0": rows[0], "slowest": slowest,
               "slowest_rank": rows[slowest]}
     if args.json:
         print(json.dumps(result))
         return 0
-    print(f"# ddp_breakdown: {args.hosts} hosts x {args.nproc} ranks, {args.steps - args.warmup} "
-          f"timed steps, BLAS {result['blas']}; medians in ms (rank 0, and rank {slowest}, the "
-          f"slowest)")
+    print(f"# ddp_breakdown: {args.backend}, {args.hosts} hosts x {args.nproc} ranks, "
+          f"{args.steps - args.warmup} timed steps, BLAS {result['blas']}; medians in ms (rank 0, "
+          f"and rank {slowest}, the slowest)")
     for k in rows[0]:
         a, b = rows[0].get(k), rows[slowest].get(k)
         fa = f"{a:10.3f}" if a is not None else f"{'-':>10}"
