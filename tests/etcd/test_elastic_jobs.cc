@@ -20,6 +20,7 @@
 
 #include <fmt/format.h>
 
+#include "tests/etcd/etcd_bed.h"
 #include "tests/integration/bed_util.h"
 #include "tests/integration/client_util.h"
 
@@ -27,22 +28,6 @@ namespace gsync::test {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-constexpr int kTtlS = 2;
-
-std::unique_ptr<testbed::Testbed> make_bed(int hosts, bool etcd = true) {
-  testbed::Options o;
-  o.hosts = hosts;
-  o.racks = 1;
-  o.etcd = etcd;
-  o.loopback = true;  // as an etcd bed is
-  o.etcd_lease_ttl_s = kTtlS;
-  o.daemon_args = {"--op-timeout-ms", "20000"};
-  std::unique_ptr<testbed::Testbed> bed;
-  Status st = testbed::Testbed::create(o, &bed);
-  EXPECT_TRUE(st) << st.message();
-  return bed;
-}
-
 int connect_elastic(const testbed::Testbed& bed, int host, const std::string& job, int min_hosts,
                     int max_hosts, gsync_comm_t** comm) {
   gsync_config_t cfg;
@@ -185,7 +170,7 @@ int elastic_rank(const testbed::Testbed& bed, int host, const std::string& job, 
 class ElasticJob : public ::testing::TestWithParam<bool> {};
 
 TEST_P(ElasticJob, ShrinksWhenAHostIsKilledAndGrowsWhenItComesBack) {
-  auto bed = make_bed(4, GetParam());
+  auto bed = make_etcd_bed(4, GetParam());
   ASSERT_TRUE(bed);
   const std::string job = "elastic", done = bed->dir() + "/done";
   std::vector<ChildResult> res, back;
@@ -266,7 +251,7 @@ INSTANTIATE_TEST_SUITE_P(Membership, ElasticJob, ::testing::Values(true, false),
 // min_hosts 3 on three hosts: one killed leaves two, and the job ends on
 // both survivors with that reason, promptly (no op waits for its timeout).
 TEST(ElasticJobs, SurvivorsBelowMinHostsEndTheJobCleanly) {
-  auto bed = make_bed(3);
+  auto bed = make_etcd_bed(3);
   ASSERT_TRUE(bed);
   const std::string job = "strict";
   int go[2];

@@ -17,6 +17,7 @@
 
 #include <fmt/format.h>
 
+#include "tests/etcd/etcd_bed.h"
 #include "tests/integration/allreduce_cases.h"
 #include "tests/integration/bed_util.h"
 #include "tests/integration/client_util.h"
@@ -27,22 +28,6 @@ namespace gsync::test {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-constexpr int kTtlS = 2;
-
-std::unique_ptr<testbed::Testbed> make_etcd_bed(int hosts, int etcd_members = 1) {
-  testbed::Options o;
-  o.hosts = hosts;
-  o.racks = 1;
-  o.etcd = true;
-  o.etcd_members = etcd_members;
-  o.etcd_lease_ttl_s = kTtlS;
-  o.daemon_args = {"--op-timeout-ms", "20000"};
-  std::unique_ptr<testbed::Testbed> bed;
-  Status st = testbed::Testbed::create(o, &bed);
-  EXPECT_TRUE(st) << st.message();
-  return bed;
-}
-
 // The peers host h lists (members), and which of them are up.
 std::set<std::string> listed(const testbed::Testbed& bed, int h, bool up_only) {
   std::set<std::string> out;
@@ -125,7 +110,7 @@ TEST(EtcdMembership, HostsJoinAndLeaveARunningCluster) {
 // other two, a host joins and one leaves while it is down, and the member
 // rejoins.
 TEST(EtcdMembership, AThreeMemberEtcdLosesOneAndMembershipGoesOn) {
-  auto bed = make_etcd_bed(3, 3);
+  auto bed = make_etcd_bed(3, true, 3);
   ASSERT_TRUE(bed);
   ASSERT_EQ(bed->etcd_members(), 3);
   ASSERT_GE(wait_peers(*bed, {0, 1, 2}, {"h1", "h2", "h3"}, 20000), 0) << bed->daemon_log(0);
