@@ -6,7 +6,8 @@
 #   - the release build: suites systemd, rxe, torch, the soak (its
 #     resident-set check means nothing under ASan), demo (the README's
 #     main job, as a user runs it), dpdk (DPDK's virtual devices) and etcd
-#     (membership on a real etcd);
+#     (membership on a real etcd) and gpu (the GPU kernels: SKIPPED with
+#     the reason without a GPU, their host-side rules run everywhere);
 #   - the sanitizer lane (tools/sanitize/run.sh): unit and integration with
 #     ASan and UBSan, which stands in for the release run of those two
 #     (issue #15 allows it: two builds of them do not fit the budget);
@@ -26,7 +27,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 bash tools/setup-deps.sh || exit 1
 build=${BUILD_DIR:-build}
-release_suites=(soak systemd rxe torch demo dpdk etcd)
+release_suites=(soak systemd rxe torch demo dpdk etcd gpu)
 if [ $# -gt 0 ] || [ "${GSYNC_LANES:-1}" = 0 ]; then
   bash tools/build.sh || exit 1
 else
@@ -65,5 +66,5 @@ else
     "$((sanitized - released)) s, fuzzing lane $((fuzzed - sanitized)) s"
 fi
 python3 tools/test-summary.py "${logs[@]}" "${strict[@]}" --allow tests/skip-allowlist.txt \
-  --expect-suites unit,integration,systemd,rxe,torch,demo,dpdk,etcd || rc=1
+  --expect-suites unit,integration,systemd,rxe,torch,demo,dpdk,etcd,gpu || rc=1
 exit $rc

@@ -1,0 +1,100 @@
+// SPDX-License-Identifier: Apache-2.0
+//
+// GPU memory and the reduce kernels that run on it (docs/gpu.md). This
+// header has no CUDA in it: the daemon's other layers and the tests include
+// it whether or not gsync was built with CUDA. Built with CUDA
+// (device_cuda.cu, reduce_kernels.cu) the calls below use the CUDA runtime;
+// built without (device_none.cc) every call that needs a GPU fails with a
+// Status that says so.
+//
+// The kernels compute what daemon/reduce/reduce.h computes, bit for bit, for
+// fp32, fp16 and bf16 (accumulate in fp32, fold in index order, round once
+// to nearest-even on store, no fused multiply-add, NaN propagates through
+// min and max, ties keep the value folded first): a device buffer and a host
+// buffer of the same job give the same result.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <string>
+
+#include "daemon/core/status.h"
+#include "daemon/gpu/launch.h"
+#include "daemon/reduce/reduce.h"
+
+namespace gsync::gpu {
+
+// Whether this build has the CUDA parts (meson feature 'cuda').
+bool built_with_cuda();
+
+// The GPUs this process can use: count > 0, or 0 and why not ("built
+// without CUDA", "no CUDA driver", "no device").
+struct Devices {
+  int count = 0;
+  std::string why_none;
+};
+// Asked of the CUDA runtime once; later calls return the same answer.
+const Devices& devices();
+
+// Device memory of one allocation on one device, freed with the object.
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  DeviceBuffer(DeviceBuffer&& other) noexcept;
+  DeviceBuffer& operator=(DeviceBuffer&& other) noexcept;
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  ~DeviceBuffer();
+
+  static Status allocate(int device, size_t bytes, DeviceBuffer* out);
+  void* get() const { return ptr_; }
+  size_t bytes() const { return bytes_; }
+  int device() const { return device_; }
+
+ private:
+  void release();
+  void* ptr_ = nullptr;
+  size_t bytes_ = 0;
+  int device_ = -1;
+};
+
+// A copy between any two of host and device memory (unified addressing
+// tells which is which), finished when it returns. Tests and benchmarks.
+Status copy_sync(void* dst, const void* src, size_t bytes);
+
+// One stream of the daemon's own on one device. Work is queued on it and
+// its end is polled, never waited for on the event thread: record() marks
+// what is queued so far, done() says whether it finished.
+class Stream {
+ public:
+  static Status create(int device, std::unique_ptr<Stream>* out);
+  ~Stream();
+  Stream(const Stream&) = delete;
+  Stream& operator=(const Stream&) = delete;
+
+  // Queues the reduction args describes; its pointers are device
+  // pointers (outputs may be inputs, as on the host). An unsupported
+  // dtype or op, more than kMaxTensors inputs or outputs, or a launch
+  // the runtime refuses is an error naming it, with nothing queued.
+  Status reduce(const reduce::ReduceArgs& args);
+  // Queues a copy (device or host memory, either way).
+  Status copy(void* dst, const void* src, size_t bytes);
+  // Marks the work queued so far.
+  Status record();
+  // True when the work up to the last record() ended; an error of that
+  // work (a fault in a kernel) goes to *error and also counts as ended.
+  bool done(Status* error);
+  // Waits for everything queued: tests and benchmarks only.
+  Status synchronize();
+
+  int device() const { return device_; }
+
+ private:
+  Stream() = default;
+  int device_ = -1;
+  void* stream_ = nullptr;  // cudaStream_t
+  void* event_ = nullptr;   // cudaEvent_t
+  int sm_count_ = 0;
+};
+
+}  // namespace gsync::gpu

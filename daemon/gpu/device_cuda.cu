@@ -1,0 +1,169 @@
+// SPDX-License-Identifier: Apache-2.0
+//
+// device.h over the CUDA runtime: which GPUs there are, device memory,
+// streams and their completion events. The kernels are in
+// reduce_kernels.cu.
+#include <cuda_runtime.h>
+
+#include <utility>
+
+#include "daemon/gpu/cuda_status.h"
+#include "daemon/gpu/device.h"
+
+namespace gsync::gpu {
+
+bool built_with_cuda() { return true; }
+
+const Devices& devices() {
+  // A function-local static: the runtime is asked once, by the first
+  // caller, and the answer (a machine without a driver included) kept.
+  static const Devices found = [] {
+    Devices d;
+    int n = 0;
+    const cudaError_t err = cudaGetDeviceCount(&n);
+    if (err != cudaSuccess) {
+      d.why_none = "no GPU: " + cuda_status(err, "cudaGetDeviceCount", -1).message();
+      if (err == cudaErrorInsufficientDriver) {
+        d.why_none += ": no NVIDIA driver is loaded, or it is older than this CUDA runtime";
+      }
+      // The runtime keeps the error sticky for this thread otherwise.
+      (void)cudaGetLastError();
+    } else if (n == 0) {
+      d.why_none = "no GPU: the CUDA driver sees no device";
+    } else {
+      d.count = n;
+    }
+    return d;
+  }();
+  return found;
+}
+
+namespace {
+
+Status need_device(int device) {
+  const Devices& d = devices();
+  if (d.count == 0) return Status(GSYNC_ERR_UNSUPPORTED, d.why_none);
+  if (device < 0 || device >= d.count) {
+    return Status(GSYNC_ERR_INVALID, "GPU " + std::to_string(device) + " does not exist (" +
+                                         std::to_string(d.count) + " visible)");
+  }
+  return cuda_status(cudaSetDevice(device), "cudaSetDevice", device);
+}
+
+}  // namespace
+
+DeviceBuffer::DeviceBuffer(DeviceBuffer&& other) noexcept
+    : ptr_(std::exchange(other.ptr_, nullptr)),
+      bytes_(std::exchange(other.bytes_, 0)),
+      device_(std::exchange(other.device_, -1)) {}
+
+DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& other) noexcept {
+  if (this != &other) {
+    release();
+    ptr_ = std::exchange(other.ptr_, nullptr);
+    bytes_ = std::exchange(other.bytes_, 0);
+    device_ = std::exchange(other.device_, -1);
+  }
+  return *this;
+}
+
+DeviceBuffer::~DeviceBuffer() { release(); }
+
+void DeviceBuffer::release() {
+  if (ptr_ == nullptr) return;
+  // cudaFree synchronizes the device; a failure here (a device lost) has
+  // nobody to tell and the memory is gone with the context anyway.
+  (void)cudaSetDevice(device_);
+  (void)cudaFree(ptr_);
+  ptr_ = nullptr;
+}
+
+Status DeviceBuffer::allocate(int device, size_t bytes, DeviceBuffer* out) {
+  if (Status s = need_device(device); !s) return s;
+  DeviceBuffer b;
+  b.device_ = device;
+  b.bytes_ = bytes;
+  // cudaMalloc of 0 bytes gives a null pointer; a real (1-byte) allocation
+  // keeps "an allocation has an address" true for the callers.
+  if (Status s = cuda_status(cudaMalloc(&b.ptr_, bytes == 0 ? 1 : bytes), "cudaMalloc", device);
+      !s) {
+    b.ptr_ = nullptr;
+    return Status(s.code(), s.message() + " (" + std::to_string(bytes) + " bytes)");
+  }
+  *out = std::move(b);
+  return Status::ok();
+}
+
+Status copy_sync(void* dst, const void* src, size_t bytes) {
+  if (bytes == 0) return Status::ok();
+  if (devices().count == 0) return Status(GSYNC_ERR_UNSUPPORTED, devices().why_none);
+  return cuda_status(cudaMemcpy(dst, src, bytes, cudaMemcpyDefault), "cudaMemcpy", -1);
+}
+
+Status Stream::create(int device, std::unique_ptr<Stream>* out) {
+  if (Status s = need_device(device); !s) return s;
+  std::unique_ptr<Stream> st(new Stream());
+  st->device_ = device;
+  cudaStream_t stream = nullptr;
+  // Non-blocking: the daemon's work never waits behind a client's work on
+  // the legacy default stream.
+  if (Status s = cuda_status(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking),
+                             "cudaStreamCreateWithFlags", device);
+      !s) {
+    return s;
+  }
+  st->stream_ = stream;
+  cudaEvent_t event = nullptr;
+  if (Status s = cuda_status(cudaEventCreateWithFlags(&event, cudaEventDisableTiming),
+                             "cudaEventCreateWithFlags", device);
+      !s) {
+    return s;
+  }
+  st->event_ = event;
+  if (Status s = cuda_status(
+          cudaDeviceGetAttribute(&st->sm_count_, cudaDevAttrMultiProcessorCount, device),
+          "cudaDeviceGetAttribute(MultiProcessorCount)", device);
+      !s) {
+    return s;
+  }
+  *out = std::move(st);
+  return Status::ok();
+}
+
+Stream::~Stream() {
+  if (stream_ == nullptr && event_ == nullptr) return;
+  (void)cudaSetDevice(device_);
+  if (stream_ != nullptr) (void)cudaStreamSynchronize(static_cast<cudaStream_t>(stream_));
+  if (event_ != nullptr) (void)cudaEventDestroy(static_cast<cudaEvent_t>(event_));
+  if (stream_ != nullptr) (void)cudaStreamDestroy(static_cast<cudaStream_t>(stream_));
+}
+
+Status Stream::copy(void* dst, const void* src, size_t bytes) {
+  if (bytes == 0) return Status::ok();
+  return cuda_status(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault,
+                                     static_cast<cudaStream_t>(stream_)),
+                     "cudaMemcpyAsync", device_);
+}
+
+Status Stream::record() {
+  return cuda_status(
+      cudaEventRecord(static_cast<cudaEvent_t>(event_), static_cast<cudaStream_t>(stream_)),
+      "cudaEventRecord", device_);
+}
+
+bool Stream::done(Status* error) {
+  const cudaError_t err = cudaEventQuery(static_cast<cudaEvent_t>(event_));
+  if (err == cudaErrorNotReady) return false;
+  if (err != cudaSuccess) {
+    Status why = cuda_status(err, "the stream's work", device_);
+    *error = why;
+  }
+  return true;
+}
+
+Status Stream::synchronize() {
+  return cuda_status(cudaStreamSynchronize(static_cast<cudaStream_t>(stream_)),
+                     "cudaStreamSynchronize", device_);
+}
+
+}  // namespace gsync::gpu

@@ -1,0 +1,411 @@
+// SPDX-License-Identifier: Apache-2.0
+//
+// The GPU reduce kernels against the host kernels, bit for bit, and the
+// host-side rules of a launch. Suite 'gpu' (release build).
+//
+// GpuLaunch and GpuDevices run everywhere: they check the launch's
+// arithmetic and that a machine without a GPU (or a build without CUDA)
+// gets a clear error. GpuReduce and GpuStream need a GPU and say SKIPPED
+// with the reason on a machine without one (tests/skip-allowlist.txt).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "daemon/gpu/device.h"
+#include "daemon/gpu/launch.h"
+#include "daemon/reduce/half.h"
+#include "daemon/reduce/reduce.h"
+
+namespace gsync::gpu {
+namespace {
+
+using reduce::DType;
+using reduce::Op;
+
+#define NEED_GPU()                                                   \
+  do {                                                               \
+    if (devices().count == 0) GTEST_SKIP() << devices().why_none;   \
+  } while (0)
+
+// ---- the launch, on the host ----
+
+reduce::ReduceArgs args_over(std::vector<const void*>& in, std::vector<void*>& out, size_t count,
+                             DType t, Op op) {
+  reduce::ReduceArgs a;
+  a.inputs = in.data();
+  a.n_inputs = in.size();
+  a.outputs = out.data();
+  a.n_outputs = out.size();
+  a.count = count;
+  a.dtype = t;
+  a.op = op;
+  return a;
+}
+
+TEST(GpuLaunch, TheKernelsTakeTheThreeFloatTypesWithEveryOp) {
+  for (DType t : {DType::kF32, DType::kF16, DType::kBF16}) {
+    for (Op op : {Op::kSum, Op::kAvg, Op::kWeightedAvg, Op::kMin, Op::kMax}) {
+      EXPECT_TRUE(supported(t, op));
+    }
+  }
+  EXPECT_FALSE(supported(DType::kF64, Op::kSum));
+  EXPECT_FALSE(supported(DType::kI32, Op::kSum));
+  alignas(16) float x[4] = {};
+  std::vector<const void*> in = {x};
+  std::vector<void*> out = {x};
+  Launch k;
+  Status s = plan_launch(args_over(in, out, 4, DType::kF64, Op::kSum), 4, &k);
+  EXPECT_EQ(s.code(), GSYNC_ERR_UNSUPPORTED);
+  EXPECT_NE(s.message().find("fp32, fp16 and bf16"), std::string::npos) << s.message();
+}
+
+TEST(GpuLaunch, TooManyOrNoInputsIsAnErrorNamingTheCount) {
+  alignas(16) float x[4] = {};
+  std::vector<const void*> none;
+  std::vector<const void*> many(kMaxTensors + 1, x);
+  std::vector<void*> out = {x};
+  Launch k;
+  Status s = plan_launch(args_over(none, out, 4, DType::kF32, Op::kSum), 4, &k);
+  EXPECT_EQ(s.code(), GSYNC_ERR_INVALID);
+  s = plan_launch(args_over(many, out, 4, DType::kF32, Op::kSum), 4, &k);
+  EXPECT_EQ(s.code(), GSYNC_ERR_INVALID);
+  EXPECT_NE(s.message().find("not 33 and 1"), std::string::npos) << s.message();
+  std::vector<const void*> one = {x};
+  s = plan_launch(args_over(one, out, 4, DType::kF32, Op::kWeightedAvg), 4, &k);
+  EXPECT_EQ(s.code(), GSYNC_ERR_INVALID) << "a weighted average needs its weights";
+}
+
+TEST(GpuLaunch, AlignedTensorsGoSixteenBytesAThreadAndTheTailOneByOne) {
+  alignas(16) static uint16_t a[1000], b[1000];
+  std::vector<const void*> in = {a, b};
+  std::vector<void*> out = {a};
+  Launch k;
+  ASSERT_TRUE(plan_launch(args_over(in, out, 1000 - 3, DType::kF16, Op::kSum), 132, &k));
+  EXPECT_EQ(k.n_vec, (1000u - 3) / 8);  // 8 halves in 16 bytes
+  EXPECT_EQ(k.count, 997u);
+  EXPECT_EQ(k.n_in, 2);
+  EXPECT_EQ(k.n_out, 1);
+  EXPECT_EQ(k.in[1], b);
+  // One pointer off 16 bytes: every element one by one, still correct.
+  std::vector<const void*> off = {a, b + 1};
+  ASSERT_TRUE(plan_launch(args_over(off, out, 990, DType::kF16, Op::kSum), 132, &k));
+  EXPECT_EQ(k.n_vec, 0u);
+  EXPECT_EQ(k.blocks, (990u + kThreadsPerBlock - 1) / kThreadsPerBlock);
+}
+
+TEST(GpuLaunch, BlocksFillTheMultiprocessorsAndNoMore) {
+  alignas(16) static float a[64];
+  std::vector<const void*> in = {a};
+  std::vector<void*> out = {a};
+  Launch k;
+  // 64 Mi fp32 elements: far more work than 132 SMs x 8 blocks; the kernel
+  // strides over the rest.
+  ASSERT_TRUE(plan_launch(args_over(in, out, size_t{64} << 20, DType::kF32, Op::kSum), 132, &k));
+  EXPECT_EQ(k.blocks, 132u * 8);
+  ASSERT_TRUE(plan_launch(args_over(in, out, 5, DType::kF32, Op::kSum), 132, &k));
+  EXPECT_EQ(k.blocks, 1u);
+  ASSERT_TRUE(plan_launch(args_over(in, out, 0, DType::kF32, Op::kSum), 132, &k));
+  EXPECT_EQ(k.blocks, 0u) << "no elements: nothing to launch";
+  std::vector<void*> no_out;
+  ASSERT_TRUE(plan_launch(args_over(in, no_out, 5, DType::kF32, Op::kSum), 132, &k));
+  EXPECT_EQ(k.blocks, 0u) << "no outputs: nothing to launch";
+}
+
+TEST(GpuLaunch, WeightsDivisorAndScaleAreTheHostKernelsArithmetic) {
+  alignas(16) static float a[4], b[4], c[4];
+  std::vector<const void*> in = {a, b, c};
+  std::vector<void*> out = {a};
+  const double w[3] = {1.0, 2.0, 0.1};
+  auto args = args_over(in, out, 4, DType::kF32, Op::kWeightedAvg);
+  args.weights = w;
+  Launch k;
+  ASSERT_TRUE(plan_launch(args, 1, &k));
+  const double sum = 1.0 + 2.0 + 0.1;
+  for (int r = 0; r < 3; ++r) EXPECT_EQ(k.w[r], static_cast<float>(w[r] / sum)) << r;
+  args.normalize_weights = false;
+  ASSERT_TRUE(plan_launch(args, 1, &k));
+  EXPECT_EQ(k.w[2], static_cast<float>(0.1));
+  args.op = Op::kAvg;
+  ASSERT_TRUE(plan_launch(args, 1, &k));
+  EXPECT_EQ(k.divisor, 3.0f) << "kAvg divides by the inputs when no divisor is set";
+  EXPECT_FALSE(k.scaled);
+  args.divisor = 8;
+  args.scale = 0.5;
+  ASSERT_TRUE(plan_launch(args, 1, &k));
+  EXPECT_EQ(k.divisor, 8.0f);
+  EXPECT_TRUE(k.scaled);
+  EXPECT_EQ(k.scale, 0.5f);
+}
+
+// ---- a machine without a GPU gets a clear error ----
+
+TEST(GpuDevices, TheProbeGivesACountOrSaysWhyNot) {
+  const Devices& d = devices();
+  if (d.count > 0) {
+    EXPECT_TRUE(built_with_cuda());
+    EXPECT_TRUE(d.why_none.empty()) << d.why_none;
+    return;
+  }
+  EXPECT_EQ(d.why_none.rfind("no GPU: ", 0), 0u) << d.why_none;
+  if (!built_with_cuda()) {
+    EXPECT_NE(d.why_none.find("built without CUDA"), std::string::npos);
+  }
+  // Everything that needs a GPU fails with the same reason, nothing thrown.
+  DeviceBuffer buf;
+  Status s = DeviceBuffer::allocate(0, 1024, &buf);
+  EXPECT_EQ(s.code(), GSYNC_ERR_UNSUPPORTED);
+  EXPECT_EQ(s.message(), d.why_none);
+  EXPECT_EQ(buf.get(), nullptr);
+  std::unique_ptr<Stream> stream;
+  s = Stream::create(0, &stream);
+  EXPECT_EQ(s.code(), GSYNC_ERR_UNSUPPORTED);
+  EXPECT_EQ(stream, nullptr);
+  char x = 0, y = 1;
+  EXPECT_EQ(copy_sync(&x, &y, 1).code(), GSYNC_ERR_UNSUPPORTED);
+}
+
+TEST(GpuDevices, ADeviceThatIsNotThereIsNamed) {
+  NEED_GPU();
+  std::unique_ptr<Stream> stream;
+  Status s = Stream::create(devices().count, &stream);
+  EXPECT_EQ(s.code(), GSYNC_ERR_INVALID);
+  EXPECT_NE(s.message().find("does not exist"), std::string::npos) << s.message();
+  DeviceBuffer buf;
+  EXPECT_EQ(DeviceBuffer::allocate(-1, 16, &buf).code(), GSYNC_ERR_INVALID);
+}
+
+// ---- the kernels, on a GPU ----
+
+// Host values of a dtype, from floats.
+std::vector<uint8_t> encode(DType t, const std::vector<float>& v) {
+  std::vector<uint8_t> out(v.size() * reduce::dtype_size(t));
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (t == DType::kF32) {
+      std::memcpy(out.data() + 4 * i, &v[i], 4);
+    } else {
+      const uint16_t h =
+          t == DType::kF16 ? reduce::half::f32_to_f16(v[i]) : reduce::half::f32_to_bf16(v[i]);
+      std::memcpy(out.data() + 2 * i, &h, 2);
+    }
+  }
+  return out;
+}
+
+float decode_one(DType t, const uint8_t* p) {
+  if (t == DType::kF32) {
+    float f;
+    std::memcpy(&f, p, 4);
+    return f;
+  }
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  return t == DType::kF16 ? reduce::half::f16_to_f32(h) : reduce::half::bf16_to_f32(h);
+}
+
+// Equal bits, except that two NaNs are equal whatever their payloads (the
+// GPU's fp16 and bf16 conversions may give another NaN).
+void expect_same(DType t, const std::vector<uint8_t>& want, const std::vector<uint8_t>& got,
+                 const std::string& what) {
+  ASSERT_EQ(want.size(), got.size());
+  const size_t es = reduce::dtype_size(t);
+  size_t bad = 0;
+  for (size_t i = 0; i < want.size() / es; ++i) {
+    const uint8_t* w = want.data() + i * es;
+    const uint8_t* g = got.data() + i * es;
+    if (std::memcmp(w, g, es) == 0) continue;
+    if (std::isnan(decode_one(t, w)) && std::isnan(decode_one(t, g))) continue;
+    if (++bad <= 3) {
+      ADD_FAILURE() << what << ": element " << i << " want " << decode_one(t, w) << " got "
+                    << decode_one(t, g);
+    }
+  }
+  EXPECT_EQ(bad, 0u) << what;
+}
+
+struct Case {
+  DType t;
+  Op op;
+  size_t n_in;
+  size_t count;
+  bool in_place;
+  size_t misalign;  // elements the tensors start past 16 bytes
+};
+
+std::string describe(const Case& c) {
+  return "dtype " + std::to_string(int(c.t)) + " op " + std::to_string(int(c.op)) + " inputs " +
+         std::to_string(c.n_in) + " count " + std::to_string(c.count) +
+         (c.in_place ? " in place" : " out of place") + " misalign " + std::to_string(c.misalign);
+}
+
+// Runs c on the host kernels and on the GPU and compares every output.
+void run_case(const Case& c, Stream& stream, std::mt19937& rng) {
+  const size_t es = reduce::dtype_size(c.t);
+  const size_t bytes = c.count * es;
+  std::uniform_real_distribution<float> dist(-4.0f, 4.0f);
+  std::vector<std::vector<uint8_t>> host_in(c.n_in);
+  for (auto& h : host_in) {
+    std::vector<float> v(c.count);
+    for (float& x : v) x = dist(rng);
+    // Ties of min/max and a sign of zero: the value folded first is kept.
+    if (c.count > 2) v[1] = 0.0f * (&h == &host_in[0] ? 1.0f : -1.0f);
+    h = encode(c.t, v);
+  }
+  std::vector<double> weights(c.n_in);
+  for (size_t r = 0; r < c.n_in; ++r) weights[r] = 0.5 + static_cast<double>(r);
+
+  // Host reference, out of place.
+  std::vector<uint8_t> want(bytes);
+  std::vector<const void*> hin;
+  for (auto& h : host_in) hin.push_back(h.data());
+  std::vector<void*> hout = {want.data()};
+  reduce::ReduceArgs ha;
+  ha.inputs = hin.data();
+  ha.n_inputs = c.n_in;
+  ha.outputs = hout.data();
+  ha.n_outputs = 1;
+  ha.weights = weights.data();
+  ha.count = c.count;
+  ha.dtype = c.t;
+  ha.op = c.op;
+  reduce::reduce(ha);
+
+  // The same on the GPU: one allocation per input (misaligned on purpose
+  // when asked), outputs the inputs themselves or one of their own.
+  const size_t pad = c.misalign * es;
+  std::vector<DeviceBuffer> dbuf(c.n_in);
+  std::vector<const void*> din;
+  std::vector<void*> dout;
+  for (size_t r = 0; r < c.n_in; ++r) {
+    ASSERT_TRUE(DeviceBuffer::allocate(stream.device(), bytes + pad, &dbuf[r]));
+    uint8_t* p = static_cast<uint8_t*>(dbuf[r].get()) + pad;
+    ASSERT_TRUE(copy_sync(p, host_in[r].data(), bytes));
+    din.push_back(p);
+    if (c.in_place) dout.push_back(p);
+  }
+  DeviceBuffer extra;
+  if (!c.in_place) {
+    ASSERT_TRUE(DeviceBuffer::allocate(stream.device(), bytes + pad, &extra));
+    dout.push_back(static_cast<uint8_t*>(extra.get()) + pad);
+  }
+  reduce::ReduceArgs da = ha;
+  da.inputs = din.data();
+  da.outputs = dout.data();
+  da.n_outputs = dout.size();
+  ASSERT_TRUE(stream.reduce(da));
+  ASSERT_TRUE(stream.synchronize());
+  for (size_t o = 0; o < dout.size(); ++o) {
+    std::vector<uint8_t> got(bytes);
+    ASSERT_TRUE(copy_sync(got.data(), dout[o], bytes));
+    expect_same(c.t, want, got, describe(c) + " output " + std::to_string(o));
+  }
+}
+
+class GpuReduce : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    NEED_GPU();
+    ASSERT_TRUE(Stream::create(0, &stream_));
+  }
+  std::unique_ptr<Stream> stream_;
+  std::mt19937 rng_{20261206};
+};
+
+TEST_F(GpuReduce, EveryDtypeAndOpGivesTheHostKernelsBits) {
+  for (DType t : {DType::kF32, DType::kF16, DType::kBF16}) {
+    for (Op op : {Op::kSum, Op::kAvg, Op::kWeightedAvg, Op::kMin, Op::kMax}) {
+      for (size_t n_in : {1, 2, 3, 4}) {
+        for (size_t count : {size_t{0}, size_t{1}, size_t{7}, size_t{9}, size_t{4097},
+                             (size_t{1} << 20) + 3}) {
+          run_case({t, op, n_in, count, true, 0}, *stream_, rng_);
+          run_case({t, op, n_in, count, false, 1}, *stream_, rng_);
+          if (HasFatalFailure()) return;
+        }
+      }
+    }
+  }
+}
+
+TEST_F(GpuReduce, TensorsUpTo256MiB) {
+  for (size_t mib : {16, 64, 256}) {
+    run_case({DType::kF32, Op::kSum, 2, (mib << 20) / 4, true, 0}, *stream_, rng_);
+    if (HasFatalFailure()) return;
+  }
+  run_case({DType::kBF16, Op::kAvg, 4, (size_t{64} << 20) / 2, true, 0}, *stream_, rng_);
+}
+
+TEST_F(GpuReduce, NaNsGoThroughMinAndMaxAsOnTheHost) {
+  for (Op op : {Op::kMin, Op::kMax, Op::kSum}) {
+    const std::vector<float> a = {1.0f, NAN, 3.0f, -0.0f};
+    const std::vector<float> b = {NAN, 2.0f, -3.0f, 0.0f};
+    std::vector<uint8_t> ha = encode(DType::kF32, a), hb = encode(DType::kF32, b);
+    std::vector<uint8_t> want(16);
+    const void* hin[2] = {ha.data(), hb.data()};
+    void* hout[1] = {want.data()};
+    reduce::ReduceArgs args;
+    args.inputs = hin;
+    args.n_inputs = 2;
+    args.outputs = hout;
+    args.n_outputs = 1;
+    args.count = 4;
+    args.op = op;
+    reduce::reduce(args);
+    DeviceBuffer da, db;
+    ASSERT_TRUE(DeviceBuffer::allocate(0, 16, &da));
+    ASSERT_TRUE(DeviceBuffer::allocate(0, 16, &db));
+    ASSERT_TRUE(copy_sync(da.get(), ha.data(), 16));
+    ASSERT_TRUE(copy_sync(db.get(), hb.data(), 16));
+    const void* din[2] = {da.get(), db.get()};
+    void* dout[1] = {da.get()};
+    args.inputs = din;
+    args.outputs = dout;
+    ASSERT_TRUE(stream_->reduce(args));
+    ASSERT_TRUE(stream_->synchronize());
+    std::vector<uint8_t> got(16);
+    ASSERT_TRUE(copy_sync(got.data(), da.get(), 16));
+    // fp32 keeps the NaN's own bits, and -0 against +0 keeps the first.
+    EXPECT_EQ(std::memcmp(want.data(), got.data(), 16), 0) << "op " << int(op);
+  }
+}
+
+TEST(GpuStream, DoneIsPolledWithoutWaitingAndSaysWhenTheWorkEnded) {
+  NEED_GPU();
+  std::unique_ptr<Stream> stream;
+  ASSERT_TRUE(Stream::create(0, &stream));
+  const size_t count = size_t{64} << 20;  // 256 MiB of fp32
+  DeviceBuffer a, b;
+  ASSERT_TRUE(DeviceBuffer::allocate(0, count * 4, &a));
+  ASSERT_TRUE(DeviceBuffer::allocate(0, count * 4, &b));
+  std::vector<float> ones(count, 1.0f);
+  ASSERT_TRUE(copy_sync(a.get(), ones.data(), count * 4));
+  ASSERT_TRUE(copy_sync(b.get(), ones.data(), count * 4));
+  const void* in[2] = {a.get(), b.get()};
+  void* out[1] = {a.get()};
+  reduce::ReduceArgs args;
+  args.inputs = in;
+  args.n_inputs = 2;
+  args.outputs = out;
+  args.n_outputs = 1;
+  args.count = count;
+  for (int i = 0; i < 8; ++i) ASSERT_TRUE(stream->reduce(args));  // a = 1 + 8
+  ASSERT_TRUE(stream->record());
+  Status err;
+  int polls = 0;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (!stream->done(&err)) {
+    ++polls;
+    ASSERT_LT(std::chrono::steady_clock::now(), deadline) << "the stream never ended";
+  }
+  EXPECT_TRUE(err) << err.message();
+  // 8 reductions of 256 MiB take milliseconds: the first poll came back
+  // before they ended, so done() did not wait.
+  EXPECT_GT(polls, 0);
+  std::vector<float> got(4);
+  ASSERT_TRUE(copy_sync(got.data(), static_cast<float*>(a.get()) + count - 4, 16));
+  for (float x : got) EXPECT_EQ(x, 9.0f);
+}
+
+}  // namespace
+}  // namespace gsync::gpu
