@@ -59,10 +59,12 @@ class DeviceBuffer {
 };
 
 // A copy between any two of host and device memory (unified addressing
-// tells which is which), finished when it returns. Tests and benchmarks.
+// tells which is which), finished on the device when it returns (it waits
+// for the whole device). Tests and benchmarks.
 Status copy_sync(void* dst, const void* src, size_t bytes);
 
-// One stream of the daemon's own on one device. Work is queued on it and
+// One stream of the daemon's own on one device. Its calls make its device
+// the calling thread's current one and leave it so. Work is queued on it and
 // its end is polled, never waited for on the event thread: record() marks
 // what is queued so far, done() says whether it finished.
 class Stream {
@@ -81,8 +83,11 @@ class Stream {
   Status copy(void* dst, const void* src, size_t bytes);
   // Marks the work queued so far.
   Status record();
-  // True when the work up to the last record() ended; an error of that
-  // work (a fault in a kernel) goes to *error and also counts as ended.
+  // True when the work up to the last record() ended (and before the
+  // first record()); an error of that work goes to *error and also counts
+  // as ended. A fault in a kernel (an illegal address) is sticky: the
+  // device's context is unusable from then on, every later call fails, and
+  // only a new process gets the device back.
   bool done(Status* error);
   // Waits for everything queued: tests and benchmarks only.
   Status synchronize();

@@ -94,10 +94,37 @@ Status DeviceBuffer::allocate(int device, size_t bytes, DeviceBuffer* out) {
   return Status::ok();
 }
 
+namespace {
+
+// The device that owns p, or -1 for host memory.
+int device_of(const void* p) {
+  cudaPointerAttributes attr{};
+  if (cudaPointerGetAttributes(&attr, p) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return -1;
+  }
+  return attr.type == cudaMemoryTypeDevice || attr.type == cudaMemoryTypeManaged ? attr.device
+                                                                                  : -1;
+}
+
+}  // namespace
+
 Status copy_sync(void* dst, const void* src, size_t bytes) {
   if (bytes == 0) return Status::ok();
   if (devices().count == 0) return Status(GSYNC_ERR_UNSUPPORTED, devices().why_none);
-  return cuda_status(cudaMemcpy(dst, src, bytes, cudaMemcpyDefault), "cudaMemcpy", -1);
+  int device = device_of(dst);
+  if (device < 0) device = device_of(src);
+  if (device >= 0) {
+    if (Status s = cuda_status(cudaSetDevice(device), "cudaSetDevice", device); !s) return s;
+  }
+  if (Status s = cuda_status(cudaMemcpy(dst, src, bytes, cudaMemcpyDefault), "cudaMemcpy", device);
+      !s) {
+    return s;
+  }
+  // From pageable host memory cudaMemcpy may return once the bytes are
+  // staged, before they reach the device; a kernel on the daemon's
+  // non-blocking stream is not ordered after it. Wait for the device.
+  return cuda_status(cudaDeviceSynchronize(), "cudaDeviceSynchronize", device);
 }
 
 Status Stream::create(int device, std::unique_ptr<Stream>* out) {

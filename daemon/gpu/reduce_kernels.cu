@@ -15,7 +15,6 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
-#include <type_traits>
 
 #include "daemon/gpu/cuda_status.h"
 #include "daemon/gpu/device.h"
@@ -72,29 +71,34 @@ __device__ float finish(float v, const Launch& a) {
   return v;
 }
 
+// kN elements loaded and stored as one access (16 bytes for the vector
+// loop, one element for the tail): the alignment makes the compiler emit
+// one 128-bit load or store, and the elements are read as what they are.
+template <class E, int kN>
+struct alignas(sizeof(E) * kN) Pack {
+  E e[kN];
+};
+
 // kN elements at index i of every input, folded and stored to every output.
 template <class E, Op kOp, int kN>
 __device__ void fold(const Launch& a, uint64_t i) {
-  using V = typename std::conditional<kN * sizeof(E) == 16, uint4, E>::type;
-  static_assert(sizeof(V) == kN * sizeof(E));
+  using P = Pack<E, kN>;
+  static_assert(sizeof(P) == kN * sizeof(E));
   float acc[kN];
   {
-    V raw = static_cast<const V*>(a.in[0])[i];
-    const E* e = reinterpret_cast<const E*>(&raw);
+    const P x = static_cast<const P*>(a.in[0])[i];
 #pragma unroll
-    for (int k = 0; k < kN; ++k) acc[k] = first<kOp>(Elem<E>::load(e[k]), a.w[0]);
+    for (int k = 0; k < kN; ++k) acc[k] = first<kOp>(Elem<E>::load(x.e[k]), a.w[0]);
   }
   for (int r = 1; r < a.n_in; ++r) {
-    V raw = static_cast<const V*>(a.in[r])[i];
-    const E* e = reinterpret_cast<const E*>(&raw);
+    const P x = static_cast<const P*>(a.in[r])[i];
 #pragma unroll
-    for (int k = 0; k < kN; ++k) acc[k] = step<kOp>(acc[k], Elem<E>::load(e[k]), a.w[r]);
+    for (int k = 0; k < kN; ++k) acc[k] = step<kOp>(acc[k], Elem<E>::load(x.e[k]), a.w[r]);
   }
-  V packed;
-  E* p = reinterpret_cast<E*>(&packed);
+  P out;
 #pragma unroll
-  for (int k = 0; k < kN; ++k) p[k] = Elem<E>::store(finish<kOp>(acc[k], a));
-  for (int o = 0; o < a.n_out; ++o) static_cast<V*>(a.out[o])[i] = packed;
+  for (int k = 0; k < kN; ++k) out.e[k] = Elem<E>::store(finish<kOp>(acc[k], a));
+  for (int o = 0; o < a.n_out; ++o) static_cast<P*>(a.out[o])[i] = out;
 }
 
 template <class E, Op kOp>

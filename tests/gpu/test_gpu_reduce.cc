@@ -9,6 +9,7 @@
 // with the reason on a machine without one (tests/skip-allowlist.txt).
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -231,13 +232,20 @@ struct Case {
   size_t n_in;
   size_t count;
   bool in_place;
-  size_t misalign;  // elements the tensors start past 16 bytes
+  size_t misalign;     // elements the tensors start past 16 bytes
+  bool also_in = false;  // out of place: the first input is an output too
+  uint32_t divisor = 0;
+  double scale = 1.0;
+  // Values instead of random ones (every input the same list, cycled).
+  std::vector<float> values = {};
 };
 
 std::string describe(const Case& c) {
   return "dtype " + std::to_string(int(c.t)) + " op " + std::to_string(int(c.op)) + " inputs " +
          std::to_string(c.n_in) + " count " + std::to_string(c.count) +
-         (c.in_place ? " in place" : " out of place") + " misalign " + std::to_string(c.misalign);
+         (c.in_place ? " in place" : c.also_in ? " out of place and in place" : " out of place") +
+         " misalign " + std::to_string(c.misalign) + " divisor " + std::to_string(c.divisor) +
+         " scale " + std::to_string(c.scale);
 }
 
 // Runs c on the host kernels and on the GPU and compares every output.
@@ -248,9 +256,16 @@ void run_case(const Case& c, Stream& stream, std::mt19937& rng) {
   std::vector<std::vector<uint8_t>> host_in(c.n_in);
   for (auto& h : host_in) {
     std::vector<float> v(c.count);
-    for (float& x : v) x = dist(rng);
-    // Ties of min/max and a sign of zero: the value folded first is kept.
-    if (c.count > 2) v[1] = 0.0f * (&h == &host_in[0] ? 1.0f : -1.0f);
+    for (size_t i = 0; i < c.count; ++i) {
+      v[i] = c.values.empty() ? dist(rng) : c.values[i % c.values.size()];
+    }
+    // Ties of min/max and a sign of zero: the value folded first is kept,
+    // +0 first at [1], -0 first at [2].
+    const bool first = &h == &host_in[0];
+    if (c.values.empty() && c.count > 2) {
+      v[1] = first ? 0.0f : -0.0f;
+      v[2] = first ? -0.0f : 0.0f;
+    }
     h = encode(c.t, v);
   }
   std::vector<double> weights(c.n_in);
@@ -270,6 +285,8 @@ void run_case(const Case& c, Stream& stream, std::mt19937& rng) {
   ha.count = c.count;
   ha.dtype = c.t;
   ha.op = c.op;
+  ha.divisor = c.divisor;
+  ha.scale = c.scale;
   reduce::reduce(ha);
 
   // The same on the GPU: one allocation per input (misaligned on purpose
@@ -289,6 +306,7 @@ void run_case(const Case& c, Stream& stream, std::mt19937& rng) {
   if (!c.in_place) {
     ASSERT_TRUE(DeviceBuffer::allocate(stream.device(), bytes + pad, &extra));
     dout.push_back(static_cast<uint8_t*>(extra.get()) + pad);
+    if (c.also_in) dout.push_back(const_cast<void*>(din[0]));
   }
   reduce::ReduceArgs da = ha;
   da.inputs = din.data();
@@ -321,9 +339,43 @@ TEST_F(GpuReduce, EveryDtypeAndOpGivesTheHostKernelsBits) {
                              (size_t{1} << 20) + 3}) {
           run_case({t, op, n_in, count, true, 0}, *stream_, rng_);
           run_case({t, op, n_in, count, false, 1}, *stream_, rng_);
+          // Aligned, into a buffer of its own and into the first input.
+          run_case({t, op, n_in, count, false, 0, true}, *stream_, rng_);
           if (HasFatalFailure()) return;
         }
       }
+    }
+  }
+}
+
+TEST_F(GpuReduce, TheMultiHostDivisorAndScaleAsOnTheHost) {
+  // The store of a multi-host average divides by the world, not by the
+  // local inputs, and a weighted average's store scales by 1 / the sum of
+  // all weights (daemon/pipeline/local_stages.h).
+  for (DType t : {DType::kF32, DType::kBF16, DType::kF16}) {
+    for (Op op : {Op::kAvg, Op::kSum, Op::kMax}) {
+      run_case({t, op, 3, 4097, true, 0, false, 8, 0.25}, *stream_, rng_);
+      run_case({t, op, 2, 1000, false, 1, false, 3, 1.0 / 3.0}, *stream_, rng_);
+      if (HasFatalFailure()) return;
+    }
+  }
+}
+
+TEST_F(GpuReduce, RoundingAtTheEdgesOfFp16AndBf16AsOnTheHost) {
+  // Sums that land on fp16's largest value, its rounding edge to infinity
+  // (65520), its subnormals and below them, and past bf16's largest.
+  const std::vector<float> edges = {65504.0f / 2,    65519.0f / 2,    65520.0f / 2,
+                                    65536.0f / 2,    0x1p-24f / 2,    0x1p-25f,
+                                    0x3p-26f,        0x1p-14f / 2,    3.3895e38f / 2,
+                                    3.4e38f / 2,     -65520.0f / 2,   1.0f + 0x1p-11f,
+                                    1.0f + 0x1p-8f, -0x1p-24f / 2,   0.0f,
+                                    1.0f};
+  for (DType t : {DType::kF16, DType::kBF16, DType::kF32}) {
+    for (Op op : {Op::kSum, Op::kAvg, Op::kWeightedAvg}) {
+      Case c{t, op, 2, edges.size() * 4 + 3, true, 0};
+      c.values = edges;
+      run_case(c, *stream_, rng_);
+      if (HasFatalFailure()) return;
     }
   }
 }
@@ -337,7 +389,7 @@ TEST_F(GpuReduce, TensorsUpTo256MiB) {
 }
 
 TEST_F(GpuReduce, NaNsGoThroughMinAndMaxAsOnTheHost) {
-  for (Op op : {Op::kMin, Op::kMax, Op::kSum}) {
+  for (Op op : {Op::kMin, Op::kMax}) {
     const std::vector<float> a = {1.0f, NAN, 3.0f, -0.0f};
     const std::vector<float> b = {NAN, 2.0f, -3.0f, 0.0f};
     std::vector<uint8_t> ha = encode(DType::kF32, a), hb = encode(DType::kF32, b);
@@ -359,9 +411,18 @@ TEST_F(GpuReduce, NaNsGoThroughMinAndMaxAsOnTheHost) {
     ASSERT_TRUE(stream_->synchronize());
     std::vector<uint8_t> got(16);
     ASSERT_TRUE(copy_sync(got.data(), da.get(), 16));
-    // fp32 keeps the NaN's own bits, and -0 against +0 keeps the first.
+    // min and max pass a NaN input through as it is (its own bits), and -0
+    // against +0 keeps the first.
     EXPECT_EQ(std::memcmp(want.data(), got.data(), 16), 0) << "op " << int(op);
   }
+}
+
+TEST_F(GpuReduce, ASumWithANaNIsANaN) {
+  // Arithmetic on a NaN gives the GPU's canonical NaN where x86 keeps the
+  // input's payload: equal as NaNs, not as bits (docs/gpu.md).
+  Case c{DType::kF32, Op::kSum, 3, 37, true, 0};
+  c.values = {1.0f, NAN, -2.5f, INFINITY, -INFINITY};
+  run_case(c, *stream_, rng_);
 }
 
 TEST(GpuStream, DoneIsPolledWithoutWaitingAndSaysWhenTheWorkEnded) {

@@ -4,9 +4,11 @@
 # keeps their output in $OUT (default ./device-check-out).
 #
 # With meson and the project's dependencies present it builds in
-# $BUILD_DIR (default build-gpu) with -Dcuda=enabled; on a bare machine
-# (meson's configure fails) it builds the benchmark alone with nvcc and
-# g++, which need nothing but the CUDA toolkit.
+# $BUILD_DIR (default build-gpu) with -Dcuda=enabled. On a bare machine
+# (meson's configure fails) it builds with nvcc and g++ alone: the
+# benchmark always (it needs nothing but the CUDA toolkit), the test too
+# where GoogleTest's headers and libraries are installed (the host reduce
+# kernels it compares against need nothing else).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 out=${OUT:-device-check-out}
@@ -17,26 +19,45 @@ fi
 { date -u; nproc; nvidia-smi -L; nvcc --version | tail -2; } 2>&1 | tee "$out/machine.txt"
 
 build=${BUILD_DIR:-build-gpu}
+test_rc=not-built
 if [ -f "$build/build.ninja" ] ||
    meson setup "$build" --buildtype=release -Dcuda=enabled -Dverbs=auto -Ddpdk=disabled \
      >"$out/configure.txt" 2>&1; then
-  ninja -C "$build" tests/gpu/test_gpu_reduce tools/bench/bench_gpu_reduce 2>&1 |
-    tail -5 | tee "$out/build.txt"
-  "$build/tests/gpu/test_gpu_reduce" 2>&1 | tee "$out/test_gpu_reduce.txt"
-  test_rc=${PIPESTATUS[0]}
+  # -k 0: the benchmark is built even if the test cannot be.
+  ninja -C "$build" -k 0 tests/gpu/test_gpu_reduce tools/bench/bench_gpu_reduce \
+    >"$out/build.txt" 2>&1
+  echo "device-check: ninja rc=$?" | tee -a "$out/summary.txt"
+  test_exe="$build/tests/gpu/test_gpu_reduce"
   bench="$build/tools/bench/bench_gpu_reduce"
 else
   echo "device-check: meson's configure failed (see $out/configure.txt):" \
-    "building the benchmark alone with nvcc" | tee "$out/build.txt"
-  bench=$build-nvcc/bench_gpu_reduce
-  mkdir -p "$build-nvcc"
-  cfg="$build-nvcc/gsync_build_config.h"
-  printf '#pragma once\n#define GSYNC_HAVE_CUDA 1\n' >"$cfg"
-  nvcc -std=c++20 -O3 -fmad=false -I. -Iinclude -I"$build-nvcc" \
-    -gencode=arch=compute_90,code=sm_90 \
-    daemon/gpu/device_cuda.cu daemon/gpu/reduce_kernels.cu daemon/gpu/launch.cc \
-    tools/bench/bench_gpu_reduce.cc -o "$bench" 2>&1 | tee -a "$out/build.txt"
-  test_rc=not-run
+    "building with nvcc and g++ alone" | tee "$out/summary.txt"
+  dir=$build-nvcc
+  mkdir -p "$dir"
+  # The flags of daemon/gpu/meson.build and daemon/reduce/meson.build.
+  nvflags=(-std=c++20 -O3 -fmad=false -ftz=false -prec-div=true -I. -Iinclude
+    -gencode=arch=compute_90,code=[sm_90,compute_90])
+  gpu=(daemon/gpu/device_cuda.cu daemon/gpu/reduce_kernels.cu daemon/gpu/launch.cc)
+  bench=$dir/bench_gpu_reduce
+  nvcc "${nvflags[@]}" "${gpu[@]}" tools/bench/bench_gpu_reduce.cc -o "$bench" \
+    >>"$out/build.txt" 2>&1
+  echo "device-check: bench build rc=$?" | tee -a "$out/summary.txt"
+  if [ -f /usr/include/gtest/gtest.h ]; then
+    host=(-std=c++20 -O3 -ffp-contract=off -I. -Iinclude -c)
+    g++ "${host[@]}" daemon/reduce/kernels_scalar.cc -o "$dir/k_scalar.o" &&
+      g++ "${host[@]}" -mavx2 -mfma -mf16c daemon/reduce/kernels_avx2.cc -o "$dir/k_avx2.o" &&
+      g++ "${host[@]}" -mavx2 -mfma -mf16c -mavx512f -mavx512bw -mavx512vl -mavx512dq \
+        daemon/reduce/kernels_avx512.cc -o "$dir/k_avx512.o" &&
+      g++ "${host[@]}" daemon/reduce/dispatch.cc -o "$dir/dispatch.o" &&
+      nvcc "${nvflags[@]}" "${gpu[@]}" tests/gpu/test_gpu_reduce.cc "$dir"/*.o \
+        -lgtest -lgtest_main -o "$dir/test_gpu_reduce" >>"$out/build.txt" 2>&1
+    echo "device-check: test build rc=$?" | tee -a "$out/summary.txt"
+  fi
+  test_exe=$dir/test_gpu_reduce
+fi
+if [ -x "$test_exe" ]; then
+  "$test_exe" 2>&1 | tee "$out/test_gpu_reduce.txt"
+  test_rc=${PIPESTATUS[0]}
 fi
 "$bench" --inputs 4 16 64 256 1024 2>&1 | tee "$out/bench_gpu_reduce.txt"
 "$bench" --inputs 2 --dtype bf16 64 256 2>&1 | tee -a "$out/bench_gpu_reduce.txt"
