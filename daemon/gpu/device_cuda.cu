@@ -103,8 +103,7 @@ int device_of(const void* p) {
     (void)cudaGetLastError();
     return -1;
   }
-  return attr.type == cudaMemoryTypeDevice || attr.type == cudaMemoryTypeManaged ? attr.device
-                                                                                  : -1;
+  return attr.type == cudaMemoryTypeDevice || attr.type == cudaMemoryTypeManaged ? attr.device : -1;
 }
 
 }  // namespace
@@ -132,27 +131,22 @@ Status Stream::create(int device, std::unique_ptr<Stream>* out) {
   std::unique_ptr<Stream> st(new Stream());
   st->device_ = device;
   cudaStream_t stream = nullptr;
-  // Non-blocking: the daemon's work never waits behind a client's work on
-  // the legacy default stream.
-  if (Status s = cuda_status(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking),
-                             "cudaStreamCreateWithFlags", device);
-      !s) {
-    return s;
-  }
-  st->stream_ = stream;
   cudaEvent_t event = nullptr;
-  if (Status s = cuda_status(cudaEventCreateWithFlags(&event, cudaEventDisableTiming),
-                             "cudaEventCreateWithFlags", device);
-      !s) {
-    return s;
-  }
+  // Non-blocking: the daemon's work never waits behind a client's work on
+  // the legacy default stream. What was made before a failure is released
+  // by st's destructor.
+  const Status made_stream = cuda_status(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking),
+                                         "cudaStreamCreateWithFlags", device);
+  st->stream_ = stream;
+  if (!made_stream) return made_stream;
+  const Status made_event = cuda_status(cudaEventCreateWithFlags(&event, cudaEventDisableTiming),
+                                        "cudaEventCreateWithFlags", device);
   st->event_ = event;
-  if (Status s = cuda_status(
-          cudaDeviceGetAttribute(&st->sm_count_, cudaDevAttrMultiProcessorCount, device),
-          "cudaDeviceGetAttribute(MultiProcessorCount)", device);
-      !s) {
-    return s;
-  }
+  if (!made_event) return made_event;
+  const Status asked =
+      cuda_status(cudaDeviceGetAttribute(&st->sm_count_, cudaDevAttrMultiProcessorCount, device),
+                  "cudaDeviceGetAttribute(MultiProcessorCount)", device);
+  if (!asked) return asked;
   *out = std::move(st);
   return Status::ok();
 }
@@ -167,9 +161,9 @@ Stream::~Stream() {
 
 Status Stream::copy(void* dst, const void* src, size_t bytes) {
   if (bytes == 0) return Status::ok();
-  return cuda_status(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault,
-                                     static_cast<cudaStream_t>(stream_)),
-                     "cudaMemcpyAsync", device_);
+  return cuda_status(
+      cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, static_cast<cudaStream_t>(stream_)),
+      "cudaMemcpyAsync", device_);
 }
 
 Status Stream::record() {

@@ -10,8 +10,8 @@ using reduce::Op;
 
 bool supported(DType t, Op op) {
   const bool floats = t == DType::kF32 || t == DType::kF16 || t == DType::kBF16;
-  const bool ops = op == Op::kSum || op == Op::kAvg || op == Op::kWeightedAvg ||
-                   op == Op::kMin || op == Op::kMax;
+  const bool ops = op == Op::kSum || op == Op::kAvg || op == Op::kWeightedAvg || op == Op::kMin ||
+                   op == Op::kMax;
   return floats && ops;
 }
 
@@ -24,8 +24,7 @@ Status plan_launch(const reduce::ReduceArgs& args, int sm_count, Launch* out) {
     return Status(GSYNC_ERR_UNSUPPORTED,
                   "the GPU reduce kernels take fp32, fp16 and bf16 with sum, avg, weighted avg, "
                   "min and max; not dtype " +
-                      std::to_string(int(args.dtype)) + " with op " +
-                      std::to_string(int(args.op)));
+                      std::to_string(int(args.dtype)) + " with op " + std::to_string(int(args.op)));
   }
   if (args.n_inputs == 0 || args.n_inputs > kMaxTensors || args.n_outputs > kMaxTensors) {
     return Status(GSYNC_ERR_INVALID, "a GPU reduce takes 1 to " + std::to_string(kMaxTensors) +

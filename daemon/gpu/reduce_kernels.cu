@@ -150,10 +150,10 @@ Status Stream::reduce(const reduce::ReduceArgs& args) {
   if (k.blocks == 0) return Status::ok();
   if (Status s = cuda_status(cudaSetDevice(device_), "cudaSetDevice", device_); !s) return s;
   void* params[] = {&k};
-  return cuda_status(cudaLaunchKernel(kernel_for(args.dtype, args.op), dim3(k.blocks),
-                                      dim3(kThreadsPerBlock), params, 0,
-                                      static_cast<cudaStream_t>(stream_)),
-                     "the reduce kernel's launch", device_);
+  return cuda_status(
+      cudaLaunchKernel(kernel_for(args.dtype, args.op), dim3(k.blocks), dim3(kThreadsPerBlock),
+                       params, 0, static_cast<cudaStream_t>(stream_)),
+      "the reduce kernel's launch", device_);
 }
 
 }  // namespace gsync::gpu

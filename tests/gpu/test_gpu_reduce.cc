@@ -26,9 +26,9 @@ namespace {
 using reduce::DType;
 using reduce::Op;
 
-#define NEED_GPU()                                                   \
-  do {                                                               \
-    if (devices().count == 0) GTEST_SKIP() << devices().why_none;   \
+#define NEED_GPU()                                                \
+  do {                                                            \
+    if (devices().count == 0) GTEST_SKIP() << devices().why_none; \
   } while (0)
 
 // ---- the launch, on the host ----
@@ -232,7 +232,7 @@ struct Case {
   size_t n_in;
   size_t count;
   bool in_place;
-  size_t misalign;     // elements the tensors start past 16 bytes
+  size_t misalign;       // elements the tensors start past 16 bytes
   bool also_in = false;  // out of place: the first input is an output too
   uint32_t divisor = 0;
   double scale = 1.0;
@@ -243,7 +243,9 @@ struct Case {
 std::string describe(const Case& c) {
   return "dtype " + std::to_string(int(c.t)) + " op " + std::to_string(int(c.op)) + " inputs " +
          std::to_string(c.n_in) + " count " + std::to_string(c.count) +
-         (c.in_place ? " in place" : c.also_in ? " out of place and in place" : " out of place") +
+         (c.in_place  ? " in place"
+          : c.also_in ? " out of place and in place"
+                      : " out of place") +
          " misalign " + std::to_string(c.misalign) + " divisor " + std::to_string(c.divisor) +
          " scale " + std::to_string(c.scale);
 }
@@ -335,8 +337,8 @@ TEST_F(GpuReduce, EveryDtypeAndOpGivesTheHostKernelsBits) {
   for (DType t : {DType::kF32, DType::kF16, DType::kBF16}) {
     for (Op op : {Op::kSum, Op::kAvg, Op::kWeightedAvg, Op::kMin, Op::kMax}) {
       for (size_t n_in : {1, 2, 3, 4}) {
-        for (size_t count : {size_t{0}, size_t{1}, size_t{7}, size_t{9}, size_t{4097},
-                             (size_t{1} << 20) + 3}) {
+        for (size_t count :
+             {size_t{0}, size_t{1}, size_t{7}, size_t{9}, size_t{4097}, (size_t{1} << 20) + 3}) {
           run_case({t, op, n_in, count, true, 0}, *stream_, rng_);
           run_case({t, op, n_in, count, false, 1}, *stream_, rng_);
           // Aligned, into a buffer of its own and into the first input.
@@ -364,12 +366,10 @@ TEST_F(GpuReduce, TheMultiHostDivisorAndScaleAsOnTheHost) {
 TEST_F(GpuReduce, RoundingAtTheEdgesOfFp16AndBf16AsOnTheHost) {
   // Sums that land on fp16's largest value, its rounding edge to infinity
   // (65520), its subnormals and below them, and past bf16's largest.
-  const std::vector<float> edges = {65504.0f / 2,    65519.0f / 2,    65520.0f / 2,
-                                    65536.0f / 2,    0x1p-24f / 2,    0x1p-25f,
-                                    0x3p-26f,        0x1p-14f / 2,    3.3895e38f / 2,
-                                    3.4e38f / 2,     -65520.0f / 2,   1.0f + 0x1p-11f,
-                                    1.0f + 0x1p-8f, -0x1p-24f / 2,   0.0f,
-                                    1.0f};
+  const std::vector<float> edges = {65504.0f / 2,   65519.0f / 2,  65520.0f / 2,  65536.0f / 2,
+                                    0x1p-24f / 2,   0x1p-25f,      0x3p-26f,      0x1p-14f / 2,
+                                    3.3895e38f / 2, 3.4e38f / 2,   -65520.0f / 2, 1.0f + 0x1p-11f,
+                                    1.0f + 0x1p-8f, -0x1p-24f / 2, 0.0f,          1.0f};
   for (DType t : {DType::kF16, DType::kBF16, DType::kF32}) {
     for (Op op : {Op::kSum, Op::kAvg, Op::kWeightedAvg}) {
       Case c{t, op, 2, edges.size() * 4 + 3, true, 0};

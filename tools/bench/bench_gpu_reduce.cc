@@ -93,9 +93,9 @@ int main(int argc, char** argv) {
     for (size_t i = 0; i < bytes; ++i) init[i] = (i % 7) == 0 ? 0x3c : 0x00;
     for (auto& b : bufs) check(gsync::gpu::copy_sync(b.get(), init.data(), bytes), "fill");
 
-    const double copy_s = median_seconds(
-        passes, *stream, [&] { check(stream->copy(bufs[0].get(), bufs[inputs - 1].get(), bytes),
-                                     "copy"); });
+    const double copy_s = median_seconds(passes, *stream, [&] {
+      check(stream->copy(bufs[0].get(), bufs[inputs - 1].get(), bytes), "copy");
+    });
     std::vector<const void*> in;
     for (auto& b : bufs) in.push_back(b.get());
     void* out[1] = {bufs[0].get()};
