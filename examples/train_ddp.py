@@ -134,9 +134,9 @@ def build_ddp(args: argparse.Namespace, hook_state=None, data_parallel: bool = F
                                          bucket_cap_mb=args.bucket_cap_mb)
     else:
         model = DDP(make_model(args), bucket_cap_mb=args.bucket_cap_mb)
-    if hook_state is not None and not data_parallel:
-        import gsync.torch
-        model.register_comm_hook(hook_state, gsync.torch.allreduce_hook)  # gsync: line 2 of 2
+        if hook_state is not None:
+            import gsync.torch
+            model.register_comm_hook(hook_state, gsync.torch.allreduce_hook)  # gsync: line 2 of 2
     opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
     return model, opt
 

@@ -207,11 +207,18 @@ class _ArenaBuffer:
         elem = torch.tensor([], dtype=dtype).element_size()
         self.nbytes = numel * elem
         self.addr = comm.alloc(max(self.nbytes, 1))
-        self.numel, self.dtype = numel, dtype
+        self.comm, self.numel, self.dtype = comm, numel, dtype
         raw = (ctypes.c_char * max(self.nbytes, 1)).from_address(self.addr)
         # frombuffer keeps `raw` referenced; the memory itself lives as long
         # as the session's mapping (see Comm).
         self.tensor = torch.frombuffer(raw, dtype=dtype, count=numel)
+
+    def free(self) -> None:
+        """Gives the block back to the arena (the tensor must not be used
+        after)."""
+        if self.addr:
+            self.comm.free(self.addr)
+            self.addr = 0
 
 
 @dataclass

@@ -49,27 +49,17 @@ _KEY_FIRST = 1 << 44
 _KEY_BROADCAST = _KEY_SPAN - 2
 
 
-class _Block:
-    """An arena block as a flat tensor of one dtype."""
-
-    def __init__(self, comm, numel: int, dtype: torch.dtype):
-        import ctypes
-        elem = torch.tensor([], dtype=dtype).element_size()
-        self.comm, self.numel, self.dtype = comm, numel, dtype
-        self.nbytes = max(numel * elem, 1)
-        try:
-            self.addr = comm.alloc(self.nbytes)
-        except GsyncError as e:
-            raise GsyncError(e.code, f"gsync.torch.DataParallel: {self.nbytes} bytes of the "
-                                     f"arena for gradients: {e} (gsync.torch.init(arena_bytes=) "
-                                     "must hold every gradient once)") from None
-        raw = (ctypes.c_char * self.nbytes).from_address(self.addr)
-        self.tensor = torch.frombuffer(raw, dtype=dtype, count=numel)
-
-    def free(self) -> None:
-        if self.addr:
-            self.comm.free(self.addr)
-            self.addr = 0
+def _block(comm, numel: int, dtype: torch.dtype):
+    """An arena block for numel elements (gsync.torch's _ArenaBuffer), or an
+    error that says how to get one."""
+    from gsync.torch import _ArenaBuffer  # gsync.torch imports this module
+    try:
+        return _ArenaBuffer(comm, numel, dtype)
+    except GsyncError as e:
+        nbytes = max(numel * torch.tensor([], dtype=dtype).element_size(), 1)
+        raise GsyncError(e.code, f"gsync.torch.DataParallel: {nbytes} bytes of the arena for "
+                                 f"gradients: {e} (gsync.torch.init(arena_bytes=) must hold "
+                                 "every gradient once)") from None
 
 
 class DataParallel(torch.nn.Module):
@@ -102,11 +92,11 @@ class DataParallel(torch.nn.Module):
                                  f"{p.dtype} on {p.device}; gsync reduces CPU tensors of "
                                  "float32, float16, bfloat16 and float64")
         self._buckets = self._plan_buckets(params, bucket_cap_mb, first_bucket_mb)
-        self._blocks: List[_Block] = []
+        self._blocks: list = []
         self._views: Dict[torch.nn.Parameter, torch.Tensor] = {}
         self._bucket_of: Dict[torch.nn.Parameter, int] = {}
         for b, ps in enumerate(self._buckets):
-            block = _Block(self._comm, sum(p.numel() for p in ps), ps[0].dtype)
+            block = _block(self._comm, sum(p.numel() for p in ps), ps[0].dtype)
             block.tensor.zero_()
             at = 0
             for p in ps:
@@ -284,7 +274,7 @@ class DataParallel(torch.nn.Module):
             n = sum(t.numel() for t in ts)
             if n == 0:
                 continue
-            block = _Block(self._comm, n, dtype)
+            block = _block(self._comm, n, dtype)
             try:
                 at = 0
                 with torch.no_grad():

@@ -5,8 +5,8 @@
 // one message a client sends after connect. Input: one byte of flags (bit
 // 0: this daemon has a cluster), then the message. Properties: a hello that
 // passes has a NUL-terminated job id of printable ASCII and a consistent
-// shape (a fixed job's, or an elastic job's); the refusal sent back for one that does not is a NUL-terminated
-// printable message of the failing code.
+// shape (a fixed job's, or an elastic job's); the refusal sent back for one
+// that does not is a NUL-terminated printable message of the failing code.
 #include <cstring>
 
 #include "daemon/core/text.h"

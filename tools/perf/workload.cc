@@ -19,15 +19,17 @@ namespace gsync::perf {
 namespace {
 constexpr int kSameSizeOps = 3;  // the reference: the step's bytes as one allreduce
 
-// Submits every bucket as DDP does (each as soon as it is ready), then
-// waits for all of them; the microseconds that took, or -1.
+// Submits every bucket as DDP does (each as soon as it is ready; bucket b
+// under key key_base + b), then waits for all of them; the microseconds
+// that took, or -1.
 double one_step(const Options& o, gsync_comm_t* comm, int rank, uint64_t step,
-                const std::vector<size_t>& buckets, const std::vector<void*>& bufs) {
+                const std::vector<size_t>& buckets, const std::vector<void*>& bufs,
+                uint64_t key_base = 0) {
   auto t0 = Clock::now();
   std::vector<gsync_request_t*> reqs(buckets.size());
   for (size_t b = 0; b < buckets.size(); b++) {
-    if (gsync_allreduce(comm, b, step, bufs[b], buckets[b], o.dtype_id, o.op_id, rank + 1.0,
-                        &reqs[b]) != 0) {
+    if (gsync_allreduce(comm, key_base + b, step, bufs[b], buckets[b], o.dtype_id, o.op_id,
+                        rank + 1.0, &reqs[b]) != 0) {
       tools::report(fmt::format("error rank {}: {}\n", rank, gsync_last_error()));
       return -1;
     }
@@ -43,10 +45,11 @@ double one_step(const Options& o, gsync_comm_t* comm, int rank, uint64_t step,
 }
 
 // A rank of the ResNet-50 workload. Reports "step <wrong> <us>" per timed
-// step, each started by the ranks together after a barrier (the warm-up steps, which touch fresh memory and build the plans,
-// are checked but not reported), then "same <us>" for each of kSameSizeOps
-// allreduces of the step's bytes as one tensor, after a barrier: the row a
-// size sweep would print for that size, in the same run.
+// step, each started by the ranks together after a barrier (the warm-up
+// steps, which touch fresh memory and build the plans, are checked but not
+// reported), then "same <wrong> <us>" for each of kSameSizeOps allreduces of
+// the step's bytes as one tensor, after a barrier: the row a size sweep
+// would print for that size, in the same run.
 int workload_rank(const Options& o, int rank, const std::vector<size_t>& buckets) {
   size_t elem = tools::elem_size(o.dtype_id), total = 0;
   for (size_t b : buckets) total += b;
@@ -82,16 +85,9 @@ int workload_rank(const Options& o, int rank, const std::vector<size_t>& buckets
   for (int i = 0; i < kSameSizeOps; i++) {
     fill_and_count_wrong(whole, total, o, rank, false);
     if (!barrier(comm, &sync, rank)) return 1;
-    auto t0 = Clock::now();
-    gsync_request_t* r;
-    if (gsync_allreduce(comm, buckets.size(), static_cast<uint64_t>(i), whole, total, o.dtype_id,
-                        o.op_id, rank + 1.0, &r) != 0 ||
-        gsync_wait(r, -1) != 0) {
-      tools::report(fmt::format("error rank {}: {}\n", rank, gsync_last_error()));
-      return 1;
-    }
-    gsync_request_free(r);
-    double us = std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
+    // Its key follows the buckets' keys.
+    double us = one_step(o, comm, rank, static_cast<uint64_t>(i), {total}, {whole}, buckets.size());
+    if (us < 0) return 1;
     tools::report(fmt::format("same {} {:.3f}\n", fill_and_count_wrong(whole, total, o, rank, true), us));
   }
   gsync_close(comm);
