@@ -28,7 +28,9 @@ namespace gsync::proto {
 //    size, protocol/plan_choice.h).
 // 7: the world opcode; HelloRequest grew min_hosts and max_hosts (an
 //    elastic job) and reserved.
-constexpr uint32_t kVersion = 7;
+// 8: device memory (protocol/device.h): requests on the socket after the
+//    hello; SubmitEntry::offset with bit 63 set names an allocation of it.
+constexpr uint32_t kVersion = 8;
 constexpr uint32_t kHelloMagic = 0x4e595347;  // "GSYN"
 constexpr uint32_t kShmMagic = 0x4d485347;    // "GSHM"
 constexpr size_t kJobIdMax = 64;              // including the NUL
