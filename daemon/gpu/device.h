@@ -58,6 +58,11 @@ class DeviceBuffer {
   int device_ = -1;
 };
 
+// Makes device the calling thread's current one, its primary context made
+// (what a CUDA program's first cudaSetDevice and allocation do): tests and
+// tools that then call the driver API (gsync_alloc_device) from the thread.
+Status use_device(int device);
+
 // A copy between any two of host and device memory (unified addressing
 // tells which is which), finished on the device when it returns (it waits
 // for the whole device). Tests and benchmarks.
@@ -89,6 +94,11 @@ class Stream {
   // device's context is unusable from then on, every later call fails, and
   // only a new process gets the device back.
   bool done(Status* error);
+  // Queues a write of value's 8 bytes to fd (a pipe), after the work
+  // queued so far: the event loop learns which work ended without asking.
+  // The write runs on a thread of the driver's and makes no CUDA call; a
+  // pipe's writes of 8 bytes are atomic, so several streams may share one.
+  Status notify(int fd, uint64_t value);
   // Waits for everything queued: tests and benchmarks only.
   Status synchronize();
 

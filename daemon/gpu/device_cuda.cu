@@ -4,6 +4,7 @@
 // streams and their completion events. The kernels are in
 // reduce_kernels.cu.
 #include <cuda_runtime.h>
+#include <unistd.h>
 
 #include <utility>
 
@@ -94,6 +95,13 @@ Status DeviceBuffer::allocate(int device, size_t bytes, DeviceBuffer* out) {
   return Status::ok();
 }
 
+Status use_device(int device) {
+  if (Status s = need_device(device); !s) return s;
+  // cudaFree(nullptr) makes the primary context current and does nothing
+  // else: the runtime's documented way to initialise it.
+  return cuda_status(cudaFree(nullptr), "cudaFree(nullptr)", device);
+}
+
 namespace {
 
 // The device that owns p, or -1 for host memory.
@@ -180,6 +188,33 @@ bool Stream::done(Status* error) {
     *error = why;
   }
   return true;
+}
+
+namespace {
+
+struct Note {
+  int fd;
+  uint64_t value;
+};
+
+void CUDART_CB write_note(void* p) {
+  auto* note = static_cast<Note*>(p);
+  // A pipe's 8-byte write is atomic; the daemon's end is drained by the
+  // event loop, and a full pipe (64 KiB of unread notes) cannot happen
+  // with the few tasks a daemon has in flight. It fails only if the read
+  // end is gone: the daemon is exiting.
+  [[maybe_unused]] ssize_t n = ::write(note->fd, &note->value, sizeof note->value);
+  delete note;
+}
+
+}  // namespace
+
+Status Stream::notify(int fd, uint64_t value) {
+  auto* note = new Note{fd, value};
+  Status s = cuda_status(cudaLaunchHostFunc(static_cast<cudaStream_t>(stream_), write_note, note),
+                         "cudaLaunchHostFunc", device_);
+  if (!s) delete note;
+  return s;
 }
 
 Status Stream::synchronize() {

@@ -4,6 +4,7 @@
 // -Dcuda=disabled): there is no GPU to use, and every call that would need
 // one says so.
 #include "daemon/gpu/device.h"
+#include "daemon/gpu/imported.h"
 
 namespace gsync::gpu {
 
@@ -28,6 +29,7 @@ DeviceBuffer::~DeviceBuffer() = default;
 void DeviceBuffer::release() {}
 Status DeviceBuffer::allocate(int, size_t, DeviceBuffer*) { return none(); }
 
+Status use_device(int) { return none(); }
 Status copy_sync(void*, const void*, size_t) { return none(); }
 
 Status Stream::create(int, std::unique_ptr<Stream>*) { return none(); }
@@ -40,5 +42,11 @@ bool Stream::done(Status* error) {
   return true;
 }
 Status Stream::synchronize() { return none(); }
+Status Stream::notify(int, uint64_t) { return none(); }
+
+Status ImportedMemory::open(int, uint64_t, const std::string&, std::unique_ptr<ImportedMemory>*) {
+  return none();
+}
+ImportedMemory::~ImportedMemory() = default;
 
 }  // namespace gsync::gpu
