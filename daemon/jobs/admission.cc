@@ -13,6 +13,7 @@
 #include "daemon/jobs/admission.h"
 #include "daemon/jobs/job_manager.h"
 #include "protocol/compression.h"
+#include "protocol/device.h"
 #include "protocol/guard.h"
 #include "protocol/plan_choice.h"
 #include "protocol/lease.h"
@@ -62,6 +63,9 @@ Status check_range(const proto::SubmitEntry& e, uint64_t arena_bytes, const Bad&
   if (e.count > (uint64_t{1} << 48) / elem)
     return bad(GSYNC_ERR_PROTOCOL, fmt::format("count {} is absurd", e.count));
   *bytes = e.count * elem;
+  // In device memory: checked against its allocation by JobManager::validate,
+  // which has the session's table.
+  if (proto::is_device_offset(e.offset)) return Status::ok();
   if (e.offset > arena_bytes || *bytes > arena_bytes - e.offset)
     return bad(GSYNC_ERR_PROTOCOL,
                fmt::format("tensor at arena offset {} of {} bytes ends past the {}-byte arena",
@@ -75,6 +79,10 @@ Status check_range(const proto::SubmitEntry& e, uint64_t arena_bytes, const Bad&
 Status check_ps_submission(const proto::SubmitEntry& e, uint64_t arena_bytes, const Bad& bad,
                            proto::OpShape* shape, uint64_t* bytes) {
   const proto::Opcode op = shape->opcode;
+  if (proto::is_device_offset(e.offset))
+    return bad(GSYNC_ERR_UNSUPPORTED, fmt::format("a {} of device memory: the parameter server "
+                                                  "takes host buffers (gsync_alloc)",
+                                                  proto::name(op)));
   if (!proto::dtype_from_wire(e.dtype, &shape->dtype))
     return bad(GSYNC_ERR_PROTOCOL, fmt::format("unknown dtype {}", e.dtype));
   if (shape->dtype != proto::DType::kF32 && shape->dtype != proto::DType::kF16 &&
@@ -227,7 +235,7 @@ Status check_join_request(const JoinRequest& r, bool multi_host_ok) {
 }
 
 Status JobManager::validate(const Session& s, const Job& job, const proto::SubmitEntry& e,
-                            proto::OpShape* shape, void** data) const {
+                            proto::OpShape* shape, void** data, DeviceRef* device) const {
   uint64_t bytes = 0;
   *data = nullptr;
   if (Status st = check_submission(e, job.world_size, s.arena_bytes(), s.describe(), shape, &bytes);
@@ -236,6 +244,12 @@ Status JobManager::validate(const Session& s, const Job& job, const proto::Submi
   if (shape->opcode == proto::Opcode::kBarrier || shape->opcode == proto::Opcode::kLease ||
       shape->opcode == proto::Opcode::kWorld)
     return Status::ok();
+  if (proto::is_device_offset(e.offset)) {
+    if (Status st = s.device_range(e.offset, bytes, data, &device->owner, &device->gpu); !st)
+      return Status(st.code(), fmt::format("{}: submission tag {} key {} step {}: {}",
+                                           s.describe(), e.tag, e.key, e.step, st.message()));
+    return Status::ok();
+  }
   // Checked above against the same arena size; this only finds the address.
   if (!s.arena_range(e.offset, bytes, data))
     return Status(GSYNC_ERR_INTERNAL, fmt::format("{}: arena range check disagrees", s.describe()));

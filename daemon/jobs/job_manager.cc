@@ -260,8 +260,9 @@ void JobManager::submit(const std::shared_ptr<Session>& s, const proto::SubmitEn
   if (jit == jobs_.end()) return;
   Job& job = *jit->second;
   void* data = nullptr;
+  DeviceRef device;
   proto::OpShape shape;
-  if (Status st = validate(*s, job, e, &shape, &data); !st) {
+  if (Status st = validate(*s, job, e, &shape, &data, &device); !st) {
     spdlog::warn("{}", st.message());
     reply(s, e.tag, st);
     return;
@@ -301,6 +302,7 @@ void JobManager::submit(const std::shared_ptr<Session>& s, const proto::SubmitEn
   a.session = s;
   a.tag = e.tag;
   a.data = data;
+  a.device = std::move(device);
   a.weight = e.weight;
   a.at = Clock::now();
   // The shortest timeout any rank asked for wins.
@@ -368,6 +370,11 @@ pipeline::OpRequest JobManager::request(const Job& job, const JobOp& op) const {
     c.buf.bytes = op.bytes();
     c.buf.owner = a.session;  // the arena stays mapped while the op uses it
     c.buf.arena = a.session->id();
+    if (a.device.owner) {  // the device memory's mapping, the same way
+      c.buf.kind = pipeline::MemoryKind::kDevice;
+      c.buf.device = a.device.gpu;
+      c.buf.owner = a.device.owner;
+    }
     c.weight = a.weight;
     c.rank = a.session->rank;
     r.locals.push_back(std::move(c));

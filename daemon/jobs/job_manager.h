@@ -93,8 +93,9 @@ class JobManager final : public ClientSink {
   const std::shared_ptr<const tuning::TuneTable>& tuning() const { return tuning_; }
 
  private:
+  // *data: the tensor's address; in device memory, *device says whose.
   Status validate(const Session& s, const Job& job, const proto::SubmitEntry& e,
-                  proto::OpShape* shape, void** data) const;
+                  proto::OpShape* shape, void** data, DeviceRef* device) const;
   Status check_shape(const Job& job, const JobOp& op, const Session& s,
                      const proto::OpShape& shape) const;
   JobOp& op_for(Job& job, const Session& s, const proto::SubmitEntry& e,

@@ -3,15 +3,19 @@
 
 #include <poll.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <vector>
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
+
+#include "daemon/shm/device_requests.h"
 
 namespace gsync {
 
@@ -165,14 +169,64 @@ void ClientListener::open_session(int fd, const Peer& peer, const proto::HelloRe
 
 void ClientListener::watch(const std::shared_ptr<Session>& s) {
   loop_.add(s->sq_doorbell(), EPOLLIN, [this, s](uint32_t) { on_doorbell(s); });
-  // The socket carries nothing after the hello; its hangup is how a client's
-  // death (even SIGKILL) reaches us.
-  loop_.add(s->socket_fd, EPOLLIN | EPOLLRDHUP, [this, s](uint32_t ev) {
-    char buf[64];
-    ssize_t n = recv(s->socket_fd, buf, sizeof buf, MSG_DONTWAIT);
-    if (n == 0 || (ev & (EPOLLHUP | EPOLLRDHUP | EPOLLERR)) || (n < 0 && errno != EAGAIN))
-      close_session(s, "disconnected (its connection closed: exited or killed)");
-  });
+  // After the hello the socket carries device memory requests
+  // (device_requests.h); its hangup is how a client's death (even SIGKILL)
+  // reaches us.
+  loop_.add(s->socket_fd, EPOLLIN | EPOLLRDHUP, [this, s](uint32_t ev) { on_socket(s, ev); });
+}
+
+void ClientListener::on_socket(const std::shared_ptr<Session>& s, uint32_t ev) {
+  // Requests first: a client that registers memory and exits at once has
+  // both a message and a hangup waiting, and the message is moot then.
+  for (;;) {
+    // Room for more than a request: a longer message is read whole (and
+    // refused), not taken for a request and the rest of another.
+    alignas(proto::DeviceRequest) char buf[sizeof(proto::DeviceRequest) + 64];
+    iovec iov[1] = {{buf, sizeof buf}};
+    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * 4)];
+    msghdr m{};
+    m.msg_iov = iov;
+    m.msg_iovlen = 1;
+    m.msg_control = control;
+    m.msg_controllen = sizeof control;
+    const ssize_t n = recvmsg(s->socket_fd, &m, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+    if (n <= 0) {
+      if (n == 0 || (n < 0 && errno != EAGAIN) || (ev & (EPOLLHUP | EPOLLRDHUP | EPOLLERR)))
+        close_session(s, "disconnected (its connection closed: exited or killed)");
+      return;
+    }
+    std::vector<int> fds;
+    for (cmsghdr* c = CMSG_FIRSTHDR(&m); c != nullptr; c = CMSG_NXTHDR(&m, c)) {
+      if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
+      const size_t k = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+      for (size_t i = 0; i < k; i++) {
+        int fd = -1;
+        std::memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof fd);
+        fds.push_back(fd);
+      }
+    }
+    proto::DeviceRequest req{};
+    Status st = parse_device_request(buf, static_cast<size_t>(n), &req);
+    if (st && (m.msg_flags & (MSG_TRUNC | MSG_CTRUNC)))
+      st = Status(GSYNC_ERR_PROTOCOL, "a device memory request with more than one fd or too long");
+    else if (st && fds.size() > 1)
+      st = Status(GSYNC_ERR_PROTOCOL, fmt::format("a device memory request with {} fds (one at "
+                                                  "most)",
+                                                  fds.size()));
+    proto::DeviceReply reply =
+        st ? handle_device_request(*s, req, fds.empty() ? -1 : fds[0])
+           : device_reply(req.alloc_id, Status(st.code(), s->describe() + ": " + st.message()));
+    for (int fd : fds) close(fd);
+    if (reply.status != 0) spdlog::warn("{}", reply.message);
+    // The client waits for the reply; one that does not read its replies
+    // fills the socket and is cut off rather than blocking the loop.
+    if (send(s->socket_fd, &reply, sizeof reply, MSG_DONTWAIT | MSG_NOSIGNAL) != sizeof reply) {
+      close_session(s, fmt::format("could not be sent its device memory reply ({}): it does not "
+                                   "read them, or it is gone",
+                                   strerror(errno)));
+      return;
+    }
+  }
 }
 
 void ClientListener::reap_stale_holder(const JoinRequest& join) {

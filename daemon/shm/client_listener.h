@@ -61,6 +61,8 @@ class ClientListener {
   void on_hello(int fd);
   void open_session(int fd, const Peer& peer, const proto::HelloRequest& hello);
   void watch(const std::shared_ptr<Session>& s);
+  // The session's socket is readable: device memory requests, or hangup.
+  void on_socket(const std::shared_ptr<Session>& s, uint32_t ev);
   void on_doorbell(const std::shared_ptr<Session>& s);
   void take_submissions(const std::shared_ptr<Session>& s);
   bool take_all_submissions();

@@ -14,6 +14,8 @@
 #include <fmt/format.h>
 
 #include "daemon/core/text.h"
+#include "daemon/gpu/imported.h"
+#include "protocol/device.h"
 
 namespace gsync {
 
@@ -141,6 +143,26 @@ bool Session::arena_range(uint64_t offset, uint64_t bytes, void** ptr) const {
   if (offset > arena_bytes_ || bytes > arena_bytes_ - offset) return false;
   *ptr = base_ + arena_offset_ + offset;
   return true;
+}
+
+Status Session::device_range(uint64_t entry_offset, uint64_t bytes, void** ptr,
+                             std::shared_ptr<const void>* owner, int* device) const {
+  const proto::DeviceOffset d = proto::from_entry_offset(entry_offset);
+  auto it = device_memory.find(d.alloc_id);
+  if (it == device_memory.end())
+    return Status(GSYNC_ERR_INVALID, fmt::format("device allocation {} is not registered (freed, "
+                                                 "or not made by gsync_alloc_device)",
+                                                 d.alloc_id));
+  const gpu::ImportedMemory& m = *it->second;
+  if (!proto::in_allocation(entry_offset, bytes, m.bytes()))
+    return Status(GSYNC_ERR_INVALID,
+                  fmt::format("a tensor at offset {} of {} bytes ends past device allocation {} "
+                              "({} bytes)",
+                              d.offset, bytes, d.alloc_id, m.bytes()));
+  *ptr = static_cast<uint8_t*>(m.get()) + d.offset;
+  *owner = it->second;
+  *device = m.device();
+  return Status::ok();
 }
 
 std::string Session::describe() const {

@@ -11,11 +11,16 @@
 
 #include <chrono>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 
 #include "daemon/core/status.h"
 #include "protocol/wire.h"
+
+namespace gsync::gpu {
+class ImportedMemory;
+}
 
 namespace gsync {
 
@@ -52,6 +57,12 @@ class Session {
   // Arena bounds check for a tensor of bytes at offset. On success *ptr is the
   // daemon's address of it.
   bool arena_range(uint64_t offset, uint64_t bytes, void** ptr) const;
+  // The same for a tensor in the client's device memory (entry_offset as
+  // protocol/device.h packs it): *ptr the daemon's device address, *owner
+  // the mapping (held by the op), *device its GPU; else an error naming the
+  // allocation.
+  Status device_range(uint64_t entry_offset, uint64_t bytes, void** ptr,
+                      std::shared_ptr<const void>* owner, int* device) const;
 
   uint64_t id() const { return id_; }
   int memfd() const { return memfd_; }
@@ -85,6 +96,9 @@ class Session {
   std::chrono::steady_clock::time_point connected_at;
   SessionStats stats;
   bool closed = false;
+  // Device memory the client shared (protocol/device.h), by allocation id
+  // (device_requests.h); ops over it hold their own references.
+  std::map<uint64_t, std::shared_ptr<const gpu::ImportedMemory>> device_memory;
 
   // "job train-1 rank 2 (local 2, pid 1234)" for error messages.
   std::string describe() const;

@@ -12,6 +12,7 @@
 #include "daemon/core/text.h"
 #include "daemon/jobs/admission.h"
 #include "daemon/shm/handshake.h"
+#include "protocol/device.h"
 
 namespace gsync {
 namespace {
@@ -83,8 +84,19 @@ TEST(CheckSubmission, EveryFieldAndTheArenaBounds) {
   auto e = entry();
   e.offset = 4096 - 63;  // one byte past the arena's end
   EXPECT_NE(check(e).message().find("ends past the 4096-byte arena"), std::string::npos);
-  e.offset = ~0ull;  // offset + bytes wraps around
+  e.offset = ~0ull >> 1;  // offset + bytes wraps around
   EXPECT_FALSE(check(e));
+  // Bit 63: device memory (protocol/device.h), checked against its
+  // allocation by the jobs layer, which has the session's table.
+  e.offset = proto::to_entry_offset({5, 4096});
+  ASSERT_TRUE(check(e));
+  EXPECT_EQ(bytes, 64u);
+  e.opcode = static_cast<uint8_t>(proto::Opcode::kPush);
+  e.redop = 0;
+  e.weight = 1;
+  EXPECT_EQ(check(e).code(), GSYNC_ERR_UNSUPPORTED);
+  EXPECT_NE(check(e).message().find("the parameter server takes host buffers"), std::string::npos)
+      << check(e).message();
   e = entry();
   e.count = ~0ull / 4 + 1;  // count * 4 wraps around
   EXPECT_NE(check(e).message().find("absurd"), std::string::npos);

@@ -1,0 +1,37 @@
+// SPDX-License-Identifier: Apache-2.0
+//
+// Device memory a client shares with the daemon (protocol/device.h): the
+// requests that come on its socket after the hello, checked here, and the
+// session's table of mapped allocations they change. Nothing in a request
+// is trusted: a malformed one gets an error reply naming what is wrong, and
+// the session goes on.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "daemon/core/status.h"
+#include "daemon/shm/session.h"
+#include "protocol/device.h"
+
+namespace gsync {
+
+// The most allocations one session may have mapped at once.
+constexpr size_t kMaxDeviceAllocations = 1024;
+
+// The checks on the n bytes of one received message: its size, magic and
+// kind, the allocation id's range, a registration's size (1 byte to 1 TiB)
+// and NUL-terminated PCI bus id. A status naming the first failure.
+Status parse_device_request(const void* msg, size_t n, proto::DeviceRequest* out);
+
+// Carries out a checked request for s: a registration imports fd (the
+// allocation's POSIX fd handle, -1 when the message carried none; not
+// taken: the caller closes it) and maps it; a release drops the session's
+// reference (ops still running over it keep theirs). The reply to send.
+proto::DeviceReply handle_device_request(Session& s, const proto::DeviceRequest& r, int fd);
+
+// The reply to a request that failed (r may be half-read: its alloc_id is
+// echoed as found).
+proto::DeviceReply device_reply(uint64_t alloc_id, const Status& st);
+
+}  // namespace gsync
