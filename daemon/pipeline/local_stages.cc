@@ -29,6 +29,10 @@ const Buffer& host_buffer(const OpRequest& req) {
 uint64_t LocalWork::run(const reduce::ReduceArgs& a, const void* copy_src, uint64_t begin,
                         uint64_t end, uint64_t progress_step, uint64_t tag,
                         std::vector<int> mark_ranks) {
+  if (gpu_ != nullptr) {
+    in_flight_++;
+    return gpu_->submit(device_, a, copy_src, begin, end, tag);
+  }
   size_t elem = proto::dtype_size(a.dtype);
   WorkPool::RangeFn fn;
   if (copy_src) {
@@ -63,6 +67,15 @@ uint64_t LocalWork::run(const reduce::ReduceArgs& a, const void* copy_src, uint6
 }
 
 // ---------------------------------------------------------------- common
+
+LocalStage::LocalStage(StageLink link, WorkPool& pool, uint64_t inline_bytes)
+    : Stage(link), work_(pool, inline_bytes) {
+  // The pipeline runs an op on device buffers only when all of them are on
+  // one GPU (Pipeline::check_memory).
+  const OpRequest& r = link_.request();
+  if (!r.locals.empty() && r.locals[0].buf.kind == MemoryKind::kDevice)
+    work_.use_gpu(link_.gpu(), r.locals[0].buf.device);
+}
 
 void LocalStage::abort(const Status& why) {
   (void)why;

@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "daemon/pipeline/gpu_work.h"
 #include "daemon/pipeline/op.h"
 #include "daemon/pipeline/stage.h"
 #include "daemon/pipeline/work_pool.h"
@@ -33,6 +34,12 @@ namespace gsync::pipeline {
 class LocalWork {
  public:
   LocalWork(WorkPool& pool, uint64_t inline_bytes) : pool_(pool), inline_bytes_(inline_bytes) {}
+  // The buffers are device memory on this GPU: the work goes to its stream
+  // (always a task, never inline; progress is reported at its end only).
+  void use_gpu(GpuWork* gpu, int device) {
+    gpu_ = gpu;
+    device_ = device;
+  }
   // Elements [begin, end) of a; copy_src set: plain copies into a.outputs
   // instead. mark_ranks (the inputs' ranks) set: a NaN or an Inf of an
   // input is marked in the output with its rank (nonfinite.h). Returns
@@ -45,14 +52,15 @@ class LocalWork {
  private:
   WorkPool& pool_;
   uint64_t inline_bytes_;
+  GpuWork* gpu_ = nullptr;
+  int device_ = -1;
   int in_flight_ = 0;
 };
 
 // Common to the three: the pointer storage, abort and quiet.
 class LocalStage : public Stage {
  public:
-  LocalStage(StageLink link, WorkPool& pool, uint64_t inline_bytes)
-      : Stage(link), work_(pool, inline_bytes) {}
+  LocalStage(StageLink link, WorkPool& pool, uint64_t inline_bytes);
   void abort(const Status& why) override;
   void task_done(uint64_t task) override;
   std::string waiting_for() const override;

@@ -19,15 +19,19 @@
 
 namespace gsync::pipeline {
 
-// Where a buffer's bytes live. Host memory only today; device memory (GPU
-// buffers) gets its own stage backends.
+// Where a buffer's bytes live: host memory (a client's arena), or device
+// memory a client shared with the daemon (its mapping in the daemon's
+// address space on GPU `device`), which the local stages reduce on the GPU
+// (gpu_work.h).
 enum class MemoryKind : uint8_t { kHost = 0, kDevice = 1 };
 
 struct Buffer {
   MemoryKind kind = MemoryKind::kHost;
+  int device = -1;  // kDevice: the GPU (the daemon's CUDA ordinal)
   uint8_t* ptr = nullptr;
   uint64_t bytes = 0;
-  // Keeps the mapping the bytes are in (a client's arena) alive while a
+  // Keeps the mapping the bytes are in (a client's arena, or its device
+  // memory's mapping) alive while a
   // stage or a cached plan still uses them, even after the client is gone.
   std::shared_ptr<const void> owner;
   // The mapping's name (a session id): plans over buffers in it are

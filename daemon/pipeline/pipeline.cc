@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "daemon/pipeline/pipeline.h"
 
+#include <sys/epoll.h>
+
 #include <algorithm>
 
 #include <fmt/format.h>
@@ -9,6 +11,7 @@
 #include "daemon/cluster/control_plane.h"
 #include "daemon/collective/engine.h"
 #include "daemon/pipeline/cross_stage.h"
+#include "daemon/pipeline/gpu_work.h"
 #include "daemon/pipeline/guard_stage.h"
 #include "daemon/pipeline/plan_cache.h"
 #include "daemon/pipeline/local_stages.h"
@@ -73,6 +76,7 @@ double StageLink::weight_total() const { return op_.weight_total; }
 void StageLink::set_weight_total(double w) { op_.weight_total = w; }
 void StageLink::set_value(uint64_t v) { op_.value = v; }
 uint64_t StageLink::pool_tag() const { return (op_.serial << 8) | static_cast<uint64_t>(index_); }
+GpuWork* StageLink::gpu() const { return op_.pipeline.gpu_work(); }
 void StageLink::emit(uint64_t begin, uint64_t end) { op_.pipeline.emit(op_, index_, begin, end); }
 void StageLink::finished() { op_.pipeline.stage_finished(op_, index_); }
 void StageLink::mark(const char* name) {
@@ -120,10 +124,46 @@ uint64_t Pipeline::start(OpRequest request, Done done) {
   return serial;
 }
 
+Status Pipeline::check_memory(const OpRequest& r) const {
+  const Buffer* first_device = nullptr;
+  bool host = false;
+  for (const auto& c : r.locals) {
+    if (c.buf.kind == MemoryKind::kHost) {
+      host = true;
+    } else if (first_device == nullptr) {
+      first_device = &c.buf;
+    } else if (c.buf.device != first_device->device) {
+      return Status(GSYNC_ERR_UNSUPPORTED,
+                    fmt::format("{}: its local ranks' buffers are on GPU {} and GPU {}; the "
+                                "buffers of one op are on one GPU (peer access between GPUs is "
+                                "still to come, docs/gpu.md)",
+                                r.describe(), first_device->device, c.buf.device));
+    }
+  }
+  if (first_device == nullptr) return Status::ok();
+  const char* why = nullptr;
+  if (host)
+    why = "some local ranks gave host memory and some device memory; the buffers of one op are "
+          "all one or all the other";
+  else if (r.multi_host())
+    why = "a job on several hosts takes host buffers for now (across hosts from device memory, "
+          "staged or by GPUDirect RDMA, is still to come, docs/gpu.md)";
+  else if (proto::is_ps(r.shape.opcode))
+    why = "the parameter server takes host buffers";
+  else if (GuardStage::wanted(r))
+    why = "the anomaly guard reads host buffers; a job with a guard gives host memory";
+  if (why == nullptr) return Status::ok();
+  return Status(GSYNC_ERR_UNSUPPORTED, fmt::format("{} on GPU {}: {}", r.describe(),
+                                                   first_device->device, why));
+}
+
 void Pipeline::build_stages(Op& op) {
   const OpRequest& r = op.req;
   uint64_t inline_bytes = options_.inline_bytes;
-  if (proto::is_ps(r.shape.opcode)) {
+  if (Status st = check_memory(r); !st) {
+    op.failing = true;
+    op.status = st;
+  } else if (proto::is_ps(r.shape.opcode)) {
     add_ps_stages(op);
   } else if (!r.multi_host()) {
     op.stages.push_back(std::make_unique<LocalReduceStage>(op.link(0), pool_, inline_bytes));
@@ -401,6 +441,29 @@ void Pipeline::on_pool_events() {
     Op* op = find(f.tag >> 8);
     size_t stage = f.tag & 0xff;
     if (op && stage < op->stages.size()) op->stages[stage]->task_done(f.task);
+  }
+}
+
+GpuWork* Pipeline::gpu_work() {
+  if (!gpu_) {
+    gpu_ = std::make_unique<GpuWork>();
+    loop_.add(gpu_->done_fd(), EPOLLIN, [this](uint32_t) { on_gpu_events(false); });
+    // A kernel's fault stops its stream's notes: looked for while tasks
+    // are in flight, often enough that a failed op ends well within a step.
+    loop_.every(std::chrono::milliseconds(100), [this] {
+      if (gpu_->in_flight() > 0) on_gpu_events(true);
+    }, "gpu fault check");
+  }
+  return gpu_.get();
+}
+
+void Pipeline::on_gpu_events(bool check_faults) {
+  for (const auto& f : gpu_->take(check_faults)) {
+    Op* op = find(f.tag >> 8);
+    size_t stage = f.tag & 0xff;
+    if (!op || stage >= op->stages.size()) continue;
+    if (!f.status) stage_failed(*op, static_cast<int>(stage), f.status);
+    op->stages[stage]->task_done(f.task);
   }
 }
 

@@ -55,6 +55,7 @@ class Service;
 
 namespace gsync::pipeline {
 
+class GpuWork;
 class PlanCache;
 
 struct PipelineOptions {
@@ -151,6 +152,11 @@ class Pipeline {
 
   // The work pool's done fd is readable.
   void on_pool_events();
+  // The GPU work's notes (gpu_work.h); check_faults: also ask the streams
+  // whether their work failed.
+  void on_gpu_events(bool check_faults);
+  // The daemon's GPU work, made (and its fd watched) at first use.
+  GpuWork* gpu_work();
   // The mapping named arena (a session's) goes: plans over it are evicted.
   void arena_closed(uint64_t arena);
   void job_closed(const std::string& job);
@@ -168,6 +174,8 @@ class Pipeline {
   Op* find(uint64_t serial) const;
   Clock::time_point stamp() const;
   void build_stages(Op& op);
+  // An op over device buffers runs when it can (docs/gpu.md); else why not.
+  Status check_memory(const OpRequest& r) const;
   void add_cross_stage(Op& op);
   // Fills in's algorithm and chunk size; says who chose them.
   const char* choose_plan(const OpRequest& r, collective::PlanInputs* in) const;
@@ -194,6 +202,7 @@ class Pipeline {
   bool reap_scheduled_ = false;
   std::vector<WorkPool::Progress> progress_;
   std::vector<WorkPool::Finished> finished_;
+  std::unique_ptr<GpuWork> gpu_;
   OpTimes reaped_;  // what reap() hands on, reused op after op
   // Wire logs of ended ops, their memory reserved, for the next ones
   // (recorded cross-host ops take one each).

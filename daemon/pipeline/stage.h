@@ -29,6 +29,7 @@
 
 namespace gsync::pipeline {
 
+class GpuWork;
 class Op;
 struct OpRequest;
 
@@ -51,8 +52,11 @@ class StageLink {
   // The op's result beside its data, in its completion (a declaration's
   // resume clock).
   void set_value(uint64_t v);
-  // The pool tag of this stage's tasks (Pipeline::on_pool_events).
+  // The pool tag of this stage's tasks (Pipeline::on_pool_events, and
+  // on_gpu_events for the GPU's).
   uint64_t pool_tag() const;
+  // The GPU work of the daemon (made at first use).
+  GpuWork* gpu() const;
 
   void emit(uint64_t begin, uint64_t end);
   // A moment of the stage's own, kept in its StageTimes (name: a literal).

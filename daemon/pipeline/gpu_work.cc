@@ -1,0 +1,117 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "daemon/pipeline/gpu_work.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <string>
+
+#include "daemon/gpu/device.h"
+#include "protocol/ops.h"
+
+namespace gsync::pipeline {
+
+GpuWork::GpuWork() {
+  // Non-blocking on both ends: the loop drains it without waiting, and a
+  // driver thread never blocks on a pipe nobody reads.
+  if (pipe2(pipe_, O_CLOEXEC | O_NONBLOCK) != 0) pipe_[0] = pipe_[1] = -1;
+}
+
+GpuWork::~GpuWork() {
+  streams_.clear();  // each waits for its work: no note is written after this
+  for (int fd : pipe_)
+    if (fd >= 0) close(fd);
+}
+
+Status GpuWork::stream_for(int device, gpu::Stream** out) {
+  auto it = streams_.find(device);
+  if (it == streams_.end()) {
+    std::unique_ptr<gpu::Stream> s;
+    if (Status st = gpu::Stream::create(device, &s); !st) return st;
+    it = streams_.emplace(device, std::move(s)).first;
+  }
+  *out = it->second.get();
+  return Status::ok();
+}
+
+Status GpuWork::queue(int device, const reduce::ReduceArgs& a, const void* copy_src,
+                      uint64_t begin, uint64_t end, uint64_t task) {
+  if (pipe_[1] < 0) return Status(GSYNC_ERR_INTERNAL, "the GPU work's pipe could not be made");
+  gpu::Stream* s = nullptr;
+  if (Status st = stream_for(device, &s); !st) return st;
+  const size_t elem = proto::dtype_size(a.dtype);
+  const uint64_t skip = begin * elem;
+  // The range's pointers: the kernel takes them by value at launch, so
+  // these arrays may go when queue returns.
+  std::vector<const void*> in(a.n_inputs);
+  std::vector<void*> out(a.n_outputs);
+  for (size_t i = 0; i < a.n_inputs; i++) in[i] = static_cast<const uint8_t*>(a.inputs[i]) + skip;
+  for (size_t o = 0; o < a.n_outputs; o++) out[o] = static_cast<uint8_t*>(a.outputs[o]) + skip;
+  if (copy_src != nullptr) {
+    for (size_t o = 0; o < a.n_outputs; o++) {
+      if (a.outputs[o] == copy_src) continue;
+      if (Status st = s->copy(out[o], static_cast<const uint8_t*>(copy_src) + skip, (end - begin) * elem);
+          !st)
+        return st;
+    }
+  } else {
+    reduce::ReduceArgs r = a;
+    r.inputs = in.data();
+    r.outputs = out.data();
+    r.count = end - begin;
+    if (Status st = s->reduce(r); !st) return st;
+  }
+  if (Status st = s->record(); !st) return st;
+  return s->notify(pipe_[1], task);
+}
+
+uint64_t GpuWork::submit(int device, const reduce::ReduceArgs& a, const void* copy_src,
+                         uint64_t begin, uint64_t end, uint64_t tag) {
+  const uint64_t task = next_task_++;
+  Task& t = tasks_[task];
+  t.tag = tag;
+  t.device = device;
+  t.error = queue(device, a, copy_src, begin, end, task);
+  if (!t.error) {
+    // Not queued: no note will come from the driver, so it is written
+    // here, and the task ends with its error through take() like the rest.
+    [[maybe_unused]] ssize_t n = write(pipe_[1], &task, sizeof task);
+  }
+  return task;
+}
+
+const std::vector<GpuWork::Finished>& GpuWork::take(bool check_faults) {
+  std::vector<Finished>* out = &finished_;
+  out->clear();
+  uint64_t notes[64];
+  for (;;) {
+    const ssize_t n = pipe_[0] >= 0 ? read(pipe_[0], notes, sizeof notes) : -1;
+    if (n <= 0) break;
+    for (size_t i = 0; i < static_cast<size_t>(n) / sizeof notes[0]; i++) {
+      auto it = tasks_.find(notes[i]);
+      if (it == tasks_.end()) continue;  // failed already by a fault check
+      out->push_back({it->second.tag, it->first, it->second.error});
+      tasks_.erase(it);
+    }
+  }
+  if (!check_faults) return finished_;
+  for (auto& [device, stream] : streams_) {
+    Status error;
+    if (!stream->done(&error) || error) continue;
+    // The stream's work failed: its notes will not come. Every task still
+    // on it ends with the driver's words.
+    for (auto it = tasks_.begin(); it != tasks_.end();) {
+      if (it->second.device != device) {
+        ++it;
+        continue;
+      }
+      out->push_back({it->second.tag, it->first, error});
+      it = tasks_.erase(it);
+    }
+  }
+  return finished_;
+}
+
+}  // namespace gsync::pipeline

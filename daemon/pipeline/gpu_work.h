@@ -1,0 +1,71 @@
+// SPDX-License-Identifier: Apache-2.0
+//
+// The local stages' work on device buffers (docs/gpu.md, "Fold and store on
+// the GPU"): the reduce kernels and copies queued on the daemon's own
+// stream of each GPU (daemon/gpu/device.h), the way LocalWork hands host
+// work to the pool. The event thread never waits on a GPU: each task ends
+// with a note (its id) that the driver writes to a pipe the event loop
+// watches. A fault in a kernel stops the notes of its stream, so the
+// pipeline also asks each stream with tasks in flight, now and then,
+// whether it failed, and fails those tasks with the driver's words.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "daemon/core/status.h"
+#include "daemon/reduce/reduce.h"
+
+namespace gsync::gpu {
+class Stream;
+}
+
+namespace gsync::pipeline {
+
+class GpuWork {
+ public:
+  GpuWork();
+  ~GpuWork();  // waits for the GPUs' work (the streams' destructors)
+  GpuWork(const GpuWork&) = delete;
+  GpuWork& operator=(const GpuWork&) = delete;
+
+  // Readable when tasks may have ended (take()).
+  int done_fd() const { return pipe_[0]; }
+  // Queues elements [begin, end) of a on device's stream (copy_src set:
+  // plain copies into a's outputs instead) and returns the task. A task
+  // that cannot be queued (no GPU, a launch the driver refuses) still gets
+  // an id and ends with its error through take(), like any other.
+  uint64_t submit(int device, const reduce::ReduceArgs& a, const void* copy_src, uint64_t begin,
+                  uint64_t end, uint64_t tag);
+
+  struct Finished {
+    uint64_t tag = 0;
+    uint64_t task = 0;
+    Status status;
+  };
+  // The tasks that ended since the last call (valid until the next);
+  // check_faults also asks each stream with tasks in flight whether its
+  // work failed.
+  const std::vector<Finished>& take(bool check_faults);
+  size_t in_flight() const { return tasks_.size(); }
+
+ private:
+  struct Task {
+    uint64_t tag = 0;
+    int device = -1;
+    Status error;  // it could not be queued
+  };
+  Status queue(int device, const reduce::ReduceArgs& a, const void* copy_src, uint64_t begin,
+               uint64_t end, uint64_t task);
+  Status stream_for(int device, gpu::Stream** out);
+
+  int pipe_[2] = {-1, -1};
+  uint64_t next_task_ = 1;
+  std::map<int, std::unique_ptr<gpu::Stream>> streams_;  // by device
+  std::map<uint64_t, Task> tasks_;                       // in flight
+  std::vector<Finished> finished_;                       // take()'s
+};
+
+}  // namespace gsync::pipeline
