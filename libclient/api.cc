@@ -237,6 +237,20 @@ int gsync_free(gsync_comm_t* comm, void* ptr) {
   });
 }
 
+int gsync_alloc_device(gsync_comm_t* comm, size_t bytes, void** out) {
+  return guarded("gsync_alloc_device", [&] {
+    if (comm == nullptr) return null_arg("gsync_alloc_device", "comm");
+    return comm->session->alloc_device(bytes, out);
+  });
+}
+
+int gsync_free_device(gsync_comm_t* comm, void* ptr) {
+  return guarded("gsync_free_device", [&] {
+    if (comm == nullptr) return null_arg("gsync_free_device", "comm");
+    return comm->session->free_device(ptr);
+  });
+}
+
 int gsync_arena_info(gsync_comm_t* comm, size_t* capacity, size_t* free_bytes) {
   return guarded("gsync_arena_info", [&] {
     if (comm == nullptr) return null_arg("gsync_arena_info", "comm");

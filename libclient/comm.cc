@@ -182,6 +182,29 @@ int Session::free(void* ptr) {
   return GSYNC_OK;
 }
 
+int Session::device_socket() {
+  std::lock_guard lk(mu_);
+  return shut_ || fds_closed_ ? -1 : conn_.sock.get();
+}
+
+int Session::alloc_device(size_t bytes, void** out) {
+  if (out == nullptr) return fail(GSYNC_ERR_INVALID, "gsync_alloc_device: out is NULL");
+  std::string why;
+  const int rc = device_.alloc(device_socket(), bytes, out, &why);
+  if (rc != GSYNC_OK)
+    return fail(rc, format("gsync_alloc_device: %s (%s)", why.c_str(), context().c_str()));
+  return GSYNC_OK;
+}
+
+int Session::free_device(void* ptr) {
+  if (ptr == nullptr) return GSYNC_OK;
+  std::string why;
+  const int rc = device_.free(device_socket(), ptr, &why);
+  if (rc != GSYNC_OK)
+    return fail(rc, format("gsync_free_device: %s (%s)", why.c_str(), context().c_str()));
+  return GSYNC_OK;
+}
+
 int Session::arena_info(size_t* capacity, size_t* free_bytes) {
   std::lock_guard lk(mu_);
   if (capacity != nullptr) *capacity = allocator_.capacity();
@@ -209,7 +232,8 @@ int Session::completion_fd() {
   return conn_.cq_doorbell.get();
 }
 
-int Session::validate(const OpArgs& a, bool* zero_copy, uint64_t* bytes) const {
+int Session::validate(const OpArgs& a, bool* zero_copy, uint64_t* bytes,
+                      uint64_t* device_offset) const {
   auto bad = [&](const std::string& what) {
     return fail(GSYNC_ERR_INVALID,
                 format("%s: %s (key %llu step %llu, %s)", a.api, what.c_str(),
@@ -282,6 +306,23 @@ int Session::validate(const OpArgs& a, bool* zero_copy, uint64_t* bytes) const {
         format("buffer %p + %llu bytes wraps around", a.buf, static_cast<unsigned long long>(n)));
   const bool inside = p >= a0 && p + n <= a1;
   const bool overlaps = p < a1 && p + n > a0;
+  if (!overlaps) {
+    std::string why;
+    const int found = device_.find(a.buf, n, device_offset, &why);
+    if (found == GSYNC_OK && proto::is_ps(a.opcode))
+      return bad("buf is device memory; the parameter server takes host buffers (gsync_alloc)");
+    if (found == GSYNC_OK) {
+      *zero_copy = true;
+      *bytes = n;
+      return GSYNC_OK;
+    }
+    if (found != GSYNC_ERR_AGAIN) return bad(why);
+    // Staging copies with memcpy: a device pointer there would crash.
+    if (DeviceMemory::is_device_pointer(a.buf))
+      return bad(format("buffer %p is device memory that gsync_alloc_device did not allocate; "
+                        "allocate it there, or copy it to host memory",
+                        a.buf));
+  }
   if (overlaps && !inside) {
     return bad(
         format("buffer %p of %s straddles the arena boundary", a.buf, format_bytes(n).c_str()));
@@ -311,7 +352,8 @@ proto::Compression Session::compression_of(const OpArgs& a) const {
 int Session::submit(const OpArgs& a, std::shared_ptr<RequestState>* out) {
   bool zero_copy;
   uint64_t bytes;
-  if (int rc = validate(a, &zero_copy, &bytes); rc != GSYNC_OK) return rc;
+  uint64_t device_offset = 0;
+  if (int rc = validate(a, &zero_copy, &bytes, &device_offset); rc != GSYNC_OK) return rc;
   auto st = std::make_shared<RequestState>();
   st->key = a.key;
   st->step = a.step;
@@ -336,7 +378,9 @@ int Session::submit(const OpArgs& a, std::shared_ptr<RequestState>* out) {
   }
   uint64_t offset = 0;
   bool copy_in = false;
-  if (zero_copy) {
+  if (device_offset != 0) {
+    offset = device_offset;  // the daemon checks it against its mapping
+  } else if (zero_copy) {
     offset = reinterpret_cast<uintptr_t>(a.buf) - reinterpret_cast<uintptr_t>(arena_);
     // The daemon only bounds-checks; catching a use after gsync_free or a
     // range across two blocks here gives the caller a message instead of
@@ -517,16 +561,12 @@ void Session::check_alive_locked(bool force) {
   const auto now = Clock::now();
   if (!force && now - alive_checked_ < kAliveEvery) return;
   alive_checked_ = now;
-  pollfd p{conn_.sock.get(), POLLIN | POLLRDHUP, 0};
+  // POLLRDHUP alone, never a read: the only messages after the hello are
+  // the replies to device memory requests, and those are their requester's
+  // (device_memory.cc). A hangup is reported whatever was asked for.
+  pollfd p{conn_.sock.get(), POLLRDHUP, 0};
   if (::poll(&p, 1, 0) <= 0) return;
-  bool gone = (p.revents & (POLLHUP | POLLRDHUP | POLLERR | POLLNVAL)) != 0;
-  if (!gone && (p.revents & POLLIN)) {
-    // Protocol version 1 sends nothing after the hello; read and drop
-    // whatever comes so it cannot keep poll() returning at once.
-    char buf[512];
-    const ssize_t n = ::recv(conn_.sock.get(), buf, sizeof(buf), MSG_DONTWAIT);
-    gone = n == 0;
-  }
+  const bool gone = (p.revents & (POLLHUP | POLLRDHUP | POLLERR | POLLNVAL)) != 0;
   if (!gone) return;
   // Completions already posted are valid results; keep them.
   drain_locked();

@@ -25,6 +25,7 @@
 #include "libclient/arena_allocator.h"
 #include "protocol/ops.h"
 #include "libclient/connect.h"
+#include "libclient/device_memory.h"
 #include "libclient/request.h"
 #include "protocol/wire.h"
 
@@ -66,6 +67,8 @@ class Session {
 
   int alloc(size_t bytes, void** out);
   int free(void* ptr);
+  int alloc_device(size_t bytes, void** out);
+  int free_device(void* ptr);
   int arena_info(size_t* capacity, size_t* free_bytes);
   int completion_fd();
 
@@ -86,7 +89,11 @@ class Session {
   std::string context() const;
 
  private:
-  int validate(const OpArgs& a, bool* zero_copy, uint64_t* bytes) const;
+  // *device_offset: the entry offset of a buffer in device memory
+  // (protocol/device.h), 0 for host memory.
+  int validate(const OpArgs& a, bool* zero_copy, uint64_t* bytes, uint64_t* device_offset) const;
+  // The session's socket for a device memory request, or -1 after close.
+  int device_socket();
   // What the op's submission carries: its own codec, or the job's where
   // the job's can apply.
   proto::Compression compression_of(const OpArgs& a) const;
@@ -140,6 +147,7 @@ class Session {
   std::unordered_map<uint64_t, std::shared_ptr<RequestState>> table_;
   ArenaAllocator allocator_;
   std::unordered_set<uint64_t> user_blocks_;  // offsets from gsync_alloc
+  DeviceMemory device_;  // gsync_alloc_device's allocations (their own lock)
   // Spin before sleeping on the doorbell: not when this rank and its daemon
   // may only run on the same one CPU (cpu_share.h). Decided at connect.
   bool spin_ = true;

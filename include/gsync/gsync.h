@@ -238,6 +238,23 @@ int gsync_free(gsync_comm_t *comm, void *ptr);
 /* Arena capacity and bytes currently free (either pointer may be NULL). */
 int gsync_arena_info(gsync_comm_t *comm, size_t *capacity, size_t *free_bytes);
 
+/* GPU memory the daemon reduces in place, on the GPU (docs/gpu.md): `bytes`
+ * on the calling thread's current CUDA device (cudaSetDevice), allocated in
+ * this process and shared with the daemon. A tensor anywhere in it goes to
+ * gsync_allreduce / gsync_broadcast like arena memory, with no copy to the
+ * host; order the kernels that write it before the submission
+ * (cudaStreamSynchronize or cudaDeviceSynchronize), as the daemon reads it
+ * on its own stream. Every local rank of an op gives device memory on the
+ * same GPU, the job runs on this host alone, and has no anomaly guard (for
+ * now: docs/gpu.md). GSYNC_ERR_UNSUPPORTED where there is no GPU or NVIDIA
+ * driver, in this process or in the daemon (the text says which);
+ * GSYNC_ERR_NOMEM when the GPU is full. Neither process writing into freed
+ * memory: the memory stays until both the client and the daemon's ops over
+ * it let go. libgsync links no CUDA library: it finds libcuda.so.1 at run
+ * time. Not to race with gsync_close. */
+int gsync_alloc_device(gsync_comm_t *comm, size_t bytes, void **out);
+int gsync_free_device(gsync_comm_t *comm, void *ptr);
+
 /* Operations are matched across ranks by (key, step): ranks may submit
  * different tensors in different orders. All are asynchronous: complete
  * them with gsync_wait or gsync_test, then release with gsync_request_free.
