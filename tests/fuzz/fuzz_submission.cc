@@ -5,13 +5,15 @@
 // jobs layer does before it touches the tensor. Input: 64 bytes of
 // SubmitEntry, then the job's world size (1 byte) and the arena's size (8
 // bytes). Properties: an entry that passes names a tensor inside the arena
-// (offset + bytes cannot wrap past it), of count x the dtype's size bytes,
+// (offset + bytes cannot wrap past it), or in device memory (not for the
+// parameter server, and inside an allocation where in_allocation says so), of count x the dtype's size bytes,
 // a known op, a root inside the job; an error names the rank and the tag.
 #include <cmath>
 #include <cstring>
 
 #include "daemon/jobs/admission.h"
 #include "protocol/compression.h"
+#include "protocol/device.h"
 #include "protocol/lease.h"
 #include "protocol/ps.h"
 #include "tests/fuzz/fuzz_target.h"
@@ -59,7 +61,19 @@ GSYNC_FUZZ_TARGET(submission) {
   }
   FUZZ_CHECK(bytes == e.count * proto::dtype_size(shape.dtype));
   FUZZ_CHECK(bytes / proto::dtype_size(shape.dtype) == e.count);  // no wrap
-  FUZZ_CHECK(e.offset <= arena && bytes <= arena - e.offset);
+  if (proto::is_device_offset(e.offset)) {
+    // In a client's device memory: the jobs layer checks it against the
+    // allocation (Session::device_range), with in_allocation.
+    FUZZ_CHECK(!proto::is_ps(shape.opcode));
+    const uint64_t alloc = arena;  // any allocation size
+    if (proto::in_allocation(e.offset, bytes, alloc)) {
+      const proto::DeviceOffset d = proto::from_entry_offset(e.offset);
+      FUZZ_CHECK(d.offset + bytes <= alloc && d.offset + bytes >= d.offset);
+      FUZZ_CHECK(proto::to_entry_offset(d) == e.offset);
+    }
+  } else {
+    FUZZ_CHECK(e.offset <= arena && bytes <= arena - e.offset);
+  }
   if (shape.opcode == proto::Opcode::kBroadcast) FUZZ_CHECK(shape.root >= 0 && shape.root < world);
   if (shape.opcode == proto::Opcode::kAllreduce) FUZZ_CHECK(proto::defined(shape.dtype, shape.redop));
   return 0;

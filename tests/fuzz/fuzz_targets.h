@@ -17,6 +17,7 @@
   X(cluster_file)             \
   X(config)                   \
   X(control_messages)         \
+  X(device_request)           \
   X(dpdk_frame)               \
   X(etcd_record)              \
   X(etcd_response)            \

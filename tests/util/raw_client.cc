@@ -11,6 +11,8 @@
 #include <cstring>
 #include <thread>
 
+#include "libclient/send_fd.h"
+
 namespace gsync::test {
 
 RawClient::~RawClient() {
@@ -105,6 +107,20 @@ bool RawClient::closed_by_daemon(int timeout_ms) {
   if (poll(&p, 1, timeout_ms) != 1) return false;
   char c;
   return (p.revents & (POLLHUP | POLLRDHUP)) || recv(sock_, &c, 1, MSG_DONTWAIT) == 0;
+}
+
+bool RawClient::device_request(const void* msg, size_t len, int fd, proto::DeviceReply* reply,
+                               int timeout_ms) {
+  if (client::send_with_fd(sock_, msg, len, fd) != static_cast<ssize_t>(len)) return false;
+  return device_reply(reply, timeout_ms);
+}
+
+bool RawClient::send_raw(const msghdr* m) { return sendmsg(sock_, m, MSG_NOSIGNAL) >= 0; }
+
+bool RawClient::device_reply(proto::DeviceReply* reply, int timeout_ms) {
+  pollfd p{sock_, POLLIN, 0};
+  if (poll(&p, 1, timeout_ms) != 1) return false;
+  return recv(sock_, reply, sizeof *reply, 0) == static_cast<ssize_t>(sizeof *reply);
 }
 
 }  // namespace gsync::test

@@ -1,14 +1,18 @@
 #!/usr/bin/env bash
 # tools/gpu/device-check.sh: the one script for a machine with a GPU
 # (docs/gpu.md). Builds the GPU suite and benchmark with CUDA, runs both and
-# keeps their output in $OUT (default ./device-check-out).
+# keeps their output in $OUT (default ./device-check-out): the kernels
+# against the host's, device memory end to end through a real daemon
+# (1 to 4 rank processes on the GPU, a rank killed mid-op), the client's
+# CUDA types against cuda.h, and the kernel's bandwidth against cudaMemcpy.
 #
 # With meson and the project's dependencies present it builds in
 # $BUILD_DIR (default build-gpu) with -Dcuda=enabled. On a bare machine
 # (meson's configure fails) it builds with nvcc and g++ alone: the
 # benchmark always (it needs nothing but the CUDA toolkit), the test too
 # where GoogleTest's headers and libraries are installed (the host reduce
-# kernels it compares against need nothing else).
+# kernels it compares against need nothing else); device memory end to end
+# needs the daemon and so meson.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 out=${OUT:-device-check-out}
@@ -25,10 +29,11 @@ if [ -f "$build/build.ninja" ] ||
      >"$out/configure.txt" 2>&1; then
   # -k 0: the benchmark is built even if the test cannot be.
   ninja -C "$build" -k 0 tests/gpu/test_gpu_reduce tools/bench/bench_gpu_reduce \
-    >"$out/build.txt" 2>&1
+    tests/gpu/test_gpu_buffers tests/gpu/test_cuda_abi daemon/gsyncd >"$out/build.txt" 2>&1
   echo "device-check: ninja rc=$?" | tee -a "$out/summary.txt"
   test_exe="$build/tests/gpu/test_gpu_reduce"
   bench="$build/tools/bench/bench_gpu_reduce"
+  buffers_exe="$build/tests/gpu/test_gpu_buffers"
 else
   echo "device-check: meson's configure failed (see $out/configure.txt):" \
     "building with nvcc and g++ alone" | tee "$out/summary.txt"
@@ -59,6 +64,13 @@ if [ -x "$test_exe" ]; then
   "$test_exe" 2>&1 | tee "$out/test_gpu_reduce.txt"
   test_rc=${PIPESTATUS[0]}
 fi
+buffers_rc=not-built
+if [ -n "${buffers_exe:-}" ] && [ -x "$buffers_exe" ]; then
+  "$build/tests/gpu/test_cuda_abi" 2>&1 | tee "$out/test_cuda_abi.txt"
+  GSYNCD="$build/daemon/gsyncd" "$buffers_exe" 2>&1 | tee "$out/test_gpu_buffers.txt"
+  buffers_rc=${PIPESTATUS[0]}
+fi
 "$bench" --inputs 4 16 64 256 1024 2>&1 | tee "$out/bench_gpu_reduce.txt"
 "$bench" --inputs 2 --dtype bf16 64 256 2>&1 | tee -a "$out/bench_gpu_reduce.txt"
 echo "device-check: test_gpu_reduce rc=$test_rc" | tee -a "$out/summary.txt"
+echo "device-check: test_gpu_buffers rc=$buffers_rc" | tee -a "$out/summary.txt"

@@ -1,0 +1,204 @@
+// SPDX-License-Identifier: Apache-2.0
+//
+// Device memory through gsync end to end (docs/gpu.md): ranks as processes
+// sharing one GPU allocate with gsync_alloc_device, fill their tensors on
+// the GPU, and the daemon reduces them there, in place. Every dtype the
+// kernels take and every op, 1 to 4 ranks, 0 elements to 256 MiB, checked
+// element by element against tools/common/reference.h; what the GPU path
+// refuses (float64, host and device memory in one op) fails with the
+// reason; a rank killed while the daemon reduces into its memory leaves the
+// daemon serving. Needs a GPU: on a machine without one every case says
+// SKIPPED with the runtime's reason (tests/skip-allowlist.txt).
+//
+// CUDA does not survive fork: the test process itself never touches it
+// (the probe runs in a child); each rank process starts its own context.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "daemon/gpu/device.h"
+#include "tests/integration/client_util.h"
+
+namespace gsync::test {
+namespace {
+
+// Whether a GPU is there, asked in a child so this process stays CUDA-free;
+// why not, when none is.
+bool gpu_here(std::string* why) {
+  int pipefd[2];
+  if (pipe(pipefd) != 0) {
+    *why = "pipe failed";
+    return false;
+  }
+  const pid_t pid = fork();
+  if (pid == 0) {
+    close(pipefd[0]);
+    const gpu::Devices& d = gpu::devices();
+    const std::string text = d.count > 0 ? "" : d.why_none;
+    [[maybe_unused]] ssize_t n = write(pipefd[1], text.data(), text.size());
+    _exit(d.count > 0 ? 0 : 1);
+  }
+  close(pipefd[1]);
+  char buf[512];
+  std::string text;
+  for (ssize_t n; (n = read(pipefd[0], buf, sizeof buf)) > 0;) text.append(buf, size_t(n));
+  close(pipefd[0]);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  *why = text;
+  return WIFEXITED(status) && WEXITSTATUS(status) == 0;
+}
+
+#define NEED_GPU()                                   \
+  do {                                               \
+    std::string why;                                 \
+    if (!gpu_here(&why)) GTEST_SKIP() << why;        \
+  } while (0)
+
+struct Tensor {
+  int dtype;
+  size_t count;
+};
+
+// One rank: allocates device memory, runs each op of the list on it, and
+// checks every element of the result.
+int run_rank(const std::string& socket, const std::string& job, int world, int rank,
+             const std::vector<Tensor>& tensors, const std::vector<int>& ops) {
+  RANK_CHECK(gpu::use_device(0), "no GPU in the rank");
+  gsync_comm_t* comm = nullptr;
+  RANK_CHECK(connect_rank(socket, job, world, rank, &comm) == 0, "{}", gsync_last_error());
+  size_t most = 1;
+  for (const auto& t : tensors) most = std::max(most, t.count * elem_size(t.dtype));
+  void* dev = nullptr;
+  RANK_CHECK(gsync_alloc_device(comm, most, &dev) == 0, "{}", gsync_last_error());
+  std::vector<uint8_t> host(most);
+  uint64_t key = 1;
+  for (const auto& t : tensors) {
+    for (int op : ops) {
+      const size_t bytes = t.count * elem_size(t.dtype);
+      for (size_t i = 0; i < t.count; i++) store(host.data(), t.dtype, i, test_value(rank, i));
+      RANK_CHECK(gpu::copy_sync(dev, host.data(), bytes), "copy in");
+      gsync_request_t* req = nullptr;
+      RANK_CHECK(gsync_allreduce(comm, key, 0, dev, t.count, t.dtype, op, rank + 1, &req) == 0,
+                 "dtype {} op {} count {}: {}", t.dtype, op, t.count, gsync_last_error());
+      RANK_CHECK(gsync_wait(req, 60000) == 0, "dtype {} op {} count {}: {}", t.dtype, op, t.count,
+                 gsync_request_error(req));
+      gsync_request_free(req);
+      RANK_CHECK(gpu::copy_sync(host.data(), dev, bytes), "copy out");
+      for (size_t i = 0; i < t.count; i++) {
+        const double want = expected(t.dtype, op, world, i);
+        const double got = load(host.data(), t.dtype, i);
+        RANK_CHECK(got == want, "dtype {} op {} count {} world {}: element {} is {}, not {}",
+                   t.dtype, op, t.count, world, i, got, want);
+      }
+      key++;
+    }
+  }
+  RANK_CHECK(gsync_free_device(comm, dev) == 0, "{}", gsync_last_error());
+  gsync_close(comm);
+  return 0;
+}
+
+void expect_all_ok(const std::vector<ChildResult>& res, const DaemonProcess& d) {
+  for (const auto& r : res) EXPECT_EQ(r.code, 0) << r.output << d.log();
+}
+
+TEST(GpuBuffers, EveryDtypeAndOpFrom1To4RanksMatchesTheReference) {
+  NEED_GPU();
+  DaemonProcess d;
+  const std::vector<Tensor> tensors = {
+      {GSYNC_FLOAT32, 0},       {GSYNC_FLOAT32, 1},      {GSYNC_FLOAT32, 4099},
+      {GSYNC_FLOAT32, 1048579}, {GSYNC_FLOAT16, 7},      {GSYNC_FLOAT16, 1048579},
+      {GSYNC_BFLOAT16, 13},     {GSYNC_BFLOAT16, 1048579}};
+  const std::vector<int> ops = {GSYNC_SUM, GSYNC_AVG, GSYNC_WEIGHTED_AVG, GSYNC_MIN, GSYNC_MAX};
+  for (int world = 1; world <= 4; world++) {
+    const std::string job = "matrix-" + std::to_string(world);
+    expect_all_ok(run_ranks(world, [&](int r) {
+      return run_rank(d.socket(), job, world, r, tensors, ops);
+    }), d);
+  }
+  ASSERT_TRUE(d.alive()) << d.log();
+}
+
+TEST(GpuBuffers, A256MiBTensorOfTwoRanks) {
+  NEED_GPU();
+  DaemonProcess d;
+  const std::vector<Tensor> big = {{GSYNC_FLOAT32, (256u << 20) / 4}};
+  expect_all_ok(run_ranks(2, [&](int r) {
+    return run_rank(d.socket(), "big", 2, r, big, {GSYNC_SUM});
+  }, 300), d);
+}
+
+TEST(GpuBuffers, WhatTheGpuPathDoesNotTakeFailsNamingIt) {
+  NEED_GPU();
+  DaemonProcess d;
+  auto res = run_ranks(2, [&](int r) {
+    RANK_CHECK(gpu::use_device(0), "no GPU in the rank");
+    gsync_comm_t* comm = nullptr;
+    RANK_CHECK(connect_rank(d.socket(), "refused", 2, r, &comm) == 0, "{}", gsync_last_error());
+    void* dev = nullptr;
+    RANK_CHECK(gsync_alloc_device(comm, 1 << 20, &dev) == 0, "{}", gsync_last_error());
+    // float64 has no GPU kernel: the op fails on every rank, naming it.
+    gsync_request_t* req = nullptr;
+    RANK_CHECK(gsync_allreduce(comm, 1, 0, dev, 1024, GSYNC_FLOAT64, GSYNC_SUM, 0, &req) == 0,
+               "{}", gsync_last_error());
+    RANK_CHECK(gsync_wait(req, 30000) == GSYNC_ERR_UNSUPPORTED, "{}", gsync_request_error(req));
+    gsync_request_free(req);
+    // Rank 0 gives host memory, rank 1 device memory: refused, named.
+    void* buf = dev;
+    if (r == 0) RANK_CHECK(gsync_alloc(comm, 4096, &buf) == 0, "{}", gsync_last_error());
+    RANK_CHECK(gsync_allreduce(comm, 2, 0, buf, 1024, GSYNC_FLOAT32, GSYNC_SUM, 0, &req) == 0,
+               "{}", gsync_last_error());
+    RANK_CHECK(gsync_wait(req, 30000) == GSYNC_ERR_UNSUPPORTED, "{}", gsync_request_error(req));
+    RANK_CHECK(std::string(gsync_request_error(req)).find("host memory and some device memory") !=
+                   std::string::npos,
+               "{}", gsync_request_error(req));
+    gsync_request_free(req);
+    // A tensor running past the allocation's end: refused by the library.
+    RANK_CHECK(gsync_allreduce(comm, 3, 0, static_cast<char*>(dev) + 4096, 1 << 18, GSYNC_FLOAT32,
+                               GSYNC_SUM, 0, &req) == GSYNC_ERR_INVALID,
+               "past the end was taken");
+    gsync_close(comm);
+    return 0;
+  });
+  expect_all_ok(res, d);
+}
+
+TEST(GpuBuffers, ARankKilledWhileTheDaemonReducesItsMemoryLeavesTheDaemonServing) {
+  NEED_GPU();
+  DaemonProcess d;
+  // Rank 1 submits 256 MiB and is killed at once: the daemon may be
+  // reducing into its memory then. Its mapping keeps the memory until the
+  // op ends; rank 0 gets a result or a named error, never a crash.
+  auto res = run_ranks(2, [&](int r) {
+    RANK_CHECK(gpu::use_device(0), "no GPU in the rank");
+    gsync_comm_t* comm = nullptr;
+    RANK_CHECK(connect_rank(d.socket(), "killed", 2, r, &comm) == 0, "{}", gsync_last_error());
+    void* dev = nullptr;
+    const size_t count = (256u << 20) / 4;
+    RANK_CHECK(gsync_alloc_device(comm, count * 4, &dev) == 0, "{}", gsync_last_error());
+    gsync_request_t* req = nullptr;
+    RANK_CHECK(gsync_allreduce(comm, 1, 0, dev, count, GSYNC_FLOAT32, GSYNC_SUM, 0, &req) == 0,
+               "{}", gsync_last_error());
+    if (r == 1) raise(SIGKILL);
+    const int rc = gsync_wait(req, 60000);
+    RANK_CHECK(rc == 0 || rc == GSYNC_ERR_RANK_DEAD, "{}: {}", rc, gsync_request_error(req));
+    gsync_close(comm);
+    return 0;
+  });
+  EXPECT_EQ(res[0].code, 0) << res[0].output << d.log();
+  EXPECT_EQ(res[1].code, -SIGKILL) << res[1].output;
+  // And the next job's device memory goes through.
+  const std::vector<Tensor> small = {{GSYNC_FLOAT32, 4099}};
+  expect_all_ok(run_ranks(2, [&](int r) {
+    return run_rank(d.socket(), "after-kill", 2, r, small, {GSYNC_SUM});
+  }), d);
+}
+
+}  // namespace
+}  // namespace gsync::test
