@@ -58,6 +58,24 @@ class DeviceBuffer {
   int device_ = -1;
 };
 
+// Host memory pinned for the copy engines (cudaHostAlloc, portable: any
+// device's stream may copy to and from it asynchronously), freed with the
+// object: the staging of device memory that crosses hosts.
+class PinnedBuffer {
+ public:
+  static Status allocate(size_t bytes, std::unique_ptr<PinnedBuffer>* out);
+  ~PinnedBuffer();
+  PinnedBuffer(const PinnedBuffer&) = delete;
+  PinnedBuffer& operator=(const PinnedBuffer&) = delete;
+  void* get() const { return ptr_; }
+  size_t bytes() const { return bytes_; }
+
+ private:
+  PinnedBuffer() = default;
+  void* ptr_ = nullptr;
+  size_t bytes_ = 0;
+};
+
 // Makes device the calling thread's current one, its primary context made
 // (what a CUDA program's first cudaSetDevice and allocation do): tests and
 // tools that then call the driver API (gsync_alloc_device) from the thread.

@@ -95,6 +95,24 @@ Status DeviceBuffer::allocate(int device, size_t bytes, DeviceBuffer* out) {
   return Status::ok();
 }
 
+Status PinnedBuffer::allocate(size_t bytes, std::unique_ptr<PinnedBuffer>* out) {
+  if (devices().count == 0) return Status(GSYNC_ERR_UNSUPPORTED, devices().why_none);
+  std::unique_ptr<PinnedBuffer> b(new PinnedBuffer());
+  if (Status s = cuda_status(cudaHostAlloc(&b->ptr_, bytes == 0 ? 1 : bytes, cudaHostAllocPortable),
+                             "cudaHostAlloc", -1);
+      !s) {
+    b->ptr_ = nullptr;
+    return Status(s.code(), s.message() + " (" + std::to_string(bytes) + " bytes of pinned memory)");
+  }
+  b->bytes_ = bytes;
+  *out = std::move(b);
+  return Status::ok();
+}
+
+PinnedBuffer::~PinnedBuffer() {
+  if (ptr_ != nullptr) (void)cudaFreeHost(ptr_);
+}
+
 Status use_device(int device) {
   if (Status s = need_device(device); !s) return s;
   // cudaFree(nullptr) makes the primary context current and does nothing

@@ -34,7 +34,7 @@ void CrossStage::begin() {
   op.id = r.id;
   op.token = token();
   op.plan = lease_.plan;
-  op.data = host_buffer(r).ptr;
+  op.data = wire_buffer(r).ptr;
   op.wire = wire_;
   op.hosts = hosts_;
   for (const auto& c : r.locals) op.weight_local += c.weight;

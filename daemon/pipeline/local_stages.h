@@ -127,6 +127,11 @@ class StoreStage final : public LocalStage {
 // stage, its result: local rank 0's, or the broadcast root's where the root
 // is on this host.
 const Buffer& host_buffer(const OpRequest& req);
+// What the cross-host stage moves between hosts: the host buffer, or where
+// that is device memory, its staging in pinned host memory.
+inline const Buffer& wire_buffer(const OpRequest& req) {
+  return req.staging.ptr != nullptr ? req.staging : host_buffer(req);
+}
 // A broadcast, or a declaration (rank 0's initial values to every rank).
 inline bool copies_from_root(const OpRequest& req) {
   return req.shape.opcode == proto::Opcode::kBroadcast ||

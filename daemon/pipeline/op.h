@@ -63,6 +63,10 @@ struct OpRequest {
   proto::Sync sync;    // the job's (parameter-server ops)
   proto::Guard guard;  // the job's anomaly guard (allreduces)
   proto::PlanChoice plan;  // the job's algorithm and chunk size (auto: not chosen)
+  // A job on several hosts over device memory: the pinned host memory the
+  // cross-host stage sends from and receives into (docs/gpu.md, "Across
+  // hosts"); set by the pipeline. Unset (null ptr) otherwise.
+  Buffer staging;
   // The tuning table in force when the job was created (null: none).
   std::shared_ptr<const tuning::TuneTable> tuning;
 

@@ -10,6 +10,8 @@
 
 #include "daemon/cluster/control_plane.h"
 #include "daemon/collective/engine.h"
+#include "daemon/gpu/device.h"
+#include "daemon/pipeline/copy_stage.h"
 #include "daemon/pipeline/cross_stage.h"
 #include "daemon/pipeline/gpu_work.h"
 #include "daemon/pipeline/guard_stage.h"
@@ -116,10 +118,16 @@ uint64_t Pipeline::start(OpRequest request, Done done) {
   // never 0.
   uint64_t serial = next_serial_++;
   if (op_token(serial) == 0) serial = next_serial_++;
+  Status staged = stage_device_memory(&request);
   auto owned = std::make_unique<Op>(*this, serial, std::move(request), std::move(done));
   Op& op = *owned;
   ops_.emplace(serial, std::move(owned));
-  build_stages(op);
+  if (!staged) {
+    op.failing = true;
+    op.status = Status(staged.code(), fmt::format("{}: {}", op.req.describe(), staged.message()));
+  } else {
+    build_stages(op);
+  }
   run(op);
   return serial;
 }
@@ -145,9 +153,6 @@ Status Pipeline::check_memory(const OpRequest& r) const {
   if (host)
     why = "some local ranks gave host memory and some device memory; the buffers of one op are "
           "all one or all the other";
-  else if (r.multi_host())
-    why = "a job on several hosts takes host buffers for now (across hosts from device memory, "
-          "staged or by GPUDirect RDMA, is still to come, docs/gpu.md)";
   else if (proto::is_ps(r.shape.opcode))
     why = "the parameter server takes host buffers";
   else if (GuardStage::wanted(r))
@@ -155,6 +160,30 @@ Status Pipeline::check_memory(const OpRequest& r) const {
   if (why == nullptr) return Status::ok();
   return Status(GSYNC_ERR_UNSUPPORTED, fmt::format("{} on GPU {}: {}", r.describe(),
                                                    first_device->device, why));
+}
+
+Status Pipeline::stage_device_memory(OpRequest* r) {
+  if (!r->multi_host() || r->locals.empty() || r->shape.count == 0 ||
+      host_buffer(*r).kind != MemoryKind::kDevice || !check_memory(*r))
+    return Status::ok();
+  const uint64_t bytes = r->shape.bytes();
+  std::shared_ptr<gpu::PinnedBuffer>& kept = staging_[{r->job, r->id.key}];
+  std::shared_ptr<gpu::PinnedBuffer> use = kept;
+  // Kept per tensor, so that its plan's data region stays where it is step
+  // after step; a second op of the tensor in flight at once (the kept one
+  // is leased: more than this map holds it) gets one of its own.
+  if (!use || use->bytes() != bytes || use.use_count() > 2) {
+    std::unique_ptr<gpu::PinnedBuffer> made;
+    if (Status st = gpu::PinnedBuffer::allocate(bytes, &made); !st) return st;
+    use = std::move(made);
+    if (!kept || kept.use_count() == 1) kept = use;
+  }
+  r->staging.kind = MemoryKind::kHost;
+  r->staging.ptr = static_cast<uint8_t*>(use->get());
+  r->staging.bytes = bytes;
+  r->staging.arena = host_buffer(*r).arena;  // its plans go with the client's session
+  r->staging.owner = std::move(use);
+  return Status::ok();
 }
 
 void Pipeline::build_stages(Op& op) {
@@ -247,7 +276,7 @@ void Pipeline::add_cross_stage(Op& op) {
   const char* source = choose_plan(r, &in);
   PlanKey key{r.job, r.id.key, in.shape, r.epoch};
   Status err;
-  PlanLease lease = plans_->lease(key, in, host_buffer(r), &err);
+  PlanLease lease = plans_->lease(key, in, wire_buffer(r), &err);
   if (!lease) {
     op.failing = true;
     op.status = Status(err.code(), fmt::format("{}: {}", r.describe(), err.message()));
@@ -265,6 +294,13 @@ void Pipeline::add_cross_stage(Op& op) {
   if (fold)
     op.stages.push_back(
         std::make_unique<FoldStage>(op.link(at++), pool_, options_.inline_bytes, unit));
+  const bool staged = r.staging.ptr != nullptr;
+  // A broadcast's root host sends its data and gets nothing back; the
+  // others receive only (copy_stage.h).
+  const bool root_here = r.root_host == control_->self();
+  if (staged)
+    op.stages.push_back(std::make_unique<CopyStage>(op.link(at++), CopyStage::Way::kToHost, unit,
+                                                    copies_from_root(r) && !root_here));
   WireLog* wire = nullptr;
   if (options_.record) {
     if (!spare_wire_.empty()) {
@@ -277,6 +313,9 @@ void Pipeline::add_cross_stage(Op& op) {
   op.stages.push_back(
       std::make_unique<CrossStage>(op.link(at++), *engine_, *plans_, std::move(lease), wire,
                                    &op.hosts));
+  if (staged)
+    op.stages.push_back(std::make_unique<CopyStage>(op.link(at++), CopyStage::Way::kToDevice, 0,
+                                                    copies_from_root(r) && root_here));
   if (declare) op.stages.push_back(std::make_unique<PsDeclareStage>(op.link(at++), *ps_, control_->self()));
   if (GuardStage::wanted(r))
     op.stages.push_back(std::make_unique<GuardStage>(op.link(at++), pool_, guards_));
@@ -472,6 +511,8 @@ void Pipeline::arena_closed(uint64_t arena) {
 }
 
 void Pipeline::job_closed(const std::string& job) {
+  for (auto it = staging_.begin(); it != staging_.end();)
+    it = it->first.first == job ? staging_.erase(it) : std::next(it);
   if (plans_) plans_->job_closed(job);
   if (ps_) ps_->job_closed(job);
   guards_.job_closed(job);

@@ -25,6 +25,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <unordered_map>
@@ -51,6 +52,9 @@ class ControlPlane;
 }
 namespace gsync::ps {
 class Service;
+}
+namespace gsync::gpu {
+class PinnedBuffer;
 }
 
 namespace gsync::pipeline {
@@ -176,6 +180,8 @@ class Pipeline {
   void build_stages(Op& op);
   // An op over device buffers runs when it can (docs/gpu.md); else why not.
   Status check_memory(const OpRequest& r) const;
+  // A multi-host op over device memory: its staging in pinned host memory.
+  Status stage_device_memory(OpRequest* r);
   void add_cross_stage(Op& op);
   // Fills in's algorithm and chunk size; says who chose them.
   const char* choose_plan(const OpRequest& r, collective::PlanInputs* in) const;
@@ -203,6 +209,8 @@ class Pipeline {
   std::vector<WorkPool::Progress> progress_;
   std::vector<WorkPool::Finished> finished_;
   std::unique_ptr<GpuWork> gpu_;
+  // Pinned staging of multi-host ops over device memory, by (job, key).
+  std::map<std::pair<std::string, uint64_t>, std::shared_ptr<gpu::PinnedBuffer>> staging_;
   OpTimes reaped_;  // what reap() hands on, reused op after op
   // Wire logs of ended ops, their memory reserved, for the next ones
   // (recorded cross-host ops take one each).

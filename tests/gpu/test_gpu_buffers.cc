@@ -2,7 +2,8 @@
 //
 // Device memory through gsync end to end (docs/gpu.md): ranks as processes
 // sharing one GPU allocate with gsync_alloc_device, fill their tensors on
-// the GPU, and the daemon reduces them there, in place. Every dtype the
+// the GPU, and the daemon reduces them there, in place - on one host, and
+// across two through pinned staging. Every dtype the
 // kernels take and every op, 1 to 4 ranks, 0 elements to 256 MiB, checked
 // element by element against tools/common/reference.h; what the GPU path
 // refuses (float64, host and device memory in one op) fails with the
@@ -22,6 +23,7 @@
 #include <vector>
 
 #include "daemon/gpu/device.h"
+#include "tests/integration/bed_util.h"
 #include "tests/integration/client_util.h"
 
 namespace gsync::test {
@@ -65,13 +67,15 @@ struct Tensor {
   size_t count;
 };
 
-// One rank: allocates device memory, runs each op of the list on it, and
-// checks every element of the result.
-int run_rank(const std::string& socket, const std::string& job, int world, int rank,
-             const std::vector<Tensor>& tensors, const std::vector<int>& ops) {
+// One rank, connected by connect: allocates device memory, runs each op of
+// the list on it (then, with bcast_root >= 0, a broadcast of each tensor
+// from that rank), and checks every element of every result.
+template <class Connect>
+int run_rank_with(Connect connect, int world, int rank, const std::vector<Tensor>& tensors,
+                  const std::vector<int>& ops, int bcast_root = -1) {
   RANK_CHECK(gpu::use_device(0), "no GPU in the rank");
   gsync_comm_t* comm = nullptr;
-  RANK_CHECK(connect_rank(socket, job, world, rank, &comm) == 0, "{}", gsync_last_error());
+  RANK_CHECK(connect(&comm) == 0, "{}", gsync_last_error());
   size_t most = 1;
   for (const auto& t : tensors) most = std::max(most, t.count * elem_size(t.dtype));
   void* dev = nullptr;
@@ -98,10 +102,36 @@ int run_rank(const std::string& socket, const std::string& job, int world, int r
       }
       key++;
     }
+    if (bcast_root < 0) continue;
+    const size_t bytes = t.count * elem_size(t.dtype);
+    for (size_t i = 0; i < t.count; i++) store(host.data(), t.dtype, i, test_value(rank, i));
+    RANK_CHECK(gpu::copy_sync(dev, host.data(), bytes), "copy in");
+    gsync_request_t* req = nullptr;
+    RANK_CHECK(gsync_broadcast(comm, key, 0, dev, t.count, t.dtype, bcast_root, &req) == 0,
+               "broadcast dtype {} count {}: {}", t.dtype, t.count, gsync_last_error());
+    RANK_CHECK(gsync_wait(req, 60000) == 0, "broadcast dtype {} count {}: {}", t.dtype, t.count,
+               gsync_request_error(req));
+    gsync_request_free(req);
+    RANK_CHECK(gpu::copy_sync(host.data(), dev, bytes), "copy out");
+    for (size_t i = 0; i < t.count; i++) {
+      char want[8];
+      store(want, t.dtype, 0, test_value(bcast_root, i));
+      RANK_CHECK(load(host.data(), t.dtype, i) == load(want, t.dtype, 0),
+                 "broadcast dtype {} count {}: element {} is {}, not rank {}'s {}", t.dtype,
+                 t.count, i, load(host.data(), t.dtype, i), bcast_root, load(want, t.dtype, 0));
+    }
+    key++;
   }
   RANK_CHECK(gsync_free_device(comm, dev) == 0, "{}", gsync_last_error());
   gsync_close(comm);
   return 0;
+}
+
+int run_rank(const std::string& socket, const std::string& job, int world, int rank,
+             const std::vector<Tensor>& tensors, const std::vector<int>& ops) {
+  return run_rank_with(
+      [&](gsync_comm_t** comm) { return connect_rank(socket, job, world, rank, comm); }, world,
+      rank, tensors, ops);
 }
 
 void expect_all_ok(const std::vector<ChildResult>& res, const DaemonProcess& d) {
@@ -123,6 +153,28 @@ TEST(GpuBuffers, EveryDtypeAndOpFrom1To4RanksMatchesTheReference) {
     }), d);
   }
   ASSERT_TRUE(d.alive()) << d.log();
+}
+
+TEST(GpuBuffers, AcrossTwoHostsThroughPinnedStaging) {
+  NEED_GPU();
+  // Two daemons (network namespaces, or loopback), 2 ranks on one and 1 on
+  // the other, all on GPU 0: fold on the GPU, the staging copies, the wire,
+  // the store. 16 MiB goes in several chunks, so the copies and the wire
+  // overlap; the broadcast's root is on the second host.
+  auto bed = make_bed({2}, "auto", 60000);
+  ASSERT_TRUE(bed);
+  const std::vector<Place> p = places({2, 1});
+  const std::vector<Tensor> tensors = {{GSYNC_FLOAT32, 0},      {GSYNC_FLOAT32, 1},
+                                       {GSYNC_FLOAT32, 4099},   {GSYNC_FLOAT32, 4u << 20},
+                                       {GSYNC_FLOAT16, 1048579}, {GSYNC_BFLOAT16, 13}};
+  const std::vector<int> ops = {GSYNC_SUM, GSYNC_AVG, GSYNC_WEIGHTED_AVG, GSYNC_MIN, GSYNC_MAX};
+  auto res = run_ranks(3, [&](int r) {
+    return run_rank_with(
+        [&](gsync_comm_t** comm) { return connect_place(*bed, "hosts", p, r, comm); }, 3, r,
+        tensors, ops, /*bcast_root=*/2);
+  }, 600);
+  for (const auto& r : res) EXPECT_EQ(r.code, 0) << r.output;
+  for (int h = 0; h < bed->hosts(); h++) EXPECT_TRUE(bed->daemon_alive(h)) << bed->daemon_log(h);
 }
 
 TEST(GpuBuffers, A256MiBTensorOfTwoRanks) {
