@@ -169,6 +169,8 @@ def _declare(lib: ctypes.CDLL) -> None:
         "gsync_close": (c_int, [c_void_p]),
         "gsync_alloc": (c_int, [c_void_p, ctypes.c_size_t, ctypes.POINTER(c_void_p)]),
         "gsync_free": (c_int, [c_void_p, c_void_p]),
+        "gsync_alloc_device": (c_int, [c_void_p, ctypes.c_size_t, ctypes.POINTER(c_void_p)]),
+        "gsync_free_device": (c_int, [c_void_p, c_void_p]),
         "gsync_arena_info": (c_int, [c_void_p, ctypes.POINTER(ctypes.c_size_t),
                                      ctypes.POINTER(ctypes.c_size_t)]),
         "gsync_allreduce": (c_int, [c_void_p, ctypes.c_uint64, ctypes.c_uint64, c_void_p,

@@ -152,6 +152,16 @@ class Comm:
     def free(self, addr: int) -> None:
         _lib.check(_lib.lib().gsync_free(self.handle, addr))
 
+    def alloc_device(self, nbytes: int) -> int:
+        """GPU memory on the current CUDA device that the daemon reduces in
+        place (docs/gpu.md); returns its device address."""
+        out = ctypes.c_void_p()
+        _lib.check(_lib.lib().gsync_alloc_device(self.handle, nbytes, ctypes.byref(out)))
+        return out.value
+
+    def free_device(self, addr: int) -> None:
+        _lib.check(_lib.lib().gsync_free_device(self.handle, addr))
+
     def arena_info(self) -> tuple:
         cap, free = ctypes.c_size_t(), ctypes.c_size_t()
         _lib.check(_lib.lib().gsync_arena_info(self.handle, ctypes.byref(cap), ctypes.byref(free)))

@@ -19,6 +19,11 @@ with the reduced arena buffer; DDP copies that into the parameters' .grad as
 it would a gloo result. A failed op completes its future with a GsyncError
 carrying gsync's text, which DDP re-raises from loss.backward().
 
+CUDA buckets (a model on a GPU) go the same way with GPU memory from
+gsync_alloc_device in place of the arena: the hook copies the bucket into
+it on the GPU, and the daemon averages it there (docs/gpu.md); the future
+is a CUDA future of that tensor.
+
 Ops are matched across ranks by (key, step): key = key_base + bucket.index(),
 step = how many times this model has handed that bucket before, i.e. the
 model's step counter kept per bucket, so the order in which ranks hand their
@@ -31,7 +36,7 @@ import threading
 import time
 import ctypes
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Optional, Tuple, Union
 
 import torch
 import torch.distributed as dist
@@ -221,6 +226,32 @@ class _ArenaBuffer:
             self.addr = 0
 
 
+class _DeviceBuffer:
+    """One bucket's block of GPU memory shared with the daemon
+    (gsync_alloc_device), seen as a flat CUDA tensor on `device`."""
+
+    def __init__(self, comm: Comm, numel: int, dtype: torch.dtype, device: torch.device):
+        elem = torch.tensor([], dtype=dtype).element_size()
+        self.nbytes = numel * elem
+        with torch.cuda.device(device):
+            self.addr = comm.alloc_device(max(self.nbytes, 1))
+        self.comm, self.numel, self.dtype = comm, numel, dtype
+        # Bytes first, then the dtype: the array interface has no bfloat16.
+        # torch keeps this object (and so the interface) referenced by the
+        # tensor; the memory lives until free() and the daemon's last op.
+        self.__cuda_array_interface__ = {
+            "shape": (max(self.nbytes, 1),), "typestr": "|u1",
+            "data": (self.addr, False), "version": 3, "strides": None}
+        raw = torch.as_tensor(self, device=device)
+        self.tensor = raw[:self.nbytes].view(dtype)
+
+    def free(self) -> None:
+        """Gives the memory back (the tensor must not be used after)."""
+        if self.addr:
+            self.comm.free_device(self.addr)
+            self.addr = 0
+
+
 @dataclass
 class _Stats:
     buckets: int = 0
@@ -248,7 +279,7 @@ class GsyncState:
         # "Where a DDP step goes").
         self.trace: Optional[List[dict]] = None
         self._steps: Dict[int, int] = {}
-        self._buffers: Dict[int, _ArenaBuffer] = {}
+        self._buffers: Dict[int, Union[_ArenaBuffer, _DeviceBuffer]] = {}
         self._children: List["GsyncState"] = []
         self._closed = False
 
@@ -275,17 +306,22 @@ class GsyncState:
         self._children.append(child)
         return child
 
-    def _buffer(self, index: int, tensor: torch.Tensor) -> _ArenaBuffer:
+    def _buffer(self, index: int, tensor: torch.Tensor) -> Union[_ArenaBuffer, _DeviceBuffer]:
+        cuda = tensor.device.type == "cuda"
         buf = self._buffers.get(index)
-        if buf is not None and buf.numel == tensor.numel() and buf.dtype == tensor.dtype:
+        if (buf is not None and buf.numel == tensor.numel() and buf.dtype == tensor.dtype
+                and isinstance(buf, _DeviceBuffer) == cuda):
             return buf
         # DDP rebuilds its buckets after the first step (in the order the
         # gradients became ready), so sizes change once. The old block's
         # result has been copied out by DDP before the next backward starts.
         if buf is not None:
-            self.comm.free(buf.addr)
+            buf.free()
             del self._buffers[index]
-        buf = _ArenaBuffer(self.comm, tensor.numel(), tensor.dtype)
+        if cuda:
+            buf = _DeviceBuffer(self.comm, tensor.numel(), tensor.dtype, tensor.device)
+        else:
+            buf = _ArenaBuffer(self.comm, tensor.numel(), tensor.dtype)
         self._buffers[index] = buf
         return buf
 
@@ -293,20 +329,38 @@ class GsyncState:
         """Averages `tensor` over all ranks as bucket `index`; returns a Future
         of the result. Failures, at submit or later, complete the Future with
         a GsyncError instead of raising here."""
-        fut: torch.futures.Future = torch.futures.Future()
+        cuda = tensor.device.type == "cuda"
+        # A future of CUDA tensors says their device (torch records the
+        # completing thread's stream and the consumer waits on it).
+        fut: torch.futures.Future = (torch.futures.Future(devices=[tensor.device]) if cuda
+                                     else torch.futures.Future())
         t_hook = time.monotonic_ns()
         step = self._steps.get(index, 0)
         self._steps[index] = step + 1
         key = self.key_base + index
         try:
             dtype = _DTYPES.get(tensor.dtype)
-            if dtype is None or tensor.device.type != "cpu" or not tensor.is_contiguous():
+            if (dtype is None or tensor.device.type not in ("cpu", "cuda")
+                    or not tensor.is_contiguous()
+                    or (cuda and tensor.dtype == torch.float64)):
                 raise GsyncError(_lib.ERR_UNSUPPORTED,
-                                 f"gsync: bucket {index}: need a contiguous CPU tensor of "
-                                 f"float32/float16/bfloat16/float64, got {tensor.dtype} on "
-                                 f"{tensor.device}")
+                                 f"gsync: bucket {index}: need a contiguous tensor of "
+                                 f"float32/float16/bfloat16 (or float64 on the CPU), got "
+                                 f"{tensor.dtype} on {tensor.device}")
             t0 = time.perf_counter()
-            if self.zero_copy:
+            if cuda:
+                # Bucket -> gsync's GPU memory on the GPU, then wait for the
+                # copy: the daemon reads the memory on a stream of its own.
+                # The daemon reduces it there, in place, and DDP copies the
+                # result into .grad on the GPU.
+                buf = self._buffer(index, tensor)
+                buf.tensor.copy_(tensor)
+                torch.cuda.current_stream(tensor.device).synchronize()
+                t1 = time.perf_counter()
+                t_copied = time.monotonic_ns()
+                req = self.comm.allreduce(key, step, buf.addr, tensor.numel(), dtype, _lib.AVG)
+                result = buf.tensor
+            elif self.zero_copy:
                 buf = self._buffer(index, tensor)
                 # The one copy gsync adds to DDP's path: bucket -> arena. The
                 # daemon reduces the arena block in place and DDP copies the
@@ -349,10 +403,14 @@ class GsyncState:
             return
         self._closed = True
         self.completer.stop()
-        self._buffers.clear()
-        for child in self._children:
-            child._buffers.clear()
-            child._closed = True
+        for state in (self, *self._children):
+            # GPU blocks go back to the driver (the daemon's mappings go
+            # with the session); arena blocks go with the mapping.
+            for buf in state._buffers.values():
+                if isinstance(buf, _DeviceBuffer):
+                    buf.free()
+            state._buffers.clear()
+            state._closed = True
         self.comm.close()
 
 

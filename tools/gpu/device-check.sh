@@ -69,6 +69,13 @@ if [ -n "${buffers_exe:-}" ] && [ -x "$buffers_exe" ]; then
   "$build/tests/gpu/test_cuda_abi" 2>&1 | tee "$out/test_cuda_abi.txt"
   GSYNCD="$build/daemon/gsyncd" "$buffers_exe" 2>&1 | tee "$out/test_gpu_buffers.txt"
   buffers_rc=${PIPESTATUS[0]}
+  # PyTorch's CUDA buckets through the hook: SKIPPED unless the machine's
+  # python has a CUDA build of torch (and the test bed is built).
+  ninja -C "$build" libclient/libgsync.so tools/testbed/gsync-testbed >>"$out/build.txt" 2>&1
+  GSYNC_LIB="$build/libclient/libgsync.so" GSYNCD="$build/daemon/gsyncd" \
+    GSYNC_TESTBED="$build/tools/testbed/gsync-testbed" \
+    timeout 300 python3 tests/torch/test_cuda.py 2>&1 | tee "$out/test_torch_cuda.txt"
+  echo "device-check: test_torch_cuda rc=${PIPESTATUS[0]} (77: skipped)" | tee -a "$out/summary.txt"
 fi
 "$bench" --inputs 4 16 64 256 1024 2>&1 | tee "$out/bench_gpu_reduce.txt"
 "$bench" --inputs 2 --dtype bf16 64 256 2>&1 | tee -a "$out/bench_gpu_reduce.txt"

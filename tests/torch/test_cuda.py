@@ -1,0 +1,148 @@
+#!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
+"""gsync.torch with CUDA tensors (docs/gpu.md, docs/pytorch.md) on a test bed
+of 2 hosts (2 ranks on the first, 1 on the second), all on GPU 0:
+
+- the hook's state takes a CUDA bucket: it copies it into GPU memory from
+  gsync_alloc_device on the GPU, the daemons average it there (the local
+  fold, the staging across hosts, the store) and the future's value is a
+  CUDA tensor holding the average, for float32, float16 and bfloat16;
+- the same bucket again reuses its GPU block (no new allocation);
+- DDP on cuda:0 with the hook registered (a gloo process group for DDP's
+  own broadcasts): after backward every .grad is the average of the three
+  ranks' gradients, each rank computing all three itself.
+
+Needs PyTorch built with CUDA and a GPU: elsewhere it says SKIPPED with the
+reason (Debian's python3-torch is a CPU build).
+"""
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import torch_common as tc  # noqa: E402
+
+tc.require_torch()
+tc.require_testbed()
+
+import os  # noqa: E402
+import socket  # noqa: E402
+import subprocess  # noqa: E402
+
+import torch  # noqa: E402
+
+if not torch.cuda.is_available():
+    tc.skip(f"torch {torch.__version__} sees no GPU (CUDA build: {torch.version.cuda}); "
+            "CUDA tensors need PyTorch built with CUDA and a GPU")
+
+from gsync.testbed import Testbed  # noqa: E402
+
+WORKER = r'''
+import os, sys
+import torch
+import torch.distributed as dist
+import gsync.torch as gt
+
+rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+dev = torch.device("cuda", 0)
+torch.cuda.set_device(dev)
+
+
+def check(cond, what):
+    if not cond:
+        print(f"FAIL rank {rank}: {what}", flush=True)
+        sys.exit(1)
+
+
+def values(r, n, dtype):
+    g = torch.Generator().manual_seed(100 + r)
+    return torch.randint(-8, 8, (n,), generator=g).to(dtype)
+
+
+state = gt.init(job=os.environ["JOB"], timeout_ms=30000)
+# 1. the hook's state on CUDA buckets: small integers, so every average is
+#    exact in every dtype whatever the order of the sum
+for i, dtype in enumerate((torch.float32, torch.float16, torch.bfloat16)):
+    n = 300007
+    bucket = values(rank, n, dtype).to(dev)
+    got = state.submit(bucket, 10 + i).wait()
+    check(got.device == dev, f"{dtype}: the result is on {got.device}")
+    want = sum(values(r, n, torch.float32) for r in range(world)) / world
+    check(torch.equal(got.float().cpu(), want.to(dtype).float()),
+          f"{dtype}: not the average (max diff {float((got.float().cpu() - want).abs().max())})")
+    again = state.submit(values(rank, n, dtype).to(dev), 10 + i).wait()
+    check(again.data_ptr() == got.data_ptr(), f"{dtype}: the bucket's GPU block was not reused")
+print("buckets ok", flush=True)
+
+# 2. DDP on the GPU with the hook
+dist.init_process_group("gloo", init_method=os.environ["PG"], rank=rank, world_size=world)
+
+
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.a = torch.nn.Linear(32, 64)
+        self.b = torch.nn.Linear(64, 8)
+
+    def forward(self, x):
+        return self.b(torch.relu(self.a(x)))
+
+
+def data(r):
+    g = torch.Generator().manual_seed(1000 + r)
+    return torch.randn(16, 32, generator=g).to(dev), torch.randint(0, 8, (16,), generator=g).to(dev)
+
+
+net = Net().to(dev)
+ddp = torch.nn.parallel.DistributedDataParallel(net, device_ids=[0], bucket_cap_mb=0.002)
+ddp.register_comm_hook(state.for_model(1 << 32), gt.allreduce_hook)
+x, y = data(rank)
+torch.nn.functional.cross_entropy(ddp(x), y).backward()
+per = []
+for r in range(world):
+    ref = Net().to(dev)
+    xr, yr = data(r)
+    torch.nn.functional.cross_entropy(ref(xr), yr).backward()
+    per.append({n: p.grad for n, p in ref.named_parameters()})
+for n, p in net.named_parameters():
+    want = sum(g[n] for g in per) / world
+    check(torch.allclose(p.grad, want, rtol=1e-5, atol=1e-6),
+          f"{n}.grad is not the average (max diff {float((p.grad - want).abs().max()):.2e})")
+print("ddp ok", flush=True)
+dist.destroy_process_group()
+state.close()
+print("done", flush=True)
+'''
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+fails = tc.Failures()
+with Testbed(hosts=2, racks=1, daemon_args=["--op-timeout-ms", "30000"]) as bed:
+    places = [(0, 0, 2), (0, 1, 2), (1, 0, 1)]  # host, local rank, local size
+    pg = f"tcp://127.0.0.1:{free_port()}"
+    procs = []
+    for r, (h, lr, ls) in enumerate(places):
+        env = dict(os.environ, JOB="cuda-hook", PYTHONPATH=str(tc.REPO / "python"), PG=pg,
+                   RANK=str(r), WORLD_SIZE="3", LOCAL_RANK=str(lr), LOCAL_WORLD_SIZE=str(ls),
+                   GSYNC_SOCKET=bed.sockets[h])
+        procs.append(subprocess.Popen([sys.executable, "-c", WORKER], env=env, text=True,
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE))
+    for r, p in enumerate(procs):
+        try:
+            out, err = p.communicate(timeout=200)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            out, err = p.communicate()
+        print(f"--- rank {r} (exit {p.returncode})\n{out}{err[-3000:]}", flush=True)
+        fails.check(p.returncode == 0, f"rank {r} exited {p.returncode}")
+        for what in ("buckets ok", "ddp ok", "done"):
+            fails.check(what in out, f"rank {r}: no '{what}'")
+    if fails.items:
+        for h in range(len(bed.hosts)):
+            print(f"--- {bed.hosts[h].id}\n{bed.daemon_log(h)[-3000:]}")
+fails.finish()
