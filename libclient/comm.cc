@@ -18,6 +18,7 @@
 #include "libclient/error.h"
 #include "libclient/format.h"
 #include "protocol/compression.h"
+#include "protocol/device.h"
 #include "protocol/lease.h"
 #include "protocol/ps.h"
 #include "protocol/world.h"
@@ -311,6 +312,8 @@ int Session::validate(const OpArgs& a, bool* zero_copy, uint64_t* bytes,
     const int found = device_.find(a.buf, n, device_offset, &why);
     if (found == GSYNC_OK && proto::is_ps(a.opcode))
       return bad("buf is device memory; the parameter server takes host buffers (gsync_alloc)");
+    if (found == GSYNC_OK && proto::from_entry_offset(*device_offset).offset % elem != 0)
+      return bad(format("device buffer %p is not aligned to its %zu-byte elements", a.buf, elem));
     if (found == GSYNC_OK) {
       *zero_copy = true;
       *bytes = n;

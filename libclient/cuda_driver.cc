@@ -3,6 +3,9 @@
 
 #include <dlfcn.h>
 
+#include <atomic>
+#include <chrono>
+#include <cstdint>
 #include <mutex>
 
 namespace gsync::client::cu {
@@ -82,18 +85,28 @@ const Driver* driver(std::string* why) {
 }
 
 const Driver* driver_if_loaded() {
-  // Asked again each time until it is there: the framework may load CUDA
-  // after this library. Once it is, driver() loads (and keeps) it.
+  // Asked again until it is there (the framework may load CUDA after this
+  // library), at most once a second: a CPU-only process submitting from
+  // host memory asks on every submission. Once it is, driver() loads (and
+  // keeps) it.
+  static std::atomic<const Driver*> found{nullptr};
+  static std::atomic<int64_t> next_look_ns{0};
+  if (const Driver* d = found.load(std::memory_order_acquire)) return d;
+  const int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                          std::chrono::steady_clock::now().time_since_epoch())
+                          .count();
+  if (now < next_look_ns.load(std::memory_order_relaxed)) return nullptr;
   static std::mutex mu;
   std::lock_guard lock(mu);
-  static const Driver* found = nullptr;
-  if (found != nullptr) return found;
+  if (const Driver* d = found.load(std::memory_order_acquire)) return d;
+  next_look_ns.store(now + 1'000'000'000, std::memory_order_relaxed);
   void* lib = dlopen(kLibrary, RTLD_NOW | RTLD_LOCAL | RTLD_NOLOAD);
   if (lib == nullptr) return nullptr;
   dlclose(lib);  // NOLOAD took a reference; driver() takes its own
   std::string why;
-  found = driver(&why);
-  return found;
+  const Driver* d = driver(&why);
+  found.store(d, std::memory_order_release);
+  return d;
 }
 
 }  // namespace gsync::client::cu

@@ -5,9 +5,8 @@
 // CUDA library and needs no CUDA toolkit to build: it is loaded into
 // processes that may have no GPU, and a framework brings its own runtime
 // while the driver is the system's. The types below are the driver API's,
-// as cuda.h declares them (a stable ABI since CUDA 10.2);
-// tests/unit/test_cuda_abi.cc checks them against cuda.h wherever a toolkit
-// is installed.
+// as cuda.h declares them (a stable ABI since CUDA 10.2); tests/gpu/cuda_abi.cu
+// checks them against cuda.h wherever a toolkit is installed.
 #pragma once
 
 #include <cstddef>
@@ -28,6 +27,7 @@ constexpr int kLocationTypeDevice = 0x1;       // CU_MEM_LOCATION_TYPE_DEVICE
 constexpr int kAccessReadWrite = 0x3;          // CU_MEM_ACCESS_FLAGS_PROT_READWRITE
 constexpr int kGranularityRecommended = 0x1;   // CU_MEM_ALLOC_GRANULARITY_RECOMMENDED
 constexpr int kPointerAttributeMemoryType = 2;  // CU_POINTER_ATTRIBUTE_MEMORY_TYPE
+constexpr int kPointerAttributeIsManaged = 8;   // CU_POINTER_ATTRIBUTE_IS_MANAGED
 constexpr unsigned kMemoryTypeDevice = 0x2;     // CU_MEMORYTYPE_DEVICE
 constexpr int kAttributeVmmSupported = 102;     // CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED
 constexpr int kAttributePosixFdSupported = 103;  // CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED

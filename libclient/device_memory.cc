@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 
 #include "gsync/gsync.h"
@@ -25,13 +26,15 @@ constexpr int kReplyTimeoutMs = 30000;
 }  // namespace
 
 DeviceMemory::~DeviceMemory() {
-  std::string why;
-  const cu::Driver* d = cu::driver(&why);
-  if (d == nullptr) return;
+  // Never loads the driver: a process that made no device allocation has
+  // nothing here, and must not start CUDA at exit (a fork after it would
+  // leave the child without CUDA).
   for (const auto& [va, a] : allocs_) unmap(va, a);
 }
 
 void DeviceMemory::unmap(uintptr_t va, const Alloc& a) const {
+  // There is an allocation: the driver was loaded to make it, and this
+  // only returns it.
   std::string why;
   const cu::Driver* d = cu::driver(&why);
   if (d == nullptr) return;
@@ -121,8 +124,10 @@ int DeviceMemory::alloc(int sock, size_t bytes, void** out, std::string* why) {
     return GSYNC_ERR_INTERNAL;
   }
   int fd = -1;
-  std::lock_guard lock(mu_);
-  a.id = next_id_++;
+  {
+    std::lock_guard lock(mu_);
+    a.id = next_id_++;
+  }
   if (a.id > proto::kMaxDeviceAllocId) {
     unmap(va, a);
     *why = "this session has made the most device allocations it may";
@@ -137,26 +142,37 @@ int DeviceMemory::alloc(int sock, size_t bytes, void** out, std::string* why) {
   const int rc = exchange(sock, static_cast<uint32_t>(proto::DeviceRequestKind::kRegister), a.id,
                           a.mapped, bus_id, fd, why);
   close(fd);  // the daemon has its own (or nothing, on failure)
+  if (rc == GSYNC_ERR_TIMEOUT || rc == GSYNC_ERR_PROTOCOL) {
+    // The daemon may map it after all: ask it to let go (its replies, late,
+    // are skipped by their seq).
+    std::string ignored;
+    (void)exchange(sock, static_cast<uint32_t>(proto::DeviceRequestKind::kRelease), a.id, 0, "", -1,
+                   &ignored, /*wait=*/false);
+  }
   if (rc != GSYNC_OK) {
     unmap(va, a);
     return rc;
   }
+  std::lock_guard lock(mu_);
   allocs_.emplace(static_cast<uintptr_t>(va), a);
   *out = reinterpret_cast<void*>(static_cast<uintptr_t>(va));
   return GSYNC_OK;
 }
 
 int DeviceMemory::free(int sock, void* ptr, std::string* why) {
-  std::lock_guard lock(mu_);
-  auto it = allocs_.find(reinterpret_cast<uintptr_t>(ptr));
-  if (it == allocs_.end()) {
-    *why = format("%p is not an allocation of gsync_alloc_device (freed twice, or an interior "
-                  "pointer?)",
-                  ptr);
-    return GSYNC_ERR_INVALID;
+  Alloc a;
+  {
+    std::lock_guard lock(mu_);
+    auto it = allocs_.find(reinterpret_cast<uintptr_t>(ptr));
+    if (it == allocs_.end()) {
+      *why = format("%p is not an allocation of gsync_alloc_device (freed twice, or an interior "
+                    "pointer?)",
+                    ptr);
+      return GSYNC_ERR_INVALID;
+    }
+    a = it->second;
+    allocs_.erase(it);
   }
-  const Alloc a = it->second;
-  allocs_.erase(it);
   int rc = GSYNC_OK;
   // After gsync_close there is no daemon to tell: its mappings went with
   // the session.
@@ -191,38 +207,68 @@ int DeviceMemory::find(const void* p, uint64_t bytes, uint64_t* entry_offset,
 bool DeviceMemory::is_device_pointer(const void* p) {
   const cu::Driver* d = cu::driver_if_loaded();
   if (d == nullptr) return false;
+  const auto at = static_cast<cu::DevicePtr>(reinterpret_cast<uintptr_t>(p));
   unsigned type = 0;
-  return d->pointer_get_attribute(&type, cu::kPointerAttributeMemoryType,
-                                  static_cast<cu::DevicePtr>(reinterpret_cast<uintptr_t>(p))) ==
-             cu::kSuccess &&
-         type == cu::kMemoryTypeDevice;
+  int managed = 0;
+  if (d->pointer_get_attribute(&type, cu::kPointerAttributeMemoryType, at) != cu::kSuccess ||
+      type != cu::kMemoryTypeDevice)
+    return false;
+  // Managed memory says "device" too, but the host may read it: staging
+  // through the arena copies it like any host memory.
+  return d->pointer_get_attribute(&managed, cu::kPointerAttributeIsManaged, at) != cu::kSuccess ||
+         !managed;
 }
 
 int DeviceMemory::exchange(int sock, uint32_t kind, uint64_t id, uint64_t bytes,
-                           const char* bus_id, int fd, std::string* why) {
+                           const char* bus_id, int fd, std::string* why, bool wait) {
+  // One request and its reply at a time on the socket.
+  std::lock_guard lock(exchange_mu_);
   proto::DeviceRequest req{};
   req.magic = proto::kDeviceMagic;
   req.kind = kind;
   req.alloc_id = id;
   req.bytes = bytes;
+  req.seq = ++seq_;
   std::strncpy(req.pci_bus_id, bus_id, sizeof req.pci_bus_id - 1);
   if (send_with_fd(sock, &req, sizeof req, fd) != static_cast<ssize_t>(sizeof req)) {
     *why = format("sending device allocation %llu to the daemon: %s",
                   static_cast<unsigned long long>(id), strerror(errno));
     return GSYNC_ERR_CLOSED;
   }
-  pollfd p{sock, POLLIN, 0};
-  const int ready = poll(&p, 1, kReplyTimeoutMs);
+  if (!wait) return GSYNC_OK;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(kReplyTimeoutMs);
   proto::DeviceReply reply{};
-  const ssize_t n = ready == 1 ? recv(sock, &reply, sizeof reply, 0) : -1;
-  if (n != static_cast<ssize_t>(sizeof reply) || reply.magic != proto::kDeviceMagic ||
-      reply.alloc_id != id) {
-    *why = ready == 0 ? format("the daemon did not answer for device allocation %llu in %d ms",
-                               static_cast<unsigned long long>(id), kReplyTimeoutMs)
-           : n == 0   ? std::string("the daemon closed the session")
-                      : format("a malformed reply for device allocation %llu (%zd bytes)",
-                               static_cast<unsigned long long>(id), n);
-    return ready == 0 ? GSYNC_ERR_TIMEOUT : n == 0 ? GSYNC_ERR_CLOSED : GSYNC_ERR_PROTOCOL;
+  for (;;) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    pollfd p{sock, POLLIN, 0};
+    const int ready = left.count() > 0 ? poll(&p, 1, static_cast<int>(left.count())) : 0;
+    if (ready < 0 && errno == EINTR) continue;  // a signal (a DataLoader's SIGCHLD)
+    if (ready == 0) {
+      *why = format("the daemon did not answer for device allocation %llu in %d ms",
+                    static_cast<unsigned long long>(id), kReplyTimeoutMs);
+      return GSYNC_ERR_TIMEOUT;
+    }
+    ssize_t n = ready > 0 ? recv(sock, &reply, sizeof reply, 0) : -1;
+    if (n < 0 && errno == EINTR) continue;
+    if (n == 0) {
+      *why = "the daemon closed the session";
+      return GSYNC_ERR_CLOSED;
+    }
+    if (n != static_cast<ssize_t>(sizeof reply) || reply.magic != proto::kDeviceMagic) {
+      *why = format("a malformed reply for device allocation %llu (%zd bytes)",
+                    static_cast<unsigned long long>(id), n);
+      return GSYNC_ERR_PROTOCOL;
+    }
+    if (reply.seq < req.seq) continue;  // the late reply to a request given up on
+    if (reply.seq != req.seq || reply.alloc_id != id) {
+      *why = format("a reply to request %llu (allocation %llu) for request %llu (allocation %llu)",
+                    static_cast<unsigned long long>(reply.seq),
+                    static_cast<unsigned long long>(reply.alloc_id),
+                    static_cast<unsigned long long>(req.seq), static_cast<unsigned long long>(id));
+      return GSYNC_ERR_PROTOCOL;
+    }
+    break;
   }
   if (reply.status != GSYNC_OK) {
     reply.message[sizeof reply.message - 1] = '\0';

@@ -8,8 +8,9 @@
 // memory is freed when both have (docs/gpu.md, "Ownership across the two
 // processes").
 //
-// Thread-safety: its own mutex, held across a request and its reply on the
-// socket (one at a time); never held together with the session's.
+// Thread-safety: two mutexes of its own, never held with the session's: one
+// across a request and its reply on the socket (one at a time), one for the
+// table, held briefly (a submission's lookup never waits for a reply).
 #pragma once
 
 #include <cstddef>
@@ -47,13 +48,16 @@ class DeviceMemory {
     size_t mapped = 0;   // rounded up to the granularity
     unsigned long long handle = 0;  // CUmemGenericAllocationHandle
   };
+  // One request, and (wait) its reply.
   int exchange(int sock, uint32_t kind, uint64_t id, uint64_t bytes, const char* bus_id, int fd,
-               std::string* why);
+               std::string* why, bool wait = true);
   void unmap(uintptr_t va, const Alloc& a) const;
 
-  mutable std::mutex mu_;
+  mutable std::mutex mu_;               // allocs_ and next_id_, held briefly
   std::map<uintptr_t, Alloc> allocs_;  // by the client's address
   uint64_t next_id_ = 1;
+  std::mutex exchange_mu_;  // a request and its reply on the socket
+  uint64_t seq_ = 0;        // under exchange_mu_
 };
 
 }  // namespace gsync::client

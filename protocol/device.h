@@ -31,16 +31,18 @@ struct DeviceRequest {
   uint64_t alloc_id;  // the client's name for the allocation: 1 .. kMaxDeviceAllocId
   uint64_t bytes;     // the allocation's size (a multiple of its granularity)
   char pci_bus_id[kPciBusIdMax];  // the device it is on, as cuDeviceGetPCIBusId writes it
-  uint64_t reserved;
+  uint64_t seq;  // the client's request number, echoed in the reply
 };
 static_assert(sizeof(DeviceRequest) == 48);
 
-// Daemon -> client: one per request, in order.
+// Daemon -> client: one per request, in order. seq lets a client that gave
+// up waiting for a reply (a timeout, a signal) skip it when it comes late.
 struct DeviceReply {
   uint32_t magic;  // kDeviceMagic
   int32_t status;  // 0 or a negative GSYNC_ERR_* code
   uint64_t alloc_id;
-  char message[kMessageMax];  // why, when status != 0
+  uint64_t seq;
+  char message[kMessageMax - 8];  // why, when status != 0
 };
 static_assert(sizeof(DeviceReply) == 256);
 

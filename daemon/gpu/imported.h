@@ -35,6 +35,9 @@ class ImportedMemory {
   void* get() const { return reinterpret_cast<void*>(static_cast<uintptr_t>(va_)); }
   uint64_t bytes() const { return bytes_; }
   int device() const { return device_; }
+  // The GPUs whose kernels may read and write it (bit d: GPU d): its own,
+  // and those with peer access to it.
+  uint64_t access() const { return access_; }
 
  private:
   ImportedMemory() = default;
@@ -43,6 +46,7 @@ class ImportedMemory {
   uint64_t bytes_ = 0;
   bool mapped_ = false;
   int device_ = -1;
+  uint64_t access_ = 0;
 };
 
 }  // namespace gsync::gpu

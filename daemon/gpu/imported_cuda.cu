@@ -7,6 +7,7 @@
 #include <cuda_runtime.h>
 
 #include <string>
+#include <vector>
 
 #include "daemon/gpu/cuda_status.h"
 #include "daemon/gpu/device.h"
@@ -19,6 +20,7 @@ namespace {
 struct Driver {
   decltype(&cuMemImportFromShareableHandle) import = nullptr;
   decltype(&cuMemGetAllocationPropertiesFromHandle) properties = nullptr;
+  decltype(&cuMemGetAllocationGranularity) granularity = nullptr;
   decltype(&cuMemAddressReserve) reserve = nullptr;
   decltype(&cuMemAddressFree) unreserve = nullptr;
   decltype(&cuMemMap) map = nullptr;
@@ -48,6 +50,7 @@ const Driver& driver() {
     Driver x;
     find("cuMemImportFromShareableHandle", &x.import, &x.why_none);
     find("cuMemGetAllocationPropertiesFromHandle", &x.properties, &x.why_none);
+    find("cuMemGetAllocationGranularity", &x.granularity, &x.why_none);
     find("cuMemAddressReserve", &x.reserve, &x.why_none);
     find("cuMemAddressFree", &x.unreserve, &x.why_none);
     find("cuMemMap", &x.map, &x.why_none);
@@ -95,15 +98,26 @@ Status ImportedMemory::open(int fd, uint64_t bytes, const std::string& pci_bus_i
   CUmemAllocationProp prop{};
   if (Status s = cu_status(d.properties(&prop, handle), "cuMemGetAllocationPropertiesFromHandle", device); !s)
     return s;
-  if (prop.location.type != CU_MEM_LOCATION_TYPE_DEVICE || prop.location.id != device) {
-    return Status(GSYNC_ERR_INVALID, "device memory said to be on GPU " + pci_bus_id +
-                                         " (GPU " + std::to_string(device) + ") is on GPU " +
-                                         std::to_string(prop.location.id));
-  }
+  // The bus id chose the GPU; the handle's own location id may be in the
+  // client's numbering (CUDA_VISIBLE_DEVICES), so only its type is checked.
+  if (prop.location.type != CU_MEM_LOCATION_TYPE_DEVICE)
+    return Status(GSYNC_ERR_INVALID, "the allocation said to be on GPU " + pci_bus_id +
+                                         " is not device memory");
+  size_t granularity = 0;
+  if (Status s = cu_status(d.granularity(&granularity, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM),
+                           "cuMemGetAllocationGranularity", device);
+      !s)
+    return s;
+  if (granularity == 0 || bytes % granularity != 0)
+    return Status(GSYNC_ERR_INVALID, std::to_string(bytes) +
+                                         " bytes is not a multiple of the allocation's granularity (" +
+                                         std::to_string(granularity) + ")");
   CUdeviceptr va = 0;
-  // The size must be the allocation's: a larger map fails in the driver,
-  // a smaller one is refused here so the daemon's bounds are the client's.
-  if (Status s = cu_status(d.reserve(&va, bytes, 0, 0, 0), "cuMemAddressReserve", device); !s) return s;
+  // Mapped at the size the client gave: larger than the allocation fails
+  // in the driver; the daemon's bounds are what it mapped.
+  if (Status s = cu_status(d.reserve(&va, bytes, granularity, 0, 0), "cuMemAddressReserve", device);
+      !s)
+    return s;
   m->va_ = va;
   m->bytes_ = bytes;
   if (Status s = cu_status(d.map(va, bytes, 0, handle, 0), "cuMemMap", device); !s) {
@@ -111,11 +125,28 @@ Status ImportedMemory::open(int fd, uint64_t bytes, const std::string& pci_bus_i
                                 " bytes: not the size the allocation has?)");
   }
   m->mapped_ = true;
-  CUmemAccessDesc access{};
-  access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-  access.location.id = device;
-  access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-  if (Status s = cu_status(d.set_access(va, bytes, &access, 1), "cuMemSetAccess", device); !s) return s;
+  // Read and write from its own GPU and from every GPU with peer access to
+  // it: a kernel on any of them may then fold buffers of several GPUs
+  // (docs/gpu.md, "Several GPUs on a host").
+  std::vector<CUmemAccessDesc> access;
+  for (int other = 0; other < devices().count && other < 64; other++) {
+    int can = other == device ? 1 : 0;
+    if (other != device && cudaDeviceCanAccessPeer(&can, other, device) != cudaSuccess) {
+      (void)cudaGetLastError();
+      can = 0;
+    }
+    if (!can) continue;
+    CUmemAccessDesc a{};
+    a.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    a.location.id = other;
+    a.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    access.push_back(a);
+    m->access_ |= uint64_t{1} << other;
+  }
+  if (Status s = cu_status(d.set_access(va, bytes, access.data(), access.size()), "cuMemSetAccess",
+                           device);
+      !s)
+    return s;
   *out = std::move(m);
   return Status::ok();
 }

@@ -64,8 +64,17 @@ Status check_range(const proto::SubmitEntry& e, uint64_t arena_bytes, const Bad&
     return bad(GSYNC_ERR_PROTOCOL, fmt::format("count {} is absurd", e.count));
   *bytes = e.count * elem;
   // In device memory: checked against its allocation by JobManager::validate,
-  // which has the session's table.
-  if (proto::is_device_offset(e.offset)) return Status::ok();
+  // which has the session's table. Aligned here: a misaligned access on a
+  // GPU is a sticky fault that ends the daemon's context there.
+  if (proto::is_device_offset(e.offset)) {
+    const proto::DeviceOffset d = proto::from_entry_offset(e.offset);
+    if (d.offset % elem != 0)
+      return bad(GSYNC_ERR_INVALID,
+                 fmt::format("a tensor at offset {} of device allocation {} is not aligned to its "
+                             "{}-byte elements",
+                             d.offset, d.alloc_id, elem));
+    return Status::ok();
+  }
   if (e.offset > arena_bytes || *bytes > arena_bytes - e.offset)
     return bad(GSYNC_ERR_PROTOCOL,
                fmt::format("tensor at arena offset {} of {} bytes ends past the {}-byte arena",
@@ -235,7 +244,7 @@ Status check_join_request(const JoinRequest& r, bool multi_host_ok) {
 }
 
 Status JobManager::validate(const Session& s, const Job& job, const proto::SubmitEntry& e,
-                            proto::OpShape* shape, void** data, DeviceRef* device) const {
+                            proto::OpShape* shape, void** data, DeviceSpan* device) const {
   uint64_t bytes = 0;
   *data = nullptr;
   if (Status st = check_submission(e, job.world_size, s.arena_bytes(), s.describe(), shape, &bytes);
@@ -245,7 +254,7 @@ Status JobManager::validate(const Session& s, const Job& job, const proto::Submi
       shape->opcode == proto::Opcode::kWorld)
     return Status::ok();
   if (proto::is_device_offset(e.offset)) {
-    if (Status st = s.device_range(e.offset, bytes, data, &device->owner, &device->gpu); !st)
+    if (Status st = s.device_range(e.offset, bytes, data, device); !st)
       return Status(st.code(), fmt::format("{}: submission tag {} key {} step {}: {}",
                                            s.describe(), e.tag, e.key, e.step, st.message()));
     return Status::ok();

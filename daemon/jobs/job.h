@@ -33,17 +33,11 @@ using proto::OpId;
 using proto::OpIdHash;
 
 // One rank's part of an op: where its tensor is and whom to tell.
-// A submitted tensor in a client's device memory (protocol/device.h).
-struct DeviceRef {
-  std::shared_ptr<const void> owner;  // the mapping; null: host memory
-  int gpu = -1;
-};
-
 struct Arrival {
   std::shared_ptr<Session> session;  // null: this local rank has not arrived
   uint64_t tag = 0;
   void* data = nullptr;
-  DeviceRef device;  // data is in this device memory (owner set)
+  DeviceSpan device;  // data is in this device memory (owner set)
   double weight = 0;
   Clock::time_point at{};  // when its submission was taken
 };

@@ -260,7 +260,7 @@ void JobManager::submit(const std::shared_ptr<Session>& s, const proto::SubmitEn
   if (jit == jobs_.end()) return;
   Job& job = *jit->second;
   void* data = nullptr;
-  DeviceRef device;
+  DeviceSpan device;
   proto::OpShape shape;
   if (Status st = validate(*s, job, e, &shape, &data, &device); !st) {
     spdlog::warn("{}", st.message());
@@ -372,7 +372,8 @@ pipeline::OpRequest JobManager::request(const Job& job, const JobOp& op) const {
     c.buf.arena = a.session->id();
     if (a.device.owner) {  // the device memory's mapping, the same way
       c.buf.kind = pipeline::MemoryKind::kDevice;
-      c.buf.device = a.device.gpu;
+      c.buf.device = a.device.device;
+      c.buf.device_access = a.device.access;
       c.buf.owner = a.device.owner;
     }
     c.weight = a.weight;

@@ -95,7 +95,7 @@ class JobManager final : public ClientSink {
  private:
   // *data: the tensor's address; in device memory, *device says whose.
   Status validate(const Session& s, const Job& job, const proto::SubmitEntry& e,
-                  proto::OpShape* shape, void** data, DeviceRef* device) const;
+                  proto::OpShape* shape, void** data, DeviceSpan* device) const;
   Status check_shape(const Job& job, const JobOp& op, const Session& s,
                      const proto::OpShape& shape) const;
   JobOp& op_for(Job& job, const Session& s, const proto::SubmitEntry& e,

@@ -37,7 +37,8 @@ Status GpuWork::stream_for(int device, gpu::Stream** out) {
 }
 
 Status GpuWork::queue(int device, const reduce::ReduceArgs& a, const void* copy_src,
-                      uint64_t begin, uint64_t end, uint64_t task) {
+                      uint64_t begin, uint64_t end, uint64_t task, bool* queued) {
+  *queued = false;
   if (pipe_[1] < 0) return Status(GSYNC_ERR_INTERNAL, "the GPU work's pipe could not be made");
   gpu::Stream* s = nullptr;
   if (Status st = stream_for(device, &s); !st) return st;
@@ -55,6 +56,7 @@ Status GpuWork::queue(int device, const reduce::ReduceArgs& a, const void* copy_
       if (Status st = s->copy(out[o], static_cast<const uint8_t*>(copy_src) + skip, (end - begin) * elem);
           !st)
         return st;
+      *queued = true;
     }
   } else {
     reduce::ReduceArgs r = a;
@@ -62,6 +64,7 @@ Status GpuWork::queue(int device, const reduce::ReduceArgs& a, const void* copy_
     r.outputs = out.data();
     r.count = end - begin;
     if (Status st = s->reduce(r); !st) return st;
+    *queued = true;
   }
   if (Status st = s->record(); !st) return st;
   return s->notify(pipe_[1], task);
@@ -73,11 +76,17 @@ uint64_t GpuWork::submit(int device, const reduce::ReduceArgs& a, const void* co
   Task& t = tasks_[task];
   t.tag = tag;
   t.device = device;
-  t.error = queue(device, a, copy_src, begin, end, task);
+  bool queued = false;
+  t.error = queue(device, a, copy_src, begin, end, task, &queued);
   if (!t.error) {
-    // Not queued: no note will come from the driver, so it is written
-    // here, and the task ends with its error through take() like the rest.
-    [[maybe_unused]] ssize_t n = write(pipe_[1], &task, sizeof task);
+    // No note will come from the driver. Work of it that did reach the
+    // stream may still read or write the buffers: the task ends only after
+    // it (a rare error path, so a wait on the event thread is acceptable).
+    if (queued) {
+      auto it = streams_.find(device);
+      if (it != streams_.end()) (void)it->second->synchronize();
+    }
+    unqueued_.push_back(task);
   }
   return task;
 }
@@ -85,6 +94,13 @@ uint64_t GpuWork::submit(int device, const reduce::ReduceArgs& a, const void* co
 const std::vector<GpuWork::Finished>& GpuWork::take(bool check_faults) {
   std::vector<Finished>* out = &finished_;
   out->clear();
+  for (uint64_t task : unqueued_) {
+    auto it = tasks_.find(task);
+    if (it == tasks_.end()) continue;
+    out->push_back({it->second.tag, it->first, it->second.error});
+    tasks_.erase(it);
+  }
+  unqueued_.clear();
   uint64_t notes[64];
   for (;;) {
     const ssize_t n = pipe_[0] >= 0 ? read(pipe_[0], notes, sizeof notes) : -1;

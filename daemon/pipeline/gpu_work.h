@@ -36,7 +36,8 @@ class GpuWork {
   // Queues elements [begin, end) of a on device's stream (copy_src set:
   // plain copies into a's outputs instead) and returns the task. A task
   // that cannot be queued (no GPU, a launch the driver refuses) still gets
-  // an id and ends with its error through take(), like any other.
+  // an id and ends with its error through the next take(true) (the
+  // pipeline's fault check, within 100 ms), like any other.
   uint64_t submit(int device, const reduce::ReduceArgs& a, const void* copy_src, uint64_t begin,
                   uint64_t end, uint64_t tag);
 
@@ -57,15 +58,18 @@ class GpuWork {
     int device = -1;
     Status error;  // it could not be queued
   };
+  // *queued: whether any of the work reached the stream (then, on a later
+  // failure, the task must not end before that work has).
   Status queue(int device, const reduce::ReduceArgs& a, const void* copy_src, uint64_t begin,
-               uint64_t end, uint64_t task);
+               uint64_t end, uint64_t task, bool* queued);
   Status stream_for(int device, gpu::Stream** out);
 
   int pipe_[2] = {-1, -1};
   uint64_t next_task_ = 1;
   std::map<int, std::unique_ptr<gpu::Stream>> streams_;  // by device
   std::map<uint64_t, Task> tasks_;                       // in flight
-  std::vector<Finished> finished_;                       // take()'s
+  std::vector<uint64_t> unqueued_;  // tasks that failed to queue: no note will come
+  std::vector<Finished> finished_;  // take()'s
 };
 
 }  // namespace gsync::pipeline

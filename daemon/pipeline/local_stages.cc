@@ -30,8 +30,16 @@ uint64_t LocalWork::run(const reduce::ReduceArgs& a, const void* copy_src, uint6
                         uint64_t end, uint64_t progress_step, uint64_t tag,
                         std::vector<int> mark_ranks) {
   if (gpu_ != nullptr) {
-    in_flight_++;
-    return gpu_->submit(device_, a, copy_src, begin, end, tag);
+    // A slice per GPU, whole 64-element blocks but the last (the kernels'
+    // 16-byte loop stays aligned in every slice).
+    const uint64_t n = devices_.size();
+    const uint64_t per = ((end - begin + n - 1) / n + 63) / 64 * 64;
+    uint64_t task = 0;
+    for (uint64_t i = 0, b = begin; i < n && b < end; i++, b += per) {
+      in_flight_++;
+      task = gpu_->submit(devices_[i], a, copy_src, b, std::min(end, b + per), tag);
+    }
+    return task;
   }
   size_t elem = proto::dtype_size(a.dtype);
   WorkPool::RangeFn fn;
@@ -70,11 +78,17 @@ uint64_t LocalWork::run(const reduce::ReduceArgs& a, const void* copy_src, uint6
 
 LocalStage::LocalStage(StageLink link, WorkPool& pool, uint64_t inline_bytes)
     : Stage(link), work_(pool, inline_bytes) {
-  // The pipeline runs an op on device buffers only when all of them are on
-  // one GPU (Pipeline::check_memory).
+  // The pipeline runs an op on device buffers only when every GPU of it
+  // reaches every buffer (Pipeline::check_memory).
   const OpRequest& r = link_.request();
-  if (!r.locals.empty() && r.locals[0].buf.kind == MemoryKind::kDevice)
-    work_.use_gpu(link_.gpu(), r.locals[0].buf.device);
+  if (r.locals.empty() || r.locals[0].buf.kind != MemoryKind::kDevice) return;
+  // The host buffer's GPU first: a small op (one slice) runs where the
+  // result stays.
+  std::vector<int> gpus{host_buffer(r).device};
+  for (const auto& c : r.locals)
+    if (std::find(gpus.begin(), gpus.end(), c.buf.device) == gpus.end())
+      gpus.push_back(c.buf.device);
+  work_.use_gpu(link_.gpu(), std::move(gpus));
 }
 
 void LocalStage::abort(const Status& why) {
@@ -199,6 +213,7 @@ void FoldStage::task_progress(uint64_t, uint64_t done) {
 }
 
 void FoldStage::on_task_done() {
+  if (work_.in_flight() > 0) return;  // slices on other GPUs still running
   uint64_t count = link_.request().shape.count;
   if (emitted_ < count) link_.emit(emitted_, count);
   emitted_ = count;

@@ -34,11 +34,12 @@ namespace gsync::pipeline {
 class LocalWork {
  public:
   LocalWork(WorkPool& pool, uint64_t inline_bytes) : pool_(pool), inline_bytes_(inline_bytes) {}
-  // The buffers are device memory on this GPU: the work goes to its stream
-  // (always a task, never inline; progress is reported at its end only).
-  void use_gpu(GpuWork* gpu, int device) {
+  // The buffers are device memory on these GPUs (each reaching every
+  // buffer): the work goes to their streams, a slice each (always tasks,
+  // never inline; progress is reported at their end only).
+  void use_gpu(GpuWork* gpu, std::vector<int> devices) {
     gpu_ = gpu;
-    device_ = device;
+    devices_ = std::move(devices);
   }
   // Elements [begin, end) of a; copy_src set: plain copies into a.outputs
   // instead. mark_ranks (the inputs' ranks) set: a NaN or an Inf of an
@@ -53,7 +54,7 @@ class LocalWork {
   WorkPool& pool_;
   uint64_t inline_bytes_;
   GpuWork* gpu_ = nullptr;
-  int device_ = -1;
+  std::vector<int> devices_;
   int in_flight_ = 0;
 };
 

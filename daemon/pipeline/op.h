@@ -28,6 +28,7 @@ enum class MemoryKind : uint8_t { kHost = 0, kDevice = 1 };
 struct Buffer {
   MemoryKind kind = MemoryKind::kHost;
   int device = -1;  // kDevice: the GPU (the daemon's CUDA ordinal)
+  uint64_t device_access = 0;  // kDevice: the GPUs whose kernels reach it (bit d: GPU d)
   uint8_t* ptr = nullptr;
   uint64_t bytes = 0;
   // Keeps the mapping the bytes are in (a client's arena, or its device

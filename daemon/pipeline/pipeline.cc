@@ -135,20 +135,28 @@ uint64_t Pipeline::start(OpRequest request, Done done) {
 Status Pipeline::check_memory(const OpRequest& r) const {
   const Buffer* first_device = nullptr;
   bool host = false;
+  uint64_t gpus = 0;  // the op's GPUs (bit d: GPU d)
   for (const auto& c : r.locals) {
     if (c.buf.kind == MemoryKind::kHost) {
       host = true;
-    } else if (first_device == nullptr) {
-      first_device = &c.buf;
-    } else if (c.buf.device != first_device->device) {
-      return Status(GSYNC_ERR_UNSUPPORTED,
-                    fmt::format("{}: its local ranks' buffers are on GPU {} and GPU {}; the "
-                                "buffers of one op are on one GPU (peer access between GPUs is "
-                                "still to come, docs/gpu.md)",
-                                r.describe(), first_device->device, c.buf.device));
+    } else {
+      if (first_device == nullptr) first_device = &c.buf;
+      if (c.buf.device >= 0 && c.buf.device < 64) gpus |= uint64_t{1} << c.buf.device;
     }
   }
   if (first_device == nullptr) return Status::ok();
+  // Buffers on several GPUs are folded by kernels on each of them, each
+  // reading every buffer: every GPU of the op must reach every buffer.
+  for (const auto& c : r.locals) {
+    if (c.buf.kind != MemoryKind::kDevice || (c.buf.device_access & gpus) == gpus) continue;
+    int lacking = 0;
+    while (!((gpus & ~c.buf.device_access) >> lacking & 1)) lacking++;
+    return Status(GSYNC_ERR_UNSUPPORTED,
+                  fmt::format("{}: rank {}'s buffer is on GPU {}, which GPU {} (another rank's) "
+                              "cannot reach: no peer access between them (folding through host "
+                              "memory is still to come, docs/gpu.md)",
+                              r.describe(), c.rank, c.buf.device, lacking));
+  }
   const char* why = nullptr;
   if (host)
     why = "some local ranks gave host memory and some device memory; the buffers of one op are "
@@ -486,7 +494,10 @@ void Pipeline::on_pool_events() {
 GpuWork* Pipeline::gpu_work() {
   if (!gpu_) {
     gpu_ = std::make_unique<GpuWork>();
-    loop_.add(gpu_->done_fd(), EPOLLIN, [this](uint32_t) { on_gpu_events(false); });
+    // Without its pipe (no fd left) every task fails to queue and ends
+    // through the fault check below.
+    if (gpu_->done_fd() >= 0)
+      loop_.add(gpu_->done_fd(), EPOLLIN, [this](uint32_t) { on_gpu_events(false); });
     // A kernel's fault stops its stream's notes: looked for while tasks
     // are in flight, often enough that a failed op ends well within a step.
     loop_.every(std::chrono::milliseconds(100), [this] {

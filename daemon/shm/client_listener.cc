@@ -213,9 +213,11 @@ void ClientListener::on_socket(const std::shared_ptr<Session>& s, uint32_t ev) {
       st = Status(GSYNC_ERR_PROTOCOL, fmt::format("a device memory request with {} fds (one at "
                                                   "most)",
                                                   fds.size()));
+    uint64_t id = 0, seq = 0;
+    request_ids(buf, static_cast<size_t>(n), &id, &seq);  // echoed even from a bad one
     proto::DeviceReply reply =
         st ? handle_device_request(*s, req, fds.empty() ? -1 : fds[0])
-           : device_reply(req.alloc_id, Status(st.code(), s->describe() + ": " + st.message()));
+           : device_reply(id, seq, Status(st.code(), s->describe() + ": " + st.message()));
     for (int fd : fds) close(fd);
     if (reply.status != 0) spdlog::warn("{}", reply.message);
     // The client waits for the reply; one that does not read its replies

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "daemon/shm/device_requests.h"
 
+#include <cstddef>
 #include <cstring>
 #include <string>
 
@@ -28,8 +29,6 @@ Status parse_device_request(const void* msg, size_t n, proto::DeviceRequest* out
   if (out->alloc_id == 0 || out->alloc_id > proto::kMaxDeviceAllocId)
     return Status(GSYNC_ERR_PROTOCOL, fmt::format("device allocation id {} is outside 1 .. {}",
                                                   out->alloc_id, proto::kMaxDeviceAllocId));
-  if (out->reserved != 0)
-    return Status(GSYNC_ERR_PROTOCOL, "a device memory request's reserved field is not 0");
   if (kind == proto::DeviceRequestKind::kRelease) {
     if (out->bytes != 0 || out->pci_bus_id[0] != '\0')
       return Status(GSYNC_ERR_PROTOCOL, "a release of device memory carries no size or device");
@@ -47,11 +46,21 @@ Status parse_device_request(const void* msg, size_t n, proto::DeviceRequest* out
   return Status::ok();
 }
 
-proto::DeviceReply device_reply(uint64_t alloc_id, const Status& st) {
+void request_ids(const void* msg, size_t n, uint64_t* alloc_id, uint64_t* seq) {
+  *alloc_id = *seq = 0;
+  const auto* bytes = static_cast<const uint8_t*>(msg);
+  if (n >= offsetof(proto::DeviceRequest, alloc_id) + sizeof *alloc_id)
+    std::memcpy(alloc_id, bytes + offsetof(proto::DeviceRequest, alloc_id), sizeof *alloc_id);
+  if (n >= offsetof(proto::DeviceRequest, seq) + sizeof *seq)
+    std::memcpy(seq, bytes + offsetof(proto::DeviceRequest, seq), sizeof *seq);
+}
+
+proto::DeviceReply device_reply(uint64_t alloc_id, uint64_t seq, const Status& st) {
   proto::DeviceReply r{};
   r.magic = proto::kDeviceMagic;
   r.status = st.code();
   r.alloc_id = alloc_id;
+  r.seq = seq;
   std::string text = printable(st.message(), sizeof r.message - 1);
   std::memcpy(r.message, text.data(), text.size());
   return r;
@@ -61,11 +70,11 @@ proto::DeviceReply handle_device_request(Session& s, const proto::DeviceRequest&
   const uint64_t id = r.alloc_id;
   if (static_cast<proto::DeviceRequestKind>(r.kind) == proto::DeviceRequestKind::kRelease) {
     if (s.device_memory.erase(id) == 0)
-      return device_reply(id, Status(GSYNC_ERR_INVALID,
+      return device_reply(id, r.seq, Status(GSYNC_ERR_INVALID,
                                      fmt::format("{}: released device allocation {}, which it "
                                                  "never registered",
                                                  s.describe(), id)));
-    return device_reply(id, Status::ok());
+    return device_reply(id, r.seq, Status::ok());
   }
   Status st;
   if (fd < 0)
@@ -79,13 +88,13 @@ proto::DeviceReply handle_device_request(Session& s, const proto::DeviceRequest&
   std::unique_ptr<gpu::ImportedMemory> mapped;
   if (st) st = gpu::ImportedMemory::open(fd, r.bytes, r.pci_bus_id, &mapped);
   if (!st)
-    return device_reply(id, Status(st.code(), fmt::format("{}: device allocation {} ({} bytes on "
+    return device_reply(id, r.seq, Status(st.code(), fmt::format("{}: device allocation {} ({} bytes on "
                                                           "{}): {}",
                                                           s.describe(), id, r.bytes,
                                                           printable(r.pci_bus_id, 16),
                                                           st.message())));
   s.device_memory.emplace(id, std::shared_ptr<const gpu::ImportedMemory>(std::move(mapped)));
-  return device_reply(id, Status::ok());
+  return device_reply(id, r.seq, Status::ok());
 }
 
 }  // namespace gsync

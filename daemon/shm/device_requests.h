@@ -30,8 +30,10 @@ Status parse_device_request(const void* msg, size_t n, proto::DeviceRequest* out
 // reference (ops still running over it keep theirs). The reply to send.
 proto::DeviceReply handle_device_request(Session& s, const proto::DeviceRequest& r, int fd);
 
-// The reply to a request that failed (r may be half-read: its alloc_id is
-// echoed as found).
-proto::DeviceReply device_reply(uint64_t alloc_id, const Status& st);
+// The reply to a request with this id and seq (of a message too short to
+// have them: 0).
+proto::DeviceReply device_reply(uint64_t alloc_id, uint64_t seq, const Status& st);
+// The alloc_id and seq of a message of n bytes, as far as it has them.
+void request_ids(const void* msg, size_t n, uint64_t* alloc_id, uint64_t* seq);
 
 }  // namespace gsync

@@ -146,7 +146,7 @@ bool Session::arena_range(uint64_t offset, uint64_t bytes, void** ptr) const {
 }
 
 Status Session::device_range(uint64_t entry_offset, uint64_t bytes, void** ptr,
-                             std::shared_ptr<const void>* owner, int* device) const {
+                             DeviceSpan* span) const {
   const proto::DeviceOffset d = proto::from_entry_offset(entry_offset);
   auto it = device_memory.find(d.alloc_id);
   if (it == device_memory.end())
@@ -160,8 +160,9 @@ Status Session::device_range(uint64_t entry_offset, uint64_t bytes, void** ptr,
                               "({} bytes)",
                               d.offset, bytes, d.alloc_id, m.bytes()));
   *ptr = static_cast<uint8_t*>(m.get()) + d.offset;
-  *owner = it->second;
-  *device = m.device();
+  span->owner = it->second;
+  span->device = m.device();
+  span->access = m.access();
   return Status::ok();
 }
 

@@ -30,6 +30,15 @@ struct Peer {
   gid_t gid = 0;
 };
 
+// A submitted tensor's device memory (protocol/device.h): the mapping it is
+// in (held by the op), its GPU, and the GPUs whose kernels may reach it
+// (bit d: GPU d).
+struct DeviceSpan {
+  std::shared_ptr<const void> owner;  // null: host memory
+  int device = -1;
+  uint64_t access = 0;
+};
+
 struct SessionStats {
   uint64_t ops_submitted = 0;
   uint64_t ops_completed = 0;
@@ -58,11 +67,9 @@ class Session {
   // daemon's address of it.
   bool arena_range(uint64_t offset, uint64_t bytes, void** ptr) const;
   // The same for a tensor in the client's device memory (entry_offset as
-  // protocol/device.h packs it): *ptr the daemon's device address, *owner
-  // the mapping (held by the op), *device its GPU; else an error naming the
-  // allocation.
-  Status device_range(uint64_t entry_offset, uint64_t bytes, void** ptr,
-                      std::shared_ptr<const void>* owner, int* device) const;
+  // protocol/device.h packs it): *ptr the daemon's device address, *span
+  // its mapping and GPUs; else an error naming the allocation.
+  Status device_range(uint64_t entry_offset, uint64_t bytes, void** ptr, DeviceSpan* span) const;
 
   uint64_t id() const { return id_; }
   int memfd() const { return memfd_; }

@@ -23,7 +23,10 @@ GSYNC_FUZZ_TARGET(device_request) {
   Status st = parse_device_request(msg.data(), msg.size(), &r);
   if (!st) {
     FUZZ_CHECK(st.code() < 0 && !st.message().empty());
-    proto::DeviceReply reply = device_reply(r.alloc_id, st);
+    uint64_t id = 0, seq = 0;
+    request_ids(msg.data(), msg.size(), &id, &seq);
+    if (msg.size() >= sizeof r) FUZZ_CHECK(id == r.alloc_id && seq == r.seq);
+    proto::DeviceReply reply = device_reply(id, seq, st);
     FUZZ_CHECK(reply.magic == proto::kDeviceMagic && reply.status == st.code());
     const void* nul = std::memchr(reply.message, '\0', sizeof reply.message);
     FUZZ_CHECK(nul != nullptr);
@@ -31,7 +34,7 @@ GSYNC_FUZZ_TARGET(device_request) {
     for (const char* c = reply.message; *c != '\0'; c++) FUZZ_CHECK(static_cast<unsigned char>(*c) >= 0x20);
     return 0;
   }
-  FUZZ_CHECK(msg.size() == sizeof r && r.magic == proto::kDeviceMagic && r.reserved == 0);
+  FUZZ_CHECK(msg.size() == sizeof r && r.magic == proto::kDeviceMagic);
   FUZZ_CHECK(r.alloc_id >= 1 && r.alloc_id <= proto::kMaxDeviceAllocId);
   const auto kind = static_cast<proto::DeviceRequestKind>(r.kind);
   if (kind == proto::DeviceRequestKind::kRelease) {

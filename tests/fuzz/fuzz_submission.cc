@@ -65,6 +65,7 @@ GSYNC_FUZZ_TARGET(submission) {
     // In a client's device memory: the jobs layer checks it against the
     // allocation (Session::device_range), with in_allocation.
     FUZZ_CHECK(!proto::is_ps(shape.opcode));
+    FUZZ_CHECK(proto::from_entry_offset(e.offset).offset % proto::dtype_size(shape.dtype) == 0);
     const uint64_t alloc = arena;  // any allocation size
     if (proto::in_allocation(e.offset, bytes, alloc)) {
       const proto::DeviceOffset d = proto::from_entry_offset(e.offset);

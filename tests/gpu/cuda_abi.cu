@@ -40,6 +40,7 @@ static_assert(cu::kAccessReadWrite == CU_MEM_ACCESS_FLAGS_PROT_READWRITE);
 static_assert(cu::kGranularityRecommended == CU_MEM_ALLOC_GRANULARITY_RECOMMENDED);
 static_assert(cu::kPointerAttributeMemoryType == CU_POINTER_ATTRIBUTE_MEMORY_TYPE);
 static_assert(cu::kMemoryTypeDevice == CU_MEMORYTYPE_DEVICE);
+static_assert(cu::kPointerAttributeIsManaged == CU_POINTER_ATTRIBUTE_IS_MANAGED);
 static_assert(cu::kAttributeVmmSupported == CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED);
 static_assert(cu::kAttributePosixFdSupported ==
               CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED);

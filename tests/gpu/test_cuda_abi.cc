@@ -4,6 +4,8 @@
 // ran, and against which cuda.h.
 #include <gtest/gtest.h>
 
+#include <cstdio>
+
 int gsync_cuda_abi_version();
 
 TEST(CudaAbi, TheClientsDriverTypesWereCheckedAgainstCudaH) {

@@ -29,9 +29,9 @@
 namespace gsync::test {
 namespace {
 
-// Whether a GPU is there, asked in a child so this process stays CUDA-free;
-// why not, when none is.
-bool gpu_here(std::string* why) {
+// How many GPUs there are, asked in a child so this process stays
+// CUDA-free; why none, when none are.
+int gpus_here(std::string* why) {
   int pipefd[2];
   if (pipe(pipefd) != 0) {
     *why = "pipe failed";
@@ -43,7 +43,7 @@ bool gpu_here(std::string* why) {
     const gpu::Devices& d = gpu::devices();
     const std::string text = d.count > 0 ? "" : d.why_none;
     [[maybe_unused]] ssize_t n = write(pipefd[1], text.data(), text.size());
-    _exit(d.count > 0 ? 0 : 1);
+    _exit(d.count > 100 ? 100 : d.count);
   }
   close(pipefd[1]);
   char buf[512];
@@ -53,14 +53,17 @@ bool gpu_here(std::string* why) {
   int status = 0;
   waitpid(pid, &status, 0);
   *why = text;
-  return WIFEXITED(status) && WEXITSTATUS(status) == 0;
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 0;
 }
 
-#define NEED_GPU()                                   \
-  do {                                               \
-    std::string why;                                 \
-    if (!gpu_here(&why)) GTEST_SKIP() << why;        \
+#define NEED_GPUS(n)                                                            \
+  do {                                                                          \
+    std::string why;                                                            \
+    const int have = gpus_here(&why);                                           \
+    if (have == 0) GTEST_SKIP() << why;                                         \
+    if (have < (n)) GTEST_SKIP() << "needs " << (n) << " GPUs, has " << have;   \
   } while (0)
+#define NEED_GPU() NEED_GPUS(1)
 
 struct Tensor {
   int dtype;
@@ -72,8 +75,8 @@ struct Tensor {
 // from that rank), and checks every element of every result.
 template <class Connect>
 int run_rank_with(Connect connect, int world, int rank, const std::vector<Tensor>& tensors,
-                  const std::vector<int>& ops, int bcast_root = -1) {
-  RANK_CHECK(gpu::use_device(0), "no GPU in the rank");
+                  const std::vector<int>& ops, int bcast_root = -1, int device = 0) {
+  RANK_CHECK(gpu::use_device(device), "no GPU {} in the rank", device);
   gsync_comm_t* comm = nullptr;
   RANK_CHECK(connect(&comm) == 0, "{}", gsync_last_error());
   size_t most = 1;
@@ -175,6 +178,21 @@ TEST(GpuBuffers, AcrossTwoHostsThroughPinnedStaging) {
   }, 600);
   for (const auto& r : res) EXPECT_EQ(r.code, 0) << r.output;
   for (int h = 0; h < bed->hosts(); h++) EXPECT_TRUE(bed->daemon_alive(h)) << bed->daemon_log(h);
+}
+
+TEST(GpuBuffers, RanksOnTwoGpusFoldThroughPeerAccess) {
+  NEED_GPUS(2);
+  // One rank per GPU, as training runs: each GPU folds a slice of every
+  // op, reading all ranks' buffers through peer access.
+  DaemonProcess d;
+  const std::vector<Tensor> tensors = {{GSYNC_FLOAT32, 1}, {GSYNC_FLOAT32, 1048579},
+                                       {GSYNC_BFLOAT16, 4099}};
+  const std::vector<int> ops = {GSYNC_SUM, GSYNC_AVG, GSYNC_WEIGHTED_AVG, GSYNC_MIN, GSYNC_MAX};
+  expect_all_ok(run_ranks(4, [&](int r) {
+    return run_rank_with(
+        [&](gsync_comm_t** comm) { return connect_rank(d.socket(), "two-gpus", 4, r, comm); }, 4,
+        r, tensors, ops, /*bcast_root=*/1, /*device=*/r % 2);
+  }), d);
 }
 
 TEST(GpuBuffers, A256MiBTensorOfTwoRanks) {

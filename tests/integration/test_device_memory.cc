@@ -6,7 +6,8 @@
 // send the daemon - a registration of memory that is no CUDA allocation
 // (a memfd), one without its fd or with two, junk, an unknown kind, a
 // release of what was never registered, a submission naming an allocation
-// that is not there - gets an error naming it while the session and the
+// that is not there or a misaligned tensor in one - gets an error naming
+// it while the session and the
 // daemon go on serving. The GPU suite (tests/gpu/test_gpu_buffers.cc)
 // runs the real thing where there is a GPU.
 #include <dlfcn.h>
@@ -169,6 +170,18 @@ TEST(DeviceMemory, EveryBadRequestGetsAnErrorNamingItAndTheSessionServesOn) {
   EXPECT_EQ(done.tag, 77u);
   EXPECT_EQ(done.status, GSYNC_ERR_INVALID) << done.message;
   EXPECT_NE(std::string(done.message).find("device allocation 9 is not registered"),
+            std::string::npos)
+      << done.message;
+
+  // Not on an element boundary: refused before the allocation is looked up
+  // (a misaligned access would end the daemon's context on that GPU).
+  e.tag = 79;
+  e.offset = proto::to_entry_offset({9, 2});
+  c.submit(e);
+  ASSERT_TRUE(c.next_completion(&done, 10000));
+  EXPECT_EQ(done.tag, 79u);
+  EXPECT_EQ(done.status, GSYNC_ERR_INVALID) << done.message;
+  EXPECT_NE(std::string(done.message).find("is not aligned to its 4-byte elements"),
             std::string::npos)
       << done.message;
 

@@ -91,6 +91,12 @@ TEST(CheckSubmission, EveryFieldAndTheArenaBounds) {
   e.offset = proto::to_entry_offset({5, 4096});
   ASSERT_TRUE(check(e));
   EXPECT_EQ(bytes, 64u);
+  e.offset = proto::to_entry_offset({5, 4098});  // not on a 4-byte element
+  EXPECT_NE(check(e).message().find("offset 4098 of device allocation 5 is not aligned to its "
+                                    "4-byte elements"),
+            std::string::npos)
+      << check(e).message();
+  e.offset = proto::to_entry_offset({5, 4096});
   e.opcode = static_cast<uint8_t>(proto::Opcode::kPush);
   e.redop = 0;
   e.weight = 1;
