@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <map>
 
+#include "daemon/gpu/imported.h"
 #include "daemon/gsyncd.h"
 #include "daemon/metrics/exposition.h"
 #include "gsync_build_config.h"
@@ -116,11 +117,18 @@ void Gsyncd::metrics_ops(metrics::Exposition& m) const {
 
   // Clients and their arenas.
   uint64_t arena = 0;
-  for (const auto& [id, s] : clients_->sessions()) arena += s->arena_bytes();
+  uint64_t device = 0;
+  for (const auto& [id, s] : clients_->sessions()) {
+    arena += s->arena_bytes();
+    for (const auto& [alloc, mapped] : s->device_memory) device += mapped->bytes();
+  }
   m.family("gsync_clients", "gauge", "Client sessions connected");
   m.sample({}, double(clients_->sessions().size()));
   m.family("gsync_arena_bytes", "gauge", "Shared arena bytes mapped for the connected clients");
   m.sample({}, double(arena));
+  m.family("gsync_device_bytes", "gauge",
+           "GPU memory the connected clients shared with the daemon (gsync_alloc_device)");
+  m.sample({}, double(device));
   m.family("gsync_event_loop_exceptions_total", "counter",
            "Exceptions the event loop caught from a handler (a bug each)");
   m.sample({}, double(loop_.exceptions_caught()));

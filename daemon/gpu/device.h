@@ -76,6 +76,10 @@ class PinnedBuffer {
   size_t bytes_ = 0;
 };
 
+// Whether kernels on `device` can read and write memory on `peer` (peer
+// access; always true for the device itself, false without a GPU).
+bool can_access_peer(int device, int peer);
+
 // Makes device the calling thread's current one, its primary context made
 // (what a CUDA program's first cudaSetDevice and allocation do): tests and
 // tools that then call the driver API (gsync_alloc_device) from the thread.

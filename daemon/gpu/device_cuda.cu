@@ -113,6 +113,16 @@ PinnedBuffer::~PinnedBuffer() {
   if (ptr_ != nullptr) (void)cudaFreeHost(ptr_);
 }
 
+bool can_access_peer(int device, int peer) {
+  if (device == peer) return device >= 0 && device < devices().count;
+  int can = 0;
+  if (cudaDeviceCanAccessPeer(&can, device, peer) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  return can != 0;
+}
+
 Status use_device(int device) {
   if (Status s = need_device(device); !s) return s;
   // cudaFree(nullptr) makes the primary context current and does nothing

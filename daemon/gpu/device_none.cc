@@ -31,6 +31,7 @@ Status DeviceBuffer::allocate(int, size_t, DeviceBuffer*) { return none(); }
 
 Status PinnedBuffer::allocate(size_t, std::unique_ptr<PinnedBuffer>*) { return none(); }
 PinnedBuffer::~PinnedBuffer() = default;
+bool can_access_peer(int, int) { return false; }
 Status use_device(int) { return none(); }
 Status copy_sync(void*, const void*, size_t) { return none(); }
 

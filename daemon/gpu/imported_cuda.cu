@@ -130,12 +130,7 @@ Status ImportedMemory::open(int fd, uint64_t bytes, const std::string& pci_bus_i
   // (docs/gpu.md, "Several GPUs on a host").
   std::vector<CUmemAccessDesc> access;
   for (int other = 0; other < devices().count && other < 64; other++) {
-    int can = other == device ? 1 : 0;
-    if (other != device && cudaDeviceCanAccessPeer(&can, other, device) != cudaSuccess) {
-      (void)cudaGetLastError();
-      can = 0;
-    }
-    if (!can) continue;
+    if (!can_access_peer(other, device)) continue;
     CUmemAccessDesc a{};
     a.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
     a.location.id = other;

@@ -175,16 +175,23 @@ Status Pipeline::stage_device_memory(OpRequest* r) {
       host_buffer(*r).kind != MemoryKind::kDevice || !check_memory(*r))
     return Status::ok();
   const uint64_t bytes = r->shape.bytes();
-  std::shared_ptr<gpu::PinnedBuffer>& kept = staging_[{r->job, r->id.key}];
-  std::shared_ptr<gpu::PinnedBuffer> use = kept;
   // Kept per tensor, so that its plan's data region stays where it is step
-  // after step; a second op of the tensor in flight at once (the kept one
-  // is leased: more than this map holds it) gets one of its own.
-  if (!use || use->bytes() != bytes || use.use_count() > 2) {
+  // after step (its idle plan holds a reference too: the lease is tracked,
+  // not read off the reference count). A second op of the tensor in flight
+  // at once gets one of its own; a new size replaces the kept one.
+  Staging& kept = staging_[{r->job, r->id.key}];
+  std::shared_ptr<gpu::PinnedBuffer> use;
+  if (kept.buf && !kept.leased && kept.buf->bytes() == bytes) {
+    use = kept.buf;
+    kept.leased = true;
+  } else {
     std::unique_ptr<gpu::PinnedBuffer> made;
     if (Status st = gpu::PinnedBuffer::allocate(bytes, &made); !st) return st;
     use = std::move(made);
-    if (!kept || kept.use_count() == 1) kept = use;
+    if (!kept.leased) {
+      kept.buf = use;
+      kept.leased = true;
+    }
   }
   r->staging.kind = MemoryKind::kHost;
   r->staging.ptr = static_cast<uint8_t*>(use->get());
@@ -192,6 +199,13 @@ Status Pipeline::stage_device_memory(OpRequest* r) {
   r->staging.arena = host_buffer(*r).arena;  // its plans go with the client's session
   r->staging.owner = std::move(use);
   return Status::ok();
+}
+
+void Pipeline::release_staging(const OpRequest& r) {
+  if (r.staging.ptr == nullptr) return;
+  auto it = staging_.find({r.job, r.id.key});
+  if (it != staging_.end() && it->second.buf && it->second.buf->get() == r.staging.ptr)
+    it->second.leased = false;
 }
 
 void Pipeline::build_stages(Op& op) {
@@ -428,6 +442,7 @@ void Pipeline::reap() {
       times.stages.push_back({op->stages[i]->name(), std::move(op->states[i].times)});
     times.wire = std::move(op->wire);
     times.hosts = op->hosts;
+    release_staging(op->req);
     op.reset();  // stages go first: a cached plan is back before the next step starts
     if (done) done(serial, st, times);
     // Kept, not freed: the next cross-host op records into it.

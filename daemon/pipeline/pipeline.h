@@ -182,6 +182,8 @@ class Pipeline {
   Status check_memory(const OpRequest& r) const;
   // A multi-host op over device memory: its staging in pinned host memory.
   Status stage_device_memory(OpRequest* r);
+  // The op over it is over: its kept staging may serve the next one.
+  void release_staging(const OpRequest& r);
   void add_cross_stage(Op& op);
   // Fills in's algorithm and chunk size; says who chose them.
   const char* choose_plan(const OpRequest& r, collective::PlanInputs* in) const;
@@ -209,8 +211,13 @@ class Pipeline {
   std::vector<WorkPool::Progress> progress_;
   std::vector<WorkPool::Finished> finished_;
   std::unique_ptr<GpuWork> gpu_;
-  // Pinned staging of multi-host ops over device memory, by (job, key).
-  std::map<std::pair<std::string, uint64_t>, std::shared_ptr<gpu::PinnedBuffer>> staging_;
+  // Pinned staging of multi-host ops over device memory, one kept per
+  // (job, key), leased by the op using it.
+  struct Staging {
+    std::shared_ptr<gpu::PinnedBuffer> buf;
+    bool leased = false;
+  };
+  std::map<std::pair<std::string, uint64_t>, Staging> staging_;
   OpTimes reaped_;  // what reap() hands on, reused op after op
   // Wire logs of ended ops, their memory reserved, for the next ones
   // (recorded cross-host ops take one each).

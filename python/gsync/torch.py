@@ -248,6 +248,8 @@ class _DeviceBuffer:
     def free(self) -> None:
         """Gives the memory back (the tensor must not be used after)."""
         if self.addr:
+            # DDP's copy of the last result out of it may still be queued.
+            torch.cuda.current_stream(self.tensor.device).synchronize()
             self.comm.free_device(self.addr)
             self.addr = 0
 

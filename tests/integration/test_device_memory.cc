@@ -196,6 +196,12 @@ TEST(DeviceMemory, EveryBadRequestGetsAnErrorNamingItAndTheSessionServesOn) {
   EXPECT_EQ(done.status, 0) << done.message;
   EXPECT_EQ(data[255], 3.0f);
   EXPECT_FALSE(c.closed_by_daemon(0));
+  // gsyncctl clients: nothing refused was kept.
+  nlohmann::json clients = admin_json(d.admin_socket(), "clients");
+  ASSERT_TRUE(clients["clients"].is_array()) << clients.dump();
+  ASSERT_EQ(clients["clients"].size(), 1u) << clients.dump();
+  EXPECT_EQ(clients["clients"][0]["device_allocations"], 0) << clients.dump();
+  EXPECT_EQ(clients["clients"][0]["device_bytes"], 0) << clients.dump();
   expect_daemon_serves(d, "after-device-requests");
 }
 

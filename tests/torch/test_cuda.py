@@ -59,8 +59,8 @@ def values(r, n, dtype):
 
 
 state = gt.init(job=os.environ["JOB"], timeout_ms=30000)
-# 1. the hook's state on CUDA buckets: small integers, so every average is
-#    exact in every dtype whatever the order of the sum
+# 1. the hook's state on CUDA buckets: small integers, so every sum is exact
+#    in every dtype whatever its order, and the average is one division
 for i, dtype in enumerate((torch.float32, torch.float16, torch.bfloat16)):
     n = 300007
     bucket = values(rank, n, dtype).to(dev)
@@ -128,6 +128,7 @@ with Testbed(hosts=2, racks=1, daemon_args=["--op-timeout-ms", "30000"]) as bed:
     procs = []
     for r, (h, lr, ls) in enumerate(places):
         env = dict(os.environ, JOB="cuda-hook", PYTHONPATH=str(tc.REPO / "python"), PG=pg,
+                   GLOO_SOCKET_IFNAME="lo",
                    RANK=str(r), WORLD_SIZE="3", LOCAL_RANK=str(lr), LOCAL_WORLD_SIZE=str(ls),
                    GSYNC_SOCKET=bed.sockets[h])
         procs.append(subprocess.Popen([sys.executable, "-c", WORKER], env=env, text=True,

@@ -187,13 +187,14 @@ TEST(RenderJobs, Empty) {
 
 TEST(RenderClients, Table) {
   auto reply = nlohmann::json::parse(R"json({"clients":[{"session":1,"pid":123,"uid":0,"gid":0,
-    "job":"train-1","rank":0,"local_rank":0,"arena_bytes":1073741824,"ops_submitted":5,
-    "ops_completed":5,"ops_failed":0,"bytes":1234,"connected_s":3.2}]})json");
+    "job":"train-1","rank":0,"local_rank":0,"arena_bytes":1073741824,"device_allocations":2,
+    "device_bytes":4194304,"ops_submitted":5,"ops_completed":5,"ops_failed":0,"bytes":1234,
+    "connected_s":3.2}]})json");
   EXPECT_EQ(render_clients(reply),
-            "SESSION  PID  UID  GID  JOB      RANK  LOCAL    ARENA  SUBMITTED  DONE  FAILED    "
-            "BYTES  CONNECTED\n"
-            "      1  123    0    0  train-1     0      0  1.0 GiB          5     5       0  "
-            "1.2 KiB       3.2s\n");
+            "SESSION  PID  UID  GID  JOB      RANK  LOCAL    ARENA  GPU MEM  SUBMITTED  DONE  "
+            "FAILED    BYTES  CONNECTED\n"
+            "      1  123    0    0  train-1     0      0  1.0 GiB  4.0 MiB          5     5  "
+            "     0  1.2 KiB       3.2s\n");
   EXPECT_EQ(render_clients(nlohmann::json::parse(R"json({"clients":[]})json")),
             "no clients connected\n");
   EXPECT_THAT(render_clients(nlohmann::json::parse(R"json({"clients":[{"session":"x"}]})json")),
