@@ -20,6 +20,12 @@ accumulated, gsyncd reduces it in place, and the result is .grad itself: no
 copy anywhere on the rank. Measured in docs/performance.md ("Where a DDP
 step goes").
 
+A model on a GPU works the same way with GPU memory from gsync_alloc_device
+in place of the arena: .grad are views into it, the daemon averages each
+bucket there, in place (docs/gpu.md). Before a bucket is handed over the
+rank waits for the kernels queued so far (the daemon reads on a stream of
+its own).
+
 What it does as DDP does: parameters and buffers from rank 0 at
 construction, buffers from rank 0 before each forward (broadcast_buffers),
 buckets in reverse order of the parameters with a small first one (the last
@@ -49,13 +55,19 @@ _KEY_FIRST = 1 << 44
 _KEY_BROADCAST = _KEY_SPAN - 2
 
 
-def _block(comm, numel: int, dtype: torch.dtype):
-    """An arena block for numel elements (gsync.torch's _ArenaBuffer), or an
-    error that says how to get one."""
-    from gsync.torch import _ArenaBuffer  # gsync.torch imports this module
+def _block(comm, numel: int, dtype: torch.dtype, device: torch.device):
+    """A block for numel elements: in the arena for a CPU model, GPU memory
+    the daemon reduces in place for a model on a GPU (gsync.torch's
+    _ArenaBuffer, _DeviceBuffer); or an error that says how to get one."""
+    from gsync.torch import _ArenaBuffer, _DeviceBuffer  # gsync.torch imports this module
     try:
+        if device.type == "cuda":
+            return _DeviceBuffer(comm, numel, dtype, device)
         return _ArenaBuffer(comm, numel, dtype)
     except GsyncError as e:
+        if device.type == "cuda":
+            raise GsyncError(e.code, f"gsync.torch.DataParallel: GPU memory for gradients on "
+                                     f"{device}: {e}") from None
         nbytes = max(numel * torch.tensor([], dtype=dtype).element_size(), 1)
         raise GsyncError(e.code, f"gsync.torch.DataParallel: {nbytes} bytes of the arena for "
                                  f"gradients: {e} (gsync.torch.init(arena_bytes=) must hold "
@@ -85,18 +97,24 @@ class DataParallel(torch.nn.Module):
         self._sync = True
         self._broadcasts = 0
         params = [p for p in module.parameters() if p.requires_grad]
+        # One device for the model: the CPU (gradients in the arena) or one
+        # GPU (gradients in GPU memory the daemon reduces there).
+        self._device = params[0].device if params else torch.device("cpu")
         for p in params:
-            if p.dtype not in _DTYPES or p.device.type != "cpu":
+            if (p.dtype not in _DTYPES or p.device != self._device
+                    or p.device.type not in ("cpu", "cuda")
+                    or (p.device.type == "cuda" and p.dtype == torch.float64)):
                 raise GsyncError(_lib.ERR_UNSUPPORTED,
                                  f"gsync.torch.DataParallel: a parameter of {tuple(p.shape)} is "
-                                 f"{p.dtype} on {p.device}; gsync reduces CPU tensors of "
-                                 "float32, float16, bfloat16 and float64")
+                                 f"{p.dtype} on {p.device}; gsync reduces the tensors of a model "
+                                 f"on one device ({self._device} here): float32, float16, "
+                                 "bfloat16, and float64 on the CPU")
         self._buckets = self._plan_buckets(params, bucket_cap_mb, first_bucket_mb)
         self._blocks: list = []
         self._views: Dict[torch.nn.Parameter, torch.Tensor] = {}
         self._bucket_of: Dict[torch.nn.Parameter, int] = {}
         for b, ps in enumerate(self._buckets):
-            block = _block(self._comm, sum(p.numel() for p in ps), ps[0].dtype)
+            block = _block(self._comm, sum(p.numel() for p in ps), ps[0].dtype, self._device)
             block.tensor.zero_()
             at = 0
             for p in ps:
@@ -204,8 +222,16 @@ class DataParallel(torch.nn.Module):
                 self._submit(b)
         return hook
 
+    def _sync_device(self) -> None:
+        """On a GPU: the kernels queued so far (the gradients, a copy into a
+        block) have run, so the daemon, on a stream of its own, reads what
+        they wrote."""
+        if self._device.type == "cuda":
+            torch.cuda.current_stream(self._device).synchronize()
+
     def _submit(self, b: int) -> None:
         block = self._blocks[b]
+        self._sync_device()
         step = self._steps[b]
         self._steps[b] += 1
         self._state.stats.buckets += 1
@@ -264,23 +290,26 @@ class DataParallel(torch.nn.Module):
     # --- broadcasts from rank 0
 
     def _broadcast(self, tensors: List[torch.Tensor]) -> None:
-        """Rank 0's values of `tensors` on every rank, one arena block per
-        dtype (a block given back at once)."""
-        by_dtype: Dict[torch.dtype, List[torch.Tensor]] = {}
+        """Rank 0's values of `tensors` on every rank, one block per dtype
+        and device (in the arena, or GPU memory; given back at once).
+        float64 on a GPU has no GPU kernel, but a broadcast needs none."""
+        by_kind: Dict[tuple, List[torch.Tensor]] = {}
         for t in tensors:
-            if t.dtype in self._dtypes:
-                by_dtype.setdefault(t.dtype, []).append(t)
-        for dtype, ts in by_dtype.items():
+            if t.dtype in self._dtypes and t.device.type in ("cpu", "cuda"):
+                by_kind.setdefault((t.dtype, t.device), []).append(t)
+        for (dtype, _), ts in by_kind.items():
             n = sum(t.numel() for t in ts)
             if n == 0:
                 continue
-            block = _block(self._comm, n, dtype)
+            block = _block(self._comm, n, dtype, ts[0].device)
             try:
                 at = 0
                 with torch.no_grad():
                     for t in ts:
                         block.tensor[at:at + t.numel()].copy_(t.reshape(-1))
                         at += t.numel()
+                if ts[0].device.type == "cuda":
+                    torch.cuda.current_stream(ts[0].device).synchronize()
                 step = self._broadcasts
                 self._broadcasts += 1
                 req = self._comm.broadcast(self._key_base + _KEY_BROADCAST, step, block.addr, n,

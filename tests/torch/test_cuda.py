@@ -10,7 +10,11 @@ of 2 hosts (2 ranks on the first, 1 on the second), all on GPU 0:
 - the same bucket again reuses its GPU block (no new allocation);
 - DDP on cuda:0 with the hook registered (a gloo process group for DDP's
   own broadcasts): after backward every .grad is the average of the three
-  ranks' gradients, each rank computing all three itself.
+  ranks' gradients, each rank computing all three itself;
+- gsync.torch.DataParallel on cuda:0: the same average, in place in .grad,
+  which stays in gsync's GPU memory;
+- gsync.torch.PSOptimizer over a model on cuda:0: one SGD step on the
+  average, the parameters back on the GPU.
 
 Needs PyTorch built with CUDA and a GPU: elsewhere it says SKIPPED with the
 reason (Debian's python3-torch is a CPU build).
@@ -109,6 +113,41 @@ for n, p in net.named_parameters():
     check(torch.allclose(p.grad, want, rtol=1e-5, atol=1e-6),
           f"{n}.grad is not the average (max diff {float((p.grad - want).abs().max()):.2e})")
 print("ddp ok", flush=True)
+
+# 3. gsync.torch.DataParallel on the GPU: .grad live in gsync's GPU memory
+#    and are averaged there, in place
+dp_net = Net().to(dev)
+dp = gt.DataParallel(dp_net, state, bucket_cap_mb=0.002, first_bucket_mb=0.001)
+blocks = {n: p.grad.data_ptr() for n, p in dp_net.named_parameters()}
+x, y = data(rank)
+torch.nn.functional.cross_entropy(dp(x), y).backward()
+for n, p in dp_net.named_parameters():
+    want = sum(g[n] for g in per) / world
+    check(p.grad.device == dev and p.grad.data_ptr() == blocks[n], f"DataParallel: {n}.grad moved")
+    check(torch.allclose(p.grad, want, rtol=1e-5, atol=1e-6),
+          f"DataParallel: {n}.grad is not the average "
+          f"(max diff {float((p.grad - want).abs().max()):.2e})")
+dp.close()
+print("data parallel ok", flush=True)
+
+# 4. PSOptimizer with a model on the GPU: gradients go to the servers
+#    through the host arena (the parameter server keeps host memory), the
+#    next step's parameters come back onto the GPU
+from gsync.torch_ps import PSOptimizer
+ps_net = Net().to(dev)
+start = {n: p.detach().clone() for n, p in ps_net.named_parameters()}
+opt = PSOptimizer(ps_net.parameters(), job=os.environ["JOB"] + "-ps", lr=0.5)
+x, y = data(rank)
+torch.nn.functional.cross_entropy(ps_net(x), y).backward()
+opt.step()
+for n, p in ps_net.named_parameters():
+    want = start[n] - 0.5 * sum(g[n] for g in per) / world
+    check(p.device == dev, f"PSOptimizer: {n} left the GPU")
+    check(torch.allclose(p.detach(), want, rtol=1e-5, atol=1e-6),
+          f"PSOptimizer: {n} is not one SGD step on the average "
+          f"(max diff {float((p.detach() - want).abs().max()):.2e})")
+opt.close()
+print("ps ok", flush=True)
 dist.destroy_process_group()
 state.close()
 print("done", flush=True)
@@ -141,7 +180,7 @@ with Testbed(hosts=2, racks=1, daemon_args=["--op-timeout-ms", "30000"]) as bed:
             out, err = p.communicate()
         print(f"--- rank {r} (exit {p.returncode})\n{out}{err[-3000:]}", flush=True)
         fails.check(p.returncode == 0, f"rank {r} exited {p.returncode}")
-        for what in ("buckets ok", "ddp ok", "done"):
+        for what in ("buckets ok", "ddp ok", "data parallel ok", "ps ok", "done"):
             fails.check(what in out, f"rank {r}: no '{what}'")
     if fails.items:
         for h in range(len(bed.hosts)):
