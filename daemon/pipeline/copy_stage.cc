@@ -10,23 +10,27 @@
 
 namespace gsync::pipeline {
 
-CopyStage::CopyStage(StageLink link, Way way, uint64_t unit, bool pass_through)
-    : Stage(link), way_(way), unit_(unit), pass_through_(pass_through) {
-  const OpRequest& r = link_.request();
+std::vector<CopyStage::Pair> CopyStage::wire_pair(const OpRequest& r) {
   const Buffer& device = host_buffer(r);
-  device_ = device.device;
-  if (way_ == Way::kToHost) {
-    src_ = device.ptr;
-    dst_ = r.staging.ptr;
-  } else {
-    src_ = r.staging.ptr;
-    dst_ = device.ptr;
-  }
+  return {{device.ptr, r.staging.ptr, device.device}};
 }
+
+std::vector<CopyStage::Pair> CopyStage::local_pairs(const OpRequest& r) {
+  std::vector<Pair> out;
+  for (size_t i = 0; i < r.device_locals.size() && i < r.locals.size(); i++)
+    if (r.device_locals[i].kind == MemoryKind::kDevice)
+      out.push_back({r.device_locals[i].ptr, r.locals[i].buf.ptr, r.device_locals[i].device});
+  return out;
+}
+
+CopyStage::CopyStage(StageLink link, Way way, std::vector<Pair> pairs, uint64_t unit,
+                     bool pass_through)
+    : Stage(link), way_(way), pairs_(std::move(pairs)), unit_(unit), pass_through_(pass_through) {}
 
 void CopyStage::ready(uint64_t begin, uint64_t end) {
   if (aborting_ || begin >= end) return;
-  if (pass_through_) {
+  received_upto_ = std::max(received_upto_, end);
+  if (pass_through_ || pairs_.empty()) {
     link_.emit(begin, end);
     return;
   }
@@ -34,31 +38,41 @@ void CopyStage::ready(uint64_t begin, uint64_t end) {
   reduce::ReduceArgs a;
   a.dtype = r.shape.dtype;
   a.count = r.shape.count;
-  void* outputs[1] = {dst_};
-  a.outputs = outputs;
   a.n_outputs = 1;
   const uint64_t step = unit_ == 0 ? end - begin : unit_;
   for (uint64_t b = begin; b < end; b += step) {
     const uint64_t e = std::min(end, b + step);
-    const uint64_t task = link_.gpu()->submit(device_, a, src_, b, e, link_.pool_tag());
-    pieces_.push_back({task, b, e, false});
+    pieces_.push_back({b, e, static_cast<int>(pairs_.size())});
+    for (const Pair& p : pairs_) {
+      const bool to_host = way_ == Way::kToHost;
+      void* outputs[1] = {to_host ? p.host_ptr : p.device_ptr};
+      a.outputs = outputs;
+      const void* src = to_host ? p.device_ptr : p.host_ptr;
+      task_of_[link_.gpu()->submit(p.device, a, src, b, e, link_.pool_tag())] = b;
+    }
   }
 }
 
 void CopyStage::input_done() {
   input_done_ = true;
+  // An upstream that says no ranges (a local stage, the store): all of it.
+  const uint64_t count = link_.request().shape.count;
+  if (received_upto_ < count) ready(received_upto_, count);
   maybe_finish();
 }
 
 void CopyStage::task_done(uint64_t task) {
+  auto it = task_of_.find(task);
+  if (it == task_of_.end()) return;
   for (auto& p : pieces_)
-    if (p.task == task) p.done = true;
+    if (p.begin == it->second) p.copies_left--;
+  task_of_.erase(it);
   emit_landed();
   maybe_finish();
 }
 
 void CopyStage::emit_landed() {
-  while (!pieces_.empty() && pieces_.front().done) {
+  while (!pieces_.empty() && pieces_.front().copies_left <= 0) {
     const Piece p = pieces_.front();
     pieces_.pop_front();
     if (!aborting_) link_.emit(p.begin, p.end);
@@ -66,7 +80,7 @@ void CopyStage::emit_landed() {
 }
 
 void CopyStage::maybe_finish() {
-  if (!pieces_.empty() || finished_) return;
+  if (!task_of_.empty() || finished_) return;
   if (aborting_) {
     finished_ = true;
     link_.quiet();
@@ -79,15 +93,15 @@ void CopyStage::maybe_finish() {
 void CopyStage::abort(const Status& why) {
   (void)why;
   aborting_ = true;
-  // Pieces still on the stream read or write the buffers: quiet once they
+  // Copies still on a stream read or write the buffers: quiet once they
   // have landed (task_done), at once when none are left.
   maybe_finish();
 }
 
 std::string CopyStage::waiting_for() const {
-  return fmt::format("its copy {} ({} piece{} on GPU {})",
+  return fmt::format("its copies {} ({} in flight)",
                      way_ == Way::kToHost ? "to pinned host memory" : "back to device memory",
-                     pieces_.size(), pieces_.size() == 1 ? "" : "s", device_);
+                     task_of_.size());
 }
 
 }  // namespace gsync::pipeline

@@ -79,7 +79,8 @@ uint64_t LocalWork::run(const reduce::ReduceArgs& a, const void* copy_src, uint6
 LocalStage::LocalStage(StageLink link, WorkPool& pool, uint64_t inline_bytes)
     : Stage(link), work_(pool, inline_bytes) {
   // The pipeline runs an op on device buffers only when every GPU of it
-  // reaches every buffer (Pipeline::check_memory).
+  // reaches every buffer (Pipeline::gpu_path_refusal); else its buffers are
+  // pinned host stand-ins by now.
   const OpRequest& r = link_.request();
   if (r.locals.empty() || r.locals[0].buf.kind != MemoryKind::kDevice) return;
   // The host buffer's GPU first: a small op (one slice) runs where the

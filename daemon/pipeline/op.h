@@ -64,10 +64,14 @@ struct OpRequest {
   proto::Sync sync;    // the job's (parameter-server ops)
   proto::Guard guard;  // the job's anomaly guard (allreduces)
   proto::PlanChoice plan;  // the job's algorithm and chunk size (auto: not chosen)
-  // A job on several hosts over device memory: the pinned host memory the
-  // cross-host stage sends from and receives into (docs/gpu.md, "Across
-  // hosts"); set by the pipeline. Unset (null ptr) otherwise.
+  // Set by the pipeline for ops over device memory (docs/gpu.md):
+  // on the GPU path across hosts, the pinned host memory the cross-host
+  // stage sends from and receives into (null ptr otherwise);
   Buffer staging;
+  // through host memory, the ranks' device buffers by local rank (kHost
+  // where a rank gave host memory), each replaced in locals by a pinned
+  // stand-in (empty otherwise).
+  std::vector<Buffer> device_locals;
   // The tuning table in force when the job was created (null: none).
   std::shared_ptr<const tuning::TuneTable> tuning;
 

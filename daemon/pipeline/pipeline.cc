@@ -11,6 +11,7 @@
 #include "daemon/cluster/control_plane.h"
 #include "daemon/collective/engine.h"
 #include "daemon/gpu/device.h"
+#include "daemon/gpu/launch.h"
 #include "daemon/pipeline/copy_stage.h"
 #include "daemon/pipeline/cross_stage.h"
 #include "daemon/pipeline/gpu_work.h"
@@ -57,7 +58,10 @@ class Op {
   WireLog wire;      // OpTimes::wire; the cross-host stage records into it
   HostArrivals hosts;  // OpTimes::hosts; the cross-host stage records into it
 
-  StageLink link(int index) { return StageLink(*this, index); }
+  // Stages built after a first one of their own (CopyStage through host
+  // memory) count from link_offset.
+  StageLink link(int index) { return StageLink(*this, index + link_offset); }
+  int link_offset = 0;
   // The first stage not finished; -1 when all are.
   int current() const {
     for (size_t i = 0; i < states.size(); i++)
@@ -132,54 +136,37 @@ uint64_t Pipeline::start(OpRequest request, Done done) {
   return serial;
 }
 
-Status Pipeline::check_memory(const OpRequest& r) const {
-  const Buffer* first_device = nullptr;
-  bool host = false;
+std::string Pipeline::gpu_path_refusal(const OpRequest& r) const {
   uint64_t gpus = 0;  // the op's GPUs (bit d: GPU d)
   for (const auto& c : r.locals) {
-    if (c.buf.kind == MemoryKind::kHost) {
-      host = true;
-    } else {
-      if (first_device == nullptr) first_device = &c.buf;
-      if (c.buf.device >= 0 && c.buf.device < 64) gpus |= uint64_t{1} << c.buf.device;
-    }
+    if (c.buf.kind == MemoryKind::kHost) return "host and device memory in one op";
+    if (c.buf.device >= 0 && c.buf.device < 64) gpus |= uint64_t{1} << c.buf.device;
   }
-  if (first_device == nullptr) return Status::ok();
   // Buffers on several GPUs are folded by kernels on each of them, each
   // reading every buffer: every GPU of the op must reach every buffer.
   for (const auto& c : r.locals) {
-    if (c.buf.kind != MemoryKind::kDevice || (c.buf.device_access & gpus) == gpus) continue;
+    if ((c.buf.device_access & gpus) == gpus) continue;
     int lacking = 0;
     while (!((gpus & ~c.buf.device_access) >> lacking & 1)) lacking++;
-    return Status(GSYNC_ERR_UNSUPPORTED,
-                  fmt::format("{}: rank {}'s buffer is on GPU {}, which GPU {} (another rank's) "
-                              "cannot reach: no peer access between them (folding through host "
-                              "memory is still to come, docs/gpu.md)",
-                              r.describe(), c.rank, c.buf.device, lacking));
+    return fmt::format("GPU {} cannot reach rank {}'s buffer on GPU {} (no peer access)", lacking,
+                       c.rank, c.buf.device);
   }
-  const char* why = nullptr;
-  if (host)
-    why = "some local ranks gave host memory and some device memory; the buffers of one op are "
-          "all one or all the other";
-  else if (proto::is_ps(r.shape.opcode))
-    why = "the parameter server takes host buffers";
-  else if (GuardStage::wanted(r))
-    why = "the anomaly guard reads host buffers; a job with a guard gives host memory";
-  if (why == nullptr) return Status::ok();
-  return Status(GSYNC_ERR_UNSUPPORTED, fmt::format("{} on GPU {}: {}", r.describe(),
-                                                   first_device->device, why));
+  if (proto::is_ps(r.shape.opcode)) return "a parameter-server op";
+  if (GuardStage::wanted(r)) return "the anomaly guard reads host memory";
+  // A broadcast only copies; an allreduce runs the kernels (fp32, fp16
+  // and bf16 have them; the host's take the rest).
+  if (r.shape.opcode == proto::Opcode::kAllreduce &&
+      !gpu::supported(r.shape.dtype, reduce::Op::kSum))
+    return fmt::format("no GPU kernel for {}", proto::name(r.shape.dtype));
+  return "";
 }
 
-Status Pipeline::stage_device_memory(OpRequest* r) {
-  if (!r->multi_host() || r->locals.empty() || r->shape.count == 0 ||
-      host_buffer(*r).kind != MemoryKind::kDevice || !check_memory(*r))
-    return Status::ok();
-  const uint64_t bytes = r->shape.bytes();
-  // Kept per tensor, so that its plan's data region stays where it is step
-  // after step (its idle plan holds a reference too: the lease is tracked,
-  // not read off the reference count). A second op of the tensor in flight
-  // at once gets one of its own; a new size replaces the kept one.
-  Staging& kept = staging_[{r->job, r->id.key}];
+Status Pipeline::pinned(const OpRequest& r, int slot, uint64_t bytes, Buffer* out) {
+  // Kept per (tensor, slot), so that a plan's data region stays where it
+  // is step after step (its idle plan holds a reference too: the lease is
+  // tracked, not read off the reference count). A second op of the tensor
+  // in flight at once gets one of its own; a new size replaces the kept one.
+  Staging& kept = staging_[StagingKey{r.job, r.id.key, slot}];
   std::shared_ptr<gpu::PinnedBuffer> use;
   if (kept.buf && !kept.leased && kept.buf->bytes() == bytes) {
     use = kept.buf;
@@ -193,28 +180,67 @@ Status Pipeline::stage_device_memory(OpRequest* r) {
       kept.leased = true;
     }
   }
-  r->staging.kind = MemoryKind::kHost;
-  r->staging.ptr = static_cast<uint8_t*>(use->get());
-  r->staging.bytes = bytes;
-  r->staging.arena = host_buffer(*r).arena;  // its plans go with the client's session
-  r->staging.owner = std::move(use);
+  out->kind = MemoryKind::kHost;
+  out->ptr = static_cast<uint8_t*>(use->get());
+  out->bytes = bytes;
+  out->owner = std::move(use);
+  return Status::ok();
+}
+
+Status Pipeline::stage_device_memory(OpRequest* r) {
+  bool device = false;
+  for (const auto& c : r->locals) device |= c.buf.kind == MemoryKind::kDevice;
+  if (!device || r->shape.count == 0) return Status::ok();
+  const uint64_t bytes = r->shape.bytes();
+  if (std::string why = gpu_path_refusal(*r); !why.empty()) {
+    // Through host memory: each device buffer gets a pinned stand-in, the
+    // host stages run on those, the copy stages move the bytes.
+    spdlog::debug("{}: through host memory ({})", r->describe(), why);
+    r->device_locals.resize(r->locals.size());
+    for (size_t i = 0; i < r->locals.size(); i++) {
+      Buffer& b = r->locals[i].buf;
+      if (b.kind != MemoryKind::kDevice) continue;
+      Buffer stand_in;
+      if (Status st = pinned(*r, static_cast<int>(i), bytes, &stand_in); !st) return st;
+      stand_in.arena = b.arena;  // its plans go with the client's session
+      r->device_locals[i] = std::move(b);
+      b = std::move(stand_in);
+    }
+    return Status::ok();
+  }
+  if (!r->multi_host()) return Status::ok();
+  // The GPU path across hosts: the wire moves the host buffer's pinned staging.
+  Buffer staging;
+  if (Status st = pinned(*r, kWireSlot, bytes, &staging); !st) return st;
+  staging.arena = host_buffer(*r).arena;
+  r->staging = std::move(staging);
   return Status::ok();
 }
 
 void Pipeline::release_staging(const OpRequest& r) {
-  if (r.staging.ptr == nullptr) return;
-  auto it = staging_.find({r.job, r.id.key});
-  if (it != staging_.end() && it->second.buf && it->second.buf->get() == r.staging.ptr)
-    it->second.leased = false;
+  auto release = [&](int slot, const Buffer& b) {
+    auto it = staging_.find(StagingKey{r.job, r.id.key, slot});
+    if (it != staging_.end() && it->second.buf && it->second.buf->get() == b.ptr)
+      it->second.leased = false;
+  };
+  if (r.staging.ptr != nullptr) release(kWireSlot, r.staging);
+  for (size_t i = 0; i < r.device_locals.size(); i++)
+    if (r.device_locals[i].kind == MemoryKind::kDevice) release(static_cast<int>(i), r.locals[i].buf);
 }
 
 void Pipeline::build_stages(Op& op) {
   const OpRequest& r = op.req;
   uint64_t inline_bytes = options_.inline_bytes;
-  if (Status st = check_memory(r); !st) {
-    op.failing = true;
-    op.status = st;
-  } else if (proto::is_ps(r.shape.opcode)) {
+  // Through host memory: the ranks' device buffers copied to their pinned
+  // stand-ins first and back last, the usual stages between (their links
+  // one further on).
+  const bool through_host = !r.device_locals.empty();
+  if (through_host) {
+    op.link_offset = 1;
+    op.stages.push_back(std::make_unique<CopyStage>(StageLink(op, 0), CopyStage::Way::kToHost,
+                                                    CopyStage::local_pairs(r), 0, false));
+  }
+  if (proto::is_ps(r.shape.opcode)) {
     add_ps_stages(op);
   } else if (!r.multi_host()) {
     op.stages.push_back(std::make_unique<LocalReduceStage>(op.link(0), pool_, inline_bytes));
@@ -222,6 +248,11 @@ void Pipeline::build_stages(Op& op) {
       op.stages.push_back(std::make_unique<GuardStage>(op.link(1), pool_, guards_));
   } else {
     add_cross_stage(op);
+  }
+  if (through_host && !op.failing) {
+    const int last = static_cast<int>(op.stages.size());
+    op.stages.push_back(std::make_unique<CopyStage>(StageLink(op, last), CopyStage::Way::kToDevice,
+                                                    CopyStage::local_pairs(r), 0, false));
   }
   op.states.resize(op.stages.size());
 }
@@ -321,7 +352,8 @@ void Pipeline::add_cross_stage(Op& op) {
   // others receive only (copy_stage.h).
   const bool root_here = r.root_host == control_->self();
   if (staged)
-    op.stages.push_back(std::make_unique<CopyStage>(op.link(at++), CopyStage::Way::kToHost, unit,
+    op.stages.push_back(std::make_unique<CopyStage>(op.link(at++), CopyStage::Way::kToHost,
+                                                    CopyStage::wire_pair(r), unit,
                                                     copies_from_root(r) && !root_here));
   WireLog* wire = nullptr;
   if (options_.record) {
@@ -336,7 +368,8 @@ void Pipeline::add_cross_stage(Op& op) {
       std::make_unique<CrossStage>(op.link(at++), *engine_, *plans_, std::move(lease), wire,
                                    &op.hosts));
   if (staged)
-    op.stages.push_back(std::make_unique<CopyStage>(op.link(at++), CopyStage::Way::kToDevice, 0,
+    op.stages.push_back(std::make_unique<CopyStage>(op.link(at++), CopyStage::Way::kToDevice,
+                                                    CopyStage::wire_pair(r), 0,
                                                     copies_from_root(r) && root_here));
   if (declare) op.stages.push_back(std::make_unique<PsDeclareStage>(op.link(at++), *ps_, control_->self()));
   if (GuardStage::wanted(r))
@@ -538,7 +571,7 @@ void Pipeline::arena_closed(uint64_t arena) {
 
 void Pipeline::job_closed(const std::string& job) {
   for (auto it = staging_.begin(); it != staging_.end();)
-    it = it->first.first == job ? staging_.erase(it) : std::next(it);
+    it = it->first.job == job ? staging_.erase(it) : std::next(it);
   if (plans_) plans_->job_closed(job);
   if (ps_) ps_->job_closed(job);
   guards_.job_closed(job);

@@ -178,10 +178,14 @@ class Pipeline {
   Op* find(uint64_t serial) const;
   Clock::time_point stamp() const;
   void build_stages(Op& op);
-  // An op over device buffers runs when it can (docs/gpu.md); else why not.
-  Status check_memory(const OpRequest& r) const;
-  // A multi-host op over device memory: its staging in pinned host memory.
+  // Why an op over device buffers cannot run on the GPU path ("": it can);
+  // it then goes through host memory (docs/gpu.md).
+  std::string gpu_path_refusal(const OpRequest& r) const;
+  // An op over device memory: its pinned staging (the wire's, or a stand-in
+  // per device buffer), set in r.
   Status stage_device_memory(OpRequest* r);
+  // The pinned buffer of (r's tensor, slot) for this op.
+  Status pinned(const OpRequest& r, int slot, uint64_t bytes, Buffer* out);
   // The op over it is over: its kept staging may serve the next one.
   void release_staging(const OpRequest& r);
   void add_cross_stage(Op& op);
@@ -211,13 +215,21 @@ class Pipeline {
   std::vector<WorkPool::Progress> progress_;
   std::vector<WorkPool::Finished> finished_;
   std::unique_ptr<GpuWork> gpu_;
-  // Pinned staging of multi-host ops over device memory, one kept per
-  // (job, key), leased by the op using it.
+  // Pinned staging of ops over device memory, one kept per (job, key,
+  // slot), leased by the op using it.
   struct Staging {
     std::shared_ptr<gpu::PinnedBuffer> buf;
     bool leased = false;
   };
-  std::map<std::pair<std::string, uint64_t>, Staging> staging_;
+  // slot: the local rank whose stand-in it is, or kWireSlot.
+  struct StagingKey {
+    std::string job;
+    uint64_t key = 0;
+    int slot = 0;
+    auto operator<=>(const StagingKey&) const = default;
+  };
+  static constexpr int kWireSlot = -1;
+  std::map<StagingKey, Staging> staging_;
   OpTimes reaped_;  // what reap() hands on, reused op after op
   // Wire logs of ended ops, their memory reserved, for the next ones
   // (recorded cross-host ops take one each).

@@ -244,9 +244,12 @@ int gsync_arena_info(gsync_comm_t *comm, size_t *capacity, size_t *free_bytes);
  * gsync_allreduce / gsync_broadcast like arena memory, with no copy to the
  * host; order the kernels that write it before the submission
  * (cudaStreamSynchronize or cudaDeviceSynchronize), as the daemon reads it
- * on its own stream. Every local rank of an op gives device memory on the
- * same GPU, the job runs on this host alone, and has no anomaly guard (for
- * now: docs/gpu.md). GSYNC_ERR_UNSUPPORTED where there is no GPU or NVIDIA
+ * on its own stream. The local ranks' buffers of an op may be on several
+ * GPUs (with peer access between them the GPUs fold it, else it goes
+ * through host memory, as do float64 and int32, host memory in the same op
+ * and a job with an anomaly guard); across hosts it travels from pinned
+ * host memory. Not for the parameter server's ops (host memory only).
+ * GSYNC_ERR_UNSUPPORTED where there is no GPU or NVIDIA
  * driver, in this process or in the daemon (the text says which);
  * GSYNC_ERR_NOMEM when the GPU is full. Neither process writing into freed
  * memory: the memory stays until both the client and the daemon's ops over
