@@ -15,11 +15,18 @@ std::vector<CopyStage::Pair> CopyStage::wire_pair(const OpRequest& r) {
   return {{device.ptr, r.staging.ptr, device.device}};
 }
 
-std::vector<CopyStage::Pair> CopyStage::local_pairs(const OpRequest& r) {
+std::vector<CopyStage::Pair> CopyStage::local_pairs(const OpRequest& r, Way way) {
   std::vector<Pair> out;
-  for (size_t i = 0; i < r.device_locals.size() && i < r.locals.size(); i++)
-    if (r.device_locals[i].kind == MemoryKind::kDevice)
-      out.push_back({r.device_locals[i].ptr, r.locals[i].buf.ptr, r.device_locals[i].device});
+  for (size_t i = 0; i < r.device_locals.size() && i < r.locals.size(); i++) {
+    if (r.device_locals[i].kind != MemoryKind::kDevice) continue;
+    // A broadcast moves the root's data only: in, the root's buffer alone
+    // (the others' stand-ins are written by the copy from the root or by
+    // the wire, which may land before a copy of theirs would); out, all
+    // but the root's, which holds it already.
+    const bool root = r.locals[i].rank == r.shape.root;
+    if (copies_from_root(r) && root != (way == Way::kToHost)) continue;
+    out.push_back({r.device_locals[i].ptr, r.locals[i].buf.ptr, r.device_locals[i].device});
+  }
   return out;
 }
 

@@ -56,7 +56,7 @@ class CopyStage final : public Stage {
   // the path through host memory (every rank's device buffer and its
   // stand-in).
   static std::vector<Pair> wire_pair(const OpRequest& r);
-  static std::vector<Pair> local_pairs(const OpRequest& r);
+  static std::vector<Pair> local_pairs(const OpRequest& r, Way way);
 
  private:
   struct Piece {

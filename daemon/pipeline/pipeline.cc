@@ -152,6 +152,9 @@ std::string Pipeline::gpu_path_refusal(const OpRequest& r) const {
                        c.rank, c.buf.device);
   }
   if (proto::is_ps(r.shape.opcode)) return "a parameter-server op";
+  if (r.locals.size() > gpu::kMaxTensors)
+    return fmt::format("{} local ranks, more than a kernel takes ({})", r.locals.size(),
+                       gpu::kMaxTensors);
   if (GuardStage::wanted(r)) return "the anomaly guard reads host memory";
   // A broadcast only copies; an allreduce runs the kernels (fp32, fp16
   // and bf16 have them; the host's take the rest).
@@ -238,7 +241,8 @@ void Pipeline::build_stages(Op& op) {
   if (through_host) {
     op.link_offset = 1;
     op.stages.push_back(std::make_unique<CopyStage>(StageLink(op, 0), CopyStage::Way::kToHost,
-                                                    CopyStage::local_pairs(r), 0, false));
+                                                    CopyStage::local_pairs(r, CopyStage::Way::kToHost),
+                                                    0, false));
   }
   if (proto::is_ps(r.shape.opcode)) {
     add_ps_stages(op);
@@ -252,7 +256,8 @@ void Pipeline::build_stages(Op& op) {
   if (through_host && !op.failing) {
     const int last = static_cast<int>(op.stages.size());
     op.stages.push_back(std::make_unique<CopyStage>(StageLink(op, last), CopyStage::Way::kToDevice,
-                                                    CopyStage::local_pairs(r), 0, false));
+                                                    CopyStage::local_pairs(r, CopyStage::Way::kToDevice),
+                                                    0, false));
   }
   op.states.resize(op.stages.size());
 }

@@ -23,8 +23,9 @@ namespace {
 constexpr auto kHandshakeTimeout = std::chrono::seconds(5);
 }  // namespace
 
-ClientListener::ClientListener(const DaemonConfig& cfg, EventLoop& loop, ClientSink& sink)
-    : cfg_(cfg), loop_(loop), sink_(sink) {}
+ClientListener::ClientListener(const DaemonConfig& cfg, EventLoop& loop, ClientSink& sink,
+                               gpu::Releaser* releaser)
+    : cfg_(cfg), loop_(loop), sink_(sink), releaser_(releaser) {}
 
 ClientListener::~ClientListener() {
   for (auto& [id, s] : sessions_) s->closed = true;
@@ -216,7 +217,7 @@ void ClientListener::on_socket(const std::shared_ptr<Session>& s, uint32_t ev) {
     uint64_t id = 0, seq = 0;
     request_ids(buf, static_cast<size_t>(n), &id, &seq);  // echoed even from a bad one
     proto::DeviceReply reply =
-        st ? handle_device_request(*s, req, fds.empty() ? -1 : fds[0])
+        st ? handle_device_request(*s, req, fds.empty() ? -1 : fds[0], releaser_)
            : device_reply(id, seq, Status(st.code(), s->describe() + ": " + st.message()));
     for (int fd : fds) close(fd);
     if (reply.status != 0) spdlog::warn("{}", reply.message);

@@ -23,6 +23,10 @@
 #include "daemon/shm/handshake.h"
 #include "daemon/shm/session.h"
 
+namespace gsync::gpu {
+class Releaser;
+}
+
 namespace gsync {
 
 class ClientSink {
@@ -39,7 +43,10 @@ class ClientSink {
 
 class ClientListener {
  public:
-  ClientListener(const DaemonConfig& cfg, EventLoop& loop, ClientSink& sink);
+  // releaser: where clients' device memory is unmapped (outlives every
+  // session and op; null: on the event thread).
+  ClientListener(const DaemonConfig& cfg, EventLoop& loop, ClientSink& sink,
+                 gpu::Releaser* releaser = nullptr);
   ~ClientListener();
   ClientListener(const ClientListener&) = delete;
   ClientListener& operator=(const ClientListener&) = delete;
@@ -73,6 +80,7 @@ class ClientListener {
   const DaemonConfig& cfg_;
   EventLoop& loop_;
   ClientSink& sink_;
+  gpu::Releaser* releaser_;
   int listen_fd_ = -1;
   uint64_t next_session_ = 1;
   std::map<uint64_t, std::shared_ptr<Session>> sessions_;

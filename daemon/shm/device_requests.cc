@@ -9,6 +9,7 @@
 
 #include "daemon/core/text.h"
 #include "daemon/gpu/imported.h"
+#include "daemon/gpu/releaser.h"
 
 namespace gsync {
 
@@ -66,7 +67,8 @@ proto::DeviceReply device_reply(uint64_t alloc_id, uint64_t seq, const Status& s
   return r;
 }
 
-proto::DeviceReply handle_device_request(Session& s, const proto::DeviceRequest& r, int fd) {
+proto::DeviceReply handle_device_request(Session& s, const proto::DeviceRequest& r, int fd,
+                                         gpu::Releaser* releaser) {
   const uint64_t id = r.alloc_id;
   if (static_cast<proto::DeviceRequestKind>(r.kind) == proto::DeviceRequestKind::kRelease) {
     if (s.device_memory.erase(id) == 0)
@@ -93,7 +95,16 @@ proto::DeviceReply handle_device_request(Session& s, const proto::DeviceRequest&
                                                           s.describe(), id, r.bytes,
                                                           printable(r.pci_bus_id, 16),
                                                           st.message())));
-  s.device_memory.emplace(id, std::shared_ptr<const gpu::ImportedMemory>(std::move(mapped)));
+  // The last reference (the session's, or an op's) may go on the event
+  // thread; the unmap happens on the releaser's.
+  auto unmap = [releaser](const gpu::ImportedMemory* m) {
+    if (releaser == nullptr) {
+      delete m;
+      return;
+    }
+    releaser->later([m] { delete m; });
+  };
+  s.device_memory.emplace(id, std::shared_ptr<const gpu::ImportedMemory>(mapped.release(), unmap));
   return device_reply(id, r.seq, Status::ok());
 }
 

@@ -14,6 +14,10 @@
 #include "daemon/shm/session.h"
 #include "protocol/device.h"
 
+namespace gsync::gpu {
+class Releaser;
+}
+
 namespace gsync {
 
 // The most allocations one session may have mapped at once.
@@ -28,7 +32,10 @@ Status parse_device_request(const void* msg, size_t n, proto::DeviceRequest* out
 // allocation's POSIX fd handle, -1 when the message carried none; not
 // taken: the caller closes it) and maps it; a release drops the session's
 // reference (ops still running over it keep theirs). The reply to send.
-proto::DeviceReply handle_device_request(Session& s, const proto::DeviceRequest& r, int fd);
+// releaser (may be null: then inline) unmaps the allocation when its last
+// reference goes, off the event thread.
+proto::DeviceReply handle_device_request(Session& s, const proto::DeviceRequest& r, int fd,
+                                         gpu::Releaser* releaser);
 
 // The reply to a request with this id and seq (of a message too short to
 // have them: 0).

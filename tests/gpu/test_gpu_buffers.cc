@@ -82,14 +82,19 @@ struct Tensor {
 template <class Connect>
 int run_rank_with(Connect connect, int world, int rank, const std::vector<Tensor>& tensors,
                   const std::vector<int>& ops, int bcast_root = -1, int device = 0,
-                  bool exact = true) {
+                  bool exact = true, int host_rank = -1) {
   RANK_CHECK(gpu::use_device(device), "no GPU {} in the rank", device);
   gsync_comm_t* comm = nullptr;
   RANK_CHECK(connect(&comm) == 0, "{}", gsync_last_error());
   size_t most = 1;
   for (const auto& t : tensors) most = std::max(most, t.count * elem_size(t.dtype));
+  // host_rank gives arena memory (copy_sync copies host to host as well):
+  // an op of host and device memory.
   void* dev = nullptr;
-  RANK_CHECK(gsync_alloc_device(comm, most, &dev) == 0, "{}", gsync_last_error());
+  if (rank == host_rank)
+    RANK_CHECK(gsync_alloc(comm, most, &dev) == 0, "{}", gsync_last_error());
+  else
+    RANK_CHECK(gsync_alloc_device(comm, most, &dev) == 0, "{}", gsync_last_error());
   std::vector<uint8_t> host(most);
   uint64_t key = 1;
   for (const auto& t : tensors) {
@@ -133,7 +138,8 @@ int run_rank_with(Connect connect, int world, int rank, const std::vector<Tensor
     }
     key++;
   }
-  RANK_CHECK(gsync_free_device(comm, dev) == 0, "{}", gsync_last_error());
+  RANK_CHECK((rank == host_rank ? gsync_free(comm, dev) : gsync_free_device(comm, dev)) == 0, "{}",
+             gsync_last_error());
   gsync_close(comm);
   return 0;
 }
@@ -183,6 +189,16 @@ TEST(GpuBuffers, AcrossTwoHostsThroughPinnedStaging) {
     return run_rank_with(
         [&](gsync_comm_t** comm) { return connect_place(*bed, "hosts", p, r, comm); }, 3, r,
         tensors, ops, /*bcast_root=*/2, /*device=*/0, /*exact=*/false);
+  }, 600);
+  for (const auto& r : res) EXPECT_EQ(r.code, 0) << r.output;
+  // Through host memory across the hosts: float64 (no GPU kernel), and
+  // rank 0 giving host memory; the broadcasts from the second host land in
+  // the first host's stand-ins from the wire.
+  const std::vector<Tensor> through = {{GSYNC_FLOAT32, 4099}, {GSYNC_FLOAT64, 1048579}};
+  res = run_ranks(3, [&](int r) {
+    return run_rank_with(
+        [&](gsync_comm_t** comm) { return connect_place(*bed, "hosts-mixed", p, r, comm); }, 3,
+        r, through, ops, /*bcast_root=*/2, /*device=*/0, /*exact=*/false, /*host_rank=*/0);
   }, 600);
   for (const auto& r : res) EXPECT_EQ(r.code, 0) << r.output;
   for (int h = 0; h < bed->hosts(); h++) EXPECT_TRUE(bed->daemon_alive(h)) << bed->daemon_log(h);
