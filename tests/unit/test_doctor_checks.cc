@@ -214,6 +214,57 @@ TEST(DoctorGpudirect, PeermemOrDmabufOrTheFix) {
   EXPECT_EQ(check_gpudirect(open.root(), true).level, Level::kWarn);
 }
 
+// A bridge's config space: 0x100 bytes of header, then an extended
+// capability list of AER (0x0001) followed by ACS (0x000D) with `ctl`.
+std::string bridge_config(uint16_t ctl) {
+  std::string c(0x200, '\0');
+  auto put32 = [&](size_t at, uint32_t v) {
+    for (int i = 0; i < 4; i++) c[at + size_t(i)] = char((v >> (8 * i)) & 0xff);
+  };
+  put32(0x100, 0x0001 | (1u << 16) | (0x140u << 20));  // AER, next at 0x140
+  put32(0x140, 0x000d | (1u << 16));                    // ACS, last
+  put32(0x144, 0x005f | (uint32_t(ctl) << 16));         // capability, control
+  return c;
+}
+
+TEST(DoctorPciePath, IommuAndAcsRedirectOnTheGpusPath) {
+  FakeTree none;
+  EXPECT_EQ(check_pcie_path(none.root()).level, Level::kOk);  // no GPU: skipped
+  EXPECT_NE(check_pcie_path(none.root()).found.find("no GPU"), std::string::npos);
+
+  FakeTree t;
+  t.write("/proc/driver/nvidia/version", "NVRM version: NVIDIA UNIX x86_64 Kernel Module  550\n");
+  t.write("/proc/cmdline", "BOOT_IMAGE=/vmlinuz root=/dev/sda1 quiet\n");
+  t.write("/sys/bus/pci/devices/0000:00:01.0/class", "0x060400\n");
+  t.write("/sys/bus/pci/devices/0000:00:01.0/config", bridge_config(0x0001));  // SrcValid only
+  t.write("/sys/bus/pci/devices/0000:65:00.0/class", "0x030200\n");           // the GPU
+  t.write("/sys/bus/pci/devices/0000:65:00.0/config", bridge_config(0x000c));  // not a bridge
+  Check clean = check_pcie_path(t.root());
+  EXPECT_EQ(clean.level, Level::kOk) << clean.found;
+
+  t.write("/sys/bus/pci/devices/0000:40:02.0/class", "0x060400\n");
+  t.write("/sys/bus/pci/devices/0000:40:02.0/config", bridge_config(0x001d));  // RR on
+  Check acs = check_pcie_path(t.root());
+  EXPECT_EQ(acs.level, Level::kWarn) << acs.found;
+  EXPECT_NE(acs.found.find("1 bridge redirects peer-to-peer through the root complex (ACS: "
+                           "0000:40:02.0)"),
+            std::string::npos)
+      << acs.found;
+  EXPECT_NE(acs.fix.find("setpci -s 0000:40:02.0 ECAP_ACS+0x6.w=0000"), std::string::npos)
+      << acs.fix;
+
+  t.write("/sys/bus/pci/devices/0000:40:02.0/config", bridge_config(0x0001));
+  t.write("/proc/cmdline", "root=/dev/sda1 intel_iommu=on\n");
+  Check iommu = check_pcie_path(t.root());
+  EXPECT_EQ(iommu.level, Level::kWarn) << iommu.found;
+  EXPECT_NE(iommu.fix.find("iommu=pt"), std::string::npos) << iommu.fix;
+  t.write("/proc/cmdline", "root=/dev/sda1 intel_iommu=on iommu=pt\n");
+  EXPECT_EQ(check_pcie_path(t.root()).level, Level::kOk);
+  // A config space cut at 64 bytes (not root): no ACS seen, no warning.
+  t.write("/sys/bus/pci/devices/0000:40:02.0/config", bridge_config(0x000c).substr(0, 64));
+  EXPECT_EQ(check_pcie_path(t.root()).level, Level::kOk);
+}
+
 TEST(DoctorLink, InterfaceSpeedFromSysfs) {
   FakeTree t;
   t.write("/sys/class/net/eth0/speed", "25000\n");

@@ -125,6 +125,7 @@ std::vector<Check> doctor_checks(const DoctorOptions& o) {
   out.push_back(check_hugepages(o.root));
   for (auto& c : rdma) out.push_back(std::move(c));
   out.push_back(check_gpudirect(o.root, have_rdma));
+  out.push_back(check_pcie_path(o.root));
   if (reached) add_cluster_checks(o, &out);
   return out;
 }

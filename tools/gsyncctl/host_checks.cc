@@ -12,7 +12,9 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <sstream>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -340,6 +342,89 @@ Check check_gpudirect(const std::string& root, bool have_rdma) {
               "`modprobe nvidia_peermem`, and `echo nvidia_peermem > "
               "/etc/modules-load.d/nvidia-peermem.conf` to load it at boot",
               data);
+}
+
+}  // namespace gsync::cli
+
+// ---------------------------------------------------------------- PCIe path
+
+namespace gsync::cli {
+
+namespace {
+
+// The ACS Control register of a device's config space (the extended
+// capability 0x000D, its 16 bits at +6), or -1 when it has none (or the
+// file stops short: only root reads past the first 64 bytes).
+int acs_control(const std::string& config) {
+  auto u32 = [&](size_t at) -> int64_t {
+    if (at + 4 > config.size()) return -1;
+    return int64_t(uint8_t(config[at])) | int64_t(uint8_t(config[at + 1])) << 8 |
+           int64_t(uint8_t(config[at + 2])) << 16 | int64_t(uint8_t(config[at + 3])) << 24;
+  };
+  size_t at = 0x100;
+  for (int hops = 0; hops < 64 && at >= 0x100 && at + 8 <= config.size(); hops++) {
+    const int64_t header = u32(at);
+    if (header <= 0) return -1;
+    if ((header & 0xffff) == 0x000d) return int((u32(at + 4) >> 16) & 0xffff);
+    at = size_t((header >> 20) & 0xffc);
+  }
+  return -1;
+}
+
+std::string read_binary(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+}  // namespace
+
+Check check_pcie_path(const std::string& root) {
+  if (read_small_file(root + "/proc/driver/nvidia/version").empty())
+    return ok("pcie_path", "no GPU (no NVIDIA driver); skipped", nlohmann::json{{"gpu", false}});
+  // The IOMMU: translating (on, not pass-through) puts every peer-to-peer
+  // and NIC-to-GPU transfer through it.
+  const std::string cmdline = " " + read_small_file(root + "/proc/cmdline") + " ";
+  const bool translating = (cmdline.find(" intel_iommu=on ") != std::string::npos ||
+                            cmdline.find(" amd_iommu=on ") != std::string::npos) &&
+                           cmdline.find(" iommu=pt ") == std::string::npos;
+  // ACS on the bridges: P2P Request or Completion Redirect (bits 2, 3) send
+  // peer-to-peer traffic up to the root complex instead of across the
+  // switch the GPUs (and the NIC) share.
+  std::vector<std::string> redirecting;
+  const std::string pci = root + "/sys/bus/pci/devices";
+  std::error_code ec;
+  std::vector<std::string> devs;
+  for (const auto& e : fs::directory_iterator(pci, ec)) devs.push_back(e.path().filename());
+  std::sort(devs.begin(), devs.end());
+  for (const auto& d : devs) {
+    if (read_small_file(pci + "/" + d + "/class").rfind("0x0604", 0) != 0) continue;  // bridges
+    const int ctl = acs_control(read_binary(pci + "/" + d + "/config"));
+    if (ctl >= 0 && (ctl & 0x000c)) redirecting.push_back(d);
+  }
+  nlohmann::json data{{"gpu", true}, {"iommu_translating", translating},
+                      {"acs_redirecting_bridges", redirecting}};
+  if (!translating && redirecting.empty())
+    return ok("pcie_path", "IOMMU off or pass-through; no bridge redirects peer-to-peer (ACS)",
+              data);
+  std::string found, fix;
+  if (translating) {
+    found = "the IOMMU translates (intel_iommu=on / amd_iommu=on without iommu=pt)";
+    fix = "add iommu=pt to the kernel command line";
+  }
+  if (!redirecting.empty()) {
+    std::string list;
+    for (size_t i = 0; i < redirecting.size() && i < 4; i++) list += (i ? ", " : "") + redirecting[i];
+    if (redirecting.size() > 4) list += fmt::format(" and {} more", redirecting.size() - 4);
+    found += fmt::format("{}{} bridge{} redirect{} peer-to-peer through the root complex (ACS: {})",
+                         found.empty() ? "" : "; ", redirecting.size(),
+                         redirecting.size() == 1 ? "" : "s", redirecting.size() == 1 ? "s" : "",
+                         list);
+    fix += fmt::format("{}turn ACS redirect off on them at boot (`setpci -s {} ECAP_ACS+0x6.w=0000`, "
+                       "or the BIOS's ACS setting)",
+                       fix.empty() ? "" : "; ", redirecting[0]);
+  }
+  return warn("pcie_path",
+              found + ": GPU peer-to-peer and GPUDirect RDMA go the long way, or fail", fix, data);
 }
 
 }  // namespace gsync::cli

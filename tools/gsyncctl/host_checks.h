@@ -66,6 +66,12 @@ std::vector<Check> check_rdma(const std::string& root);
 // is an ok "no GPU"; have_rdma false an ok that it does not apply.
 Check check_gpudirect(const std::string& root, bool have_rdma);
 
+// Where an NVIDIA driver is loaded, the PCIe path between GPUs and the NIC:
+// a warn when the IOMMU translates (on without iommu=pt) or a PCI bridge
+// has ACS P2P redirect on (read from its config space; root only sees
+// it), naming the bridges and the fix. No driver is an ok "no GPU".
+Check check_pcie_path(const std::string& root);
+
 // The whole of a small file, "" when it cannot be read; trailing
 // whitespace removed.
 std::string read_small_file(const std::string& path);
