@@ -55,7 +55,8 @@ void CopyStage::ready(uint64_t begin, uint64_t end) {
       void* outputs[1] = {to_host ? p.host_ptr : p.device_ptr};
       a.outputs = outputs;
       const void* src = to_host ? p.device_ptr : p.host_ptr;
-      task_of_[link_.gpu()->submit(p.device, a, src, b, e, link_.pool_tag())] = b;
+      const auto lane = to_host ? GpuWork::Lane::kToHost : GpuWork::Lane::kToDevice;
+      task_of_[link_.gpu()->submit(p.device, lane, a, src, b, e, link_.pool_tag())] = b;
     }
   }
 }

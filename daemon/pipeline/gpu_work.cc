@@ -25,23 +25,23 @@ GpuWork::~GpuWork() {
     if (fd >= 0) close(fd);
 }
 
-Status GpuWork::stream_for(int device, gpu::Stream** out) {
-  auto it = streams_.find(device);
+Status GpuWork::stream_for(int device, Lane lane, gpu::Stream** out) {
+  auto it = streams_.find({device, lane});
   if (it == streams_.end()) {
     std::unique_ptr<gpu::Stream> s;
     if (Status st = gpu::Stream::create(device, &s); !st) return st;
-    it = streams_.emplace(device, std::move(s)).first;
+    it = streams_.emplace(std::make_pair(device, lane), std::move(s)).first;
   }
   *out = it->second.get();
   return Status::ok();
 }
 
-Status GpuWork::queue(int device, const reduce::ReduceArgs& a, const void* copy_src,
+Status GpuWork::queue(int device, Lane lane, const reduce::ReduceArgs& a, const void* copy_src,
                       uint64_t begin, uint64_t end, uint64_t task, bool* queued) {
   *queued = false;
   if (pipe_[1] < 0) return Status(GSYNC_ERR_INTERNAL, "the GPU work's pipe could not be made");
   gpu::Stream* s = nullptr;
-  if (Status st = stream_for(device, &s); !st) return st;
+  if (Status st = stream_for(device, lane, &s); !st) return st;
   const size_t elem = proto::dtype_size(a.dtype);
   const uint64_t skip = begin * elem;
   // The range's pointers: the kernel takes them by value at launch, so
@@ -70,20 +70,21 @@ Status GpuWork::queue(int device, const reduce::ReduceArgs& a, const void* copy_
   return s->notify(pipe_[1], task);
 }
 
-uint64_t GpuWork::submit(int device, const reduce::ReduceArgs& a, const void* copy_src,
+uint64_t GpuWork::submit(int device, Lane lane, const reduce::ReduceArgs& a, const void* copy_src,
                          uint64_t begin, uint64_t end, uint64_t tag) {
   const uint64_t task = next_task_++;
   Task& t = tasks_[task];
   t.tag = tag;
   t.device = device;
+  t.lane = lane;
   bool queued = false;
-  t.error = queue(device, a, copy_src, begin, end, task, &queued);
+  t.error = queue(device, lane, a, copy_src, begin, end, task, &queued);
   if (!t.error) {
     // No note will come from the driver. Work of it that did reach the
     // stream may still read or write the buffers: the task ends only after
     // it (a rare error path, so a wait on the event thread is acceptable).
     if (queued) {
-      auto it = streams_.find(device);
+      auto it = streams_.find({device, lane});
       if (it != streams_.end()) (void)it->second->synchronize();
     }
     unqueued_.push_back(task);
@@ -113,13 +114,13 @@ const std::vector<GpuWork::Finished>& GpuWork::take(bool check_faults) {
     }
   }
   if (!check_faults) return finished_;
-  for (auto& [device, stream] : streams_) {
+  for (auto& [where, stream] : streams_) {
     Status error;
     if (!stream->done(&error) || error) continue;
     // The stream's work failed: its notes will not come. Every task still
     // on it ends with the driver's words.
     for (auto it = tasks_.begin(); it != tasks_.end();) {
-      if (it->second.device != device) {
+      if (it->second.device != where.first || it->second.lane != where.second) {
         ++it;
         continue;
       }

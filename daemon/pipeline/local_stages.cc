@@ -37,7 +37,8 @@ uint64_t LocalWork::run(const reduce::ReduceArgs& a, const void* copy_src, uint6
     uint64_t task = 0;
     for (uint64_t i = 0, b = begin; i < n && b < end; i++, b += per) {
       in_flight_++;
-      task = gpu_->submit(devices_[i], a, copy_src, b, std::min(end, b + per), tag);
+      task = gpu_->submit(devices_[i], GpuWork::Lane::kCompute, a, copy_src, b,
+                          std::min(end, b + per), tag);
     }
     return task;
   }
