@@ -9,7 +9,6 @@
 #include <algorithm>
 #include <map>
 
-#include "daemon/gpu/imported.h"
 #include "daemon/gsyncd.h"
 #include "daemon/metrics/exposition.h"
 #include "gsync_build_config.h"
@@ -120,7 +119,7 @@ void Gsyncd::metrics_ops(metrics::Exposition& m) const {
   uint64_t device = 0;
   for (const auto& [id, s] : clients_->sessions()) {
     arena += s->arena_bytes();
-    for (const auto& [alloc, mapped] : s->device_memory) device += mapped->bytes();
+    device += s->device_bytes();
   }
   m.family("gsync_clients", "gauge", "Client sessions connected");
   m.sample({}, double(clients_->sessions().size()));

@@ -38,7 +38,9 @@ void DeviceMemory::unmap(uintptr_t va, const Alloc& a) const {
   std::string why;
   const cu::Driver* d = cu::driver(&why);
   if (d == nullptr) return;
-  // The physical memory goes once the daemon's mapping has gone too.
+  // The physical memory goes once the daemon's mapping has gone too. Each
+  // call fails harmlessly on what an allocation that failed halfway never
+  // got (no mapping, no reservation: va 0).
   (void)d->mem_unmap(va, a.mapped);
   (void)d->mem_address_free(va, a.mapped);
   (void)d->mem_release(a.handle);
@@ -94,49 +96,38 @@ int DeviceMemory::alloc(int sock, size_t bytes, void** out, std::string* why) {
   Alloc a;
   a.asked = bytes;
   a.mapped = (bytes + granularity - 1) / granularity * granularity;
-  if (cu::Result r = d->mem_create(&a.handle, a.mapped, &prop, 0); r != cu::kSuccess) {
-    *why = format("%s (%zu bytes on GPU %d)", cu::error_text(*d, "cuMemCreate", r).c_str(),
-                  a.mapped, dev);
-    return r == 2 /* CUDA_ERROR_OUT_OF_MEMORY */ ? GSYNC_ERR_NOMEM : GSYNC_ERR_INTERNAL;
-  }
-  cu::DevicePtr va = 0;
-  cu::Result r = d->mem_address_reserve(&va, a.mapped, granularity, 0, 0);
-  const char* failed = "cuMemAddressReserve";
-  if (r == cu::kSuccess) {
-    r = d->mem_map(va, a.mapped, 0, a.handle, 0);
-    failed = "cuMemMap";
-    if (r != cu::kSuccess) (void)d->mem_address_free(va, a.mapped);
-  }
-  if (r == cu::kSuccess) {
-    cu::MemAccessDesc access{};
-    access.location = prop.location;
-    access.flags = cu::kAccessReadWrite;
-    r = d->mem_set_access(va, a.mapped, &access, 1);
-    failed = "cuMemSetAccess";
-    if (r != cu::kSuccess) {
-      (void)d->mem_unmap(va, a.mapped);
-      (void)d->mem_address_free(va, a.mapped);
-    }
-  }
-  if (r != cu::kSuccess) {
-    (void)d->mem_release(a.handle);
-    *why = cu::error_text(*d, failed, r);
-    return GSYNC_ERR_INTERNAL;
-  }
-  int fd = -1;
   {
     std::lock_guard lock(mu_);
     a.id = next_id_++;
   }
   if (a.id > proto::kMaxDeviceAllocId) {
-    unmap(va, a);
     *why = "this session has made the most device allocations it may";
     return GSYNC_ERR_NOMEM;
   }
-  r = d->mem_export_to_shareable_handle(&fd, a.handle, cu::kHandleTypePosixFd, 0);
-  if (r != cu::kSuccess) {
+  if (cu::Result r = d->mem_create(&a.handle, a.mapped, &prop, 0); r != cu::kSuccess) {
+    *why = format("%s (%zu bytes on GPU %d)", cu::error_text(*d, "cuMemCreate", r).c_str(),
+                  a.mapped, dev);
+    return r == 2 /* CUDA_ERROR_OUT_OF_MEMORY */ ? GSYNC_ERR_NOMEM : GSYNC_ERR_INTERNAL;
+  }
+  // Reserve, map, open to this GPU, export: on a failure unmap() gives
+  // back whatever of it was done.
+  cu::DevicePtr va = 0;
+  cu::MemAccessDesc access{prop.location, cu::kAccessReadWrite};
+  int fd = -1;
+  const char* failed = nullptr;
+  cu::Result r = cu::kSuccess;
+  if ((r = d->mem_address_reserve(&va, a.mapped, granularity, 0, 0)) != cu::kSuccess)
+    failed = "cuMemAddressReserve";
+  else if ((r = d->mem_map(va, a.mapped, 0, a.handle, 0)) != cu::kSuccess)
+    failed = "cuMemMap";
+  else if ((r = d->mem_set_access(va, a.mapped, &access, 1)) != cu::kSuccess)
+    failed = "cuMemSetAccess";
+  else if ((r = d->mem_export_to_shareable_handle(&fd, a.handle, cu::kHandleTypePosixFd, 0)) !=
+           cu::kSuccess)
+    failed = "cuMemExportToShareableHandle";
+  if (failed != nullptr) {
     unmap(va, a);
-    *why = cu::error_text(*d, "cuMemExportToShareableHandle", r);
+    *why = cu::error_text(*d, failed, r);
     return GSYNC_ERR_INTERNAL;
   }
   const int rc = exchange(sock, static_cast<uint32_t>(proto::DeviceRequestKind::kRegister), a.id,
@@ -230,7 +221,8 @@ int DeviceMemory::exchange(int sock, uint32_t kind, uint64_t id, uint64_t bytes,
   req.bytes = bytes;
   req.seq = ++seq_;
   std::strncpy(req.pci_bus_id, bus_id, sizeof req.pci_bus_id - 1);
-  if (send_with_fd(sock, &req, sizeof req, fd) != static_cast<ssize_t>(sizeof req)) {
+  if (send_with_fds(sock, &req, sizeof req, &fd, fd >= 0 ? 1 : 0) !=
+      static_cast<ssize_t>(sizeof req)) {
     *why = format("sending device allocation %llu to the daemon: %s",
                   static_cast<unsigned long long>(id), strerror(errno));
     return GSYNC_ERR_CLOSED;

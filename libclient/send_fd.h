@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 //
-// One message on a unix socket with one file descriptor beside it
+// One message on a unix socket with file descriptors beside it
 // (SCM_RIGHTS): how a device allocation reaches the daemon
 // (protocol/device.h). Also used by the tests' hand-written client.
 #pragma once
@@ -11,7 +11,8 @@
 
 namespace gsync::client {
 
-// sendmsg of len bytes, with fd when fd >= 0; its result (MSG_NOSIGNAL).
-ssize_t send_with_fd(int sock, const void* msg, size_t len, int fd);
+// sendmsg of len bytes with the n fds (none when n is 0, at most 16); its
+// result (MSG_NOSIGNAL).
+ssize_t send_with_fds(int sock, const void* msg, size_t len, const int* fds, size_t n);
 
 }  // namespace gsync::client

@@ -10,7 +10,6 @@
 
 #include "daemon/cluster/control_plane.h"
 #include "daemon/collective/engine.h"
-#include "daemon/gpu/device.h"
 #include "daemon/gpu/launch.h"
 #include "daemon/pipeline/copy_stage.h"
 #include "daemon/pipeline/cross_stage.h"
@@ -164,32 +163,6 @@ std::string Pipeline::gpu_path_refusal(const OpRequest& r) const {
   return "";
 }
 
-Status Pipeline::pinned(const OpRequest& r, int slot, uint64_t bytes, Buffer* out) {
-  // Kept per (tensor, slot), so that a plan's data region stays where it
-  // is step after step (its idle plan holds a reference too: the lease is
-  // tracked, not read off the reference count). A second op of the tensor
-  // in flight at once gets one of its own; a new size replaces the kept one.
-  Staging& kept = staging_[StagingKey{r.job, r.id.key, slot}];
-  std::shared_ptr<gpu::PinnedBuffer> use;
-  if (kept.buf && !kept.leased && kept.buf->bytes() == bytes) {
-    use = kept.buf;
-    kept.leased = true;
-  } else {
-    std::unique_ptr<gpu::PinnedBuffer> made;
-    if (Status st = gpu::PinnedBuffer::allocate(bytes, &made); !st) return st;
-    use = std::move(made);
-    if (!kept.leased) {
-      kept.buf = use;
-      kept.leased = true;
-    }
-  }
-  out->kind = MemoryKind::kHost;
-  out->ptr = static_cast<uint8_t*>(use->get());
-  out->bytes = bytes;
-  out->owner = std::move(use);
-  return Status::ok();
-}
-
 Status Pipeline::stage_device_memory(OpRequest* r) {
   bool device = false;
   for (const auto& c : r->locals) device |= c.buf.kind == MemoryKind::kDevice;
@@ -204,7 +177,8 @@ Status Pipeline::stage_device_memory(OpRequest* r) {
       Buffer& b = r->locals[i].buf;
       if (b.kind != MemoryKind::kDevice) continue;
       Buffer stand_in;
-      if (Status st = pinned(*r, static_cast<int>(i), bytes, &stand_in); !st) return st;
+      if (Status st = staging_.lease(r->job, r->id.key, static_cast<int>(i), bytes, &stand_in); !st)
+        return st;
       stand_in.arena = b.arena;  // its plans go with the client's session
       r->device_locals[i] = std::move(b);
       b = std::move(stand_in);
@@ -214,21 +188,18 @@ Status Pipeline::stage_device_memory(OpRequest* r) {
   if (!r->multi_host()) return Status::ok();
   // The GPU path across hosts: the wire moves the host buffer's pinned staging.
   Buffer staging;
-  if (Status st = pinned(*r, kWireSlot, bytes, &staging); !st) return st;
+  if (Status st = staging_.lease(r->job, r->id.key, StagingPool::kWireSlot, bytes, &staging); !st)
+    return st;
   staging.arena = host_buffer(*r).arena;
   r->staging = std::move(staging);
   return Status::ok();
 }
 
 void Pipeline::release_staging(const OpRequest& r) {
-  auto release = [&](int slot, const Buffer& b) {
-    auto it = staging_.find(StagingKey{r.job, r.id.key, slot});
-    if (it != staging_.end() && it->second.buf && it->second.buf->get() == b.ptr)
-      it->second.leased = false;
-  };
-  if (r.staging.ptr != nullptr) release(kWireSlot, r.staging);
+  if (r.staging.ptr != nullptr) staging_.release(r.job, r.id.key, StagingPool::kWireSlot, r.staging);
   for (size_t i = 0; i < r.device_locals.size(); i++)
-    if (r.device_locals[i].kind == MemoryKind::kDevice) release(static_cast<int>(i), r.locals[i].buf);
+    if (r.device_locals[i].kind == MemoryKind::kDevice)
+      staging_.release(r.job, r.id.key, static_cast<int>(i), r.locals[i].buf);
 }
 
 void Pipeline::build_stages(Op& op) {
@@ -530,18 +501,19 @@ OpView Pipeline::view(uint64_t serial) const {
   return v;
 }
 
+Stage* Pipeline::stage_of(uint64_t tag, Op** op) const {
+  *op = find(tag >> 8);
+  const size_t stage = tag & 0xff;
+  return *op && stage < (*op)->stages.size() ? (*op)->stages[stage].get() : nullptr;
+}
+
 void Pipeline::on_pool_events() {
   pool_.take_events(&progress_, &finished_);
-  for (const auto& p : progress_) {
-    Op* op = find(p.tag >> 8);
-    size_t stage = p.tag & 0xff;
-    if (op && stage < op->stages.size()) op->stages[stage]->task_progress(p.task, p.done);
-  }
-  for (const auto& f : finished_) {
-    Op* op = find(f.tag >> 8);
-    size_t stage = f.tag & 0xff;
-    if (op && stage < op->stages.size()) op->stages[stage]->task_done(f.task);
-  }
+  Op* op = nullptr;
+  for (const auto& p : progress_)
+    if (Stage* s = stage_of(p.tag, &op)) s->task_progress(p.task, p.done);
+  for (const auto& f : finished_)
+    if (Stage* s = stage_of(f.tag, &op)) s->task_done(f.task);
 }
 
 GpuWork* Pipeline::gpu_work() {
@@ -561,12 +533,12 @@ GpuWork* Pipeline::gpu_work() {
 }
 
 void Pipeline::on_gpu_events(bool check_faults) {
+  Op* op = nullptr;
   for (const auto& f : gpu_->take(check_faults)) {
-    Op* op = find(f.tag >> 8);
-    size_t stage = f.tag & 0xff;
-    if (!op || stage >= op->stages.size()) continue;
-    if (!f.status) stage_failed(*op, static_cast<int>(stage), f.status);
-    op->stages[stage]->task_done(f.task);
+    Stage* s = stage_of(f.tag, &op);
+    if (s == nullptr) continue;
+    if (!f.status) stage_failed(*op, static_cast<int>(f.tag & 0xff), f.status);
+    s->task_done(f.task);
   }
 }
 
@@ -575,8 +547,7 @@ void Pipeline::arena_closed(uint64_t arena) {
 }
 
 void Pipeline::job_closed(const std::string& job) {
-  for (auto it = staging_.begin(); it != staging_.end();)
-    it = it->first.job == job ? staging_.erase(it) : std::next(it);
+  staging_.job_closed(job);
   if (plans_) plans_->job_closed(job);
   if (ps_) ps_->job_closed(job);
   guards_.job_closed(job);

@@ -25,7 +25,6 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
-#include <map>
 #include <memory>
 #include <string>
 #include <unordered_map>
@@ -39,6 +38,7 @@
 #include "daemon/core/wire_log.h"
 #include "daemon/pipeline/op.h"
 #include "daemon/pipeline/stage.h"
+#include "daemon/pipeline/staging_pool.h"
 #include "daemon/pipeline/work_pool.h"
 
 // The layers below that the pipeline drives; the layers above (jobs) see
@@ -52,9 +52,6 @@ class ControlPlane;
 }
 namespace gsync::ps {
 class Service;
-}
-namespace gsync::gpu {
-class PinnedBuffer;
 }
 
 namespace gsync::pipeline {
@@ -176,6 +173,9 @@ class Pipeline {
   friend class StageLink;
   friend class Op;
   Op* find(uint64_t serial) const;
+  // The stage a pool or GPU task's tag names (StageLink::pool_tag), and its
+  // op; null when the op is gone.
+  Stage* stage_of(uint64_t tag, Op** op) const;
   Clock::time_point stamp() const;
   void build_stages(Op& op);
   // Why an op over device buffers cannot run on the GPU path ("": it can);
@@ -184,8 +184,6 @@ class Pipeline {
   // An op over device memory: its pinned staging (the wire's, or a stand-in
   // per device buffer), set in r.
   Status stage_device_memory(OpRequest* r);
-  // The pinned buffer of (r's tensor, slot) for this op.
-  Status pinned(const OpRequest& r, int slot, uint64_t bytes, Buffer* out);
   // The op over it is over: its kept staging may serve the next one.
   void release_staging(const OpRequest& r);
   void add_cross_stage(Op& op);
@@ -215,21 +213,7 @@ class Pipeline {
   std::vector<WorkPool::Progress> progress_;
   std::vector<WorkPool::Finished> finished_;
   std::unique_ptr<GpuWork> gpu_;
-  // Pinned staging of ops over device memory, one kept per (job, key,
-  // slot), leased by the op using it.
-  struct Staging {
-    std::shared_ptr<gpu::PinnedBuffer> buf;
-    bool leased = false;
-  };
-  // slot: the local rank whose stand-in it is, or kWireSlot.
-  struct StagingKey {
-    std::string job;
-    uint64_t key = 0;
-    int slot = 0;
-    auto operator<=>(const StagingKey&) const = default;
-  };
-  static constexpr int kWireSlot = -1;
-  std::map<StagingKey, Staging> staging_;
+  StagingPool staging_;  // pinned memory of ops over device memory
   OpTimes reaped_;  // what reap() hands on, reused op after op
   // Wire logs of ended ops, their memory reserved, for the next ones
   // (recorded cross-host ops take one each).

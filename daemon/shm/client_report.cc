@@ -3,7 +3,6 @@
 // gsyncctl clients: one row per session, with the device memory it shared.
 #include <nlohmann/json.hpp>
 
-#include "daemon/gpu/imported.h"
 #include "daemon/shm/client_listener.h"
 
 namespace gsync {
@@ -13,8 +12,6 @@ nlohmann::json ClientListener::clients_report() const {
   auto now = std::chrono::steady_clock::now();
   json list = json::array();
   for (const auto& [id, s] : sessions_) {
-    uint64_t device_bytes = 0;
-    for (const auto& [alloc, m] : s->device_memory) device_bytes += m->bytes();
     list.push_back({{"session", id},
                     {"pid", s->peer.pid},
                     {"uid", s->peer.uid},
@@ -25,7 +22,7 @@ nlohmann::json ClientListener::clients_report() const {
                     {"arena_bytes", s->arena_bytes()},
                     // Device memory it shared (gsync_alloc_device), mapped here.
                     {"device_allocations", s->device_memory.size()},
-                    {"device_bytes", device_bytes},
+                    {"device_bytes", s->device_bytes()},
                     {"ops_submitted", s->stats.ops_submitted},
                     {"ops_completed", s->stats.ops_completed},
                     {"ops_failed", s->stats.ops_failed},

@@ -166,6 +166,12 @@ Status Session::device_range(uint64_t entry_offset, uint64_t bytes, void** ptr,
   return Status::ok();
 }
 
+uint64_t Session::device_bytes() const {
+  uint64_t n = 0;
+  for (const auto& [id, m] : device_memory) n += m->bytes();
+  return n;
+}
+
 std::string Session::describe() const {
   if (job_id.empty()) return fmt::format("session {} (pid {})", id_, peer.pid);
   if (rank < 0)  // an elastic job's rank before its first world

@@ -70,6 +70,8 @@ class Session {
   // protocol/device.h packs it): *ptr the daemon's device address, *span
   // its mapping and GPUs; else an error naming the allocation.
   Status device_range(uint64_t entry_offset, uint64_t bytes, void** ptr, DeviceSpan* span) const;
+  // What device_memory maps, in bytes (gsyncctl clients, the metrics).
+  uint64_t device_bytes() const;
 
   uint64_t id() const { return id_; }
   int memfd() const { return memfd_; }

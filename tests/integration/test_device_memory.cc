@@ -17,6 +17,7 @@
 
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "tests/integration/client_util.h"
 #include "tests/integration/daemon_serves.h"
@@ -81,7 +82,8 @@ proto::DeviceRequest registration(uint64_t id) {
 std::string ask(RawClient& c, const void* msg, size_t len, int fd, int want_status,
                 uint64_t want_id) {
   proto::DeviceReply reply{};
-  EXPECT_TRUE(c.device_request(msg, len, fd, &reply, 10000));
+  EXPECT_TRUE(c.device_request(msg, len, fd >= 0 ? std::vector<int>{fd} : std::vector<int>{},
+                               &reply, 10000));
   EXPECT_EQ(reply.magic, proto::kDeviceMagic);
   EXPECT_EQ(reply.status, want_status) << reply.message;
   EXPECT_EQ(reply.alloc_id, want_id);
@@ -117,21 +119,7 @@ TEST(DeviceMemory, EveryBadRequestGetsAnErrorNamingItAndTheSessionServesOn) {
   // Two fds in one request.
   {
     proto::DeviceReply reply{};
-    int fds[2] = {memfd, memfd};
-    iovec iov{&r, sizeof r};
-    msghdr m{};
-    m.msg_iov = &iov;
-    m.msg_iovlen = 1;
-    alignas(cmsghdr) char control[CMSG_SPACE(sizeof fds)] = {};
-    m.msg_control = control;
-    m.msg_controllen = sizeof control;
-    cmsghdr* cm = CMSG_FIRSTHDR(&m);
-    cm->cmsg_level = SOL_SOCKET;
-    cm->cmsg_type = SCM_RIGHTS;
-    cm->cmsg_len = CMSG_LEN(sizeof fds);
-    std::memcpy(CMSG_DATA(cm), fds, sizeof fds);
-    ASSERT_TRUE(c.send_raw(&m));
-    ASSERT_TRUE(c.device_reply(&reply, 10000));
+    ASSERT_TRUE(c.device_request(&r, sizeof r, {memfd, memfd}, &reply, 10000));
     EXPECT_EQ(reply.status, GSYNC_ERR_PROTOCOL) << reply.message;
     EXPECT_NE(std::string(reply.message).find("2 fds"), std::string::npos) << reply.message;
   }

@@ -28,16 +28,13 @@ import torch_common as tc  # noqa: E402
 tc.require_torch()
 tc.require_testbed()
 
-import os  # noqa: E402
-import socket  # noqa: E402
-import subprocess  # noqa: E402
-
 import torch  # noqa: E402
 
 if not torch.cuda.is_available():
     tc.skip(f"torch {torch.__version__} sees no GPU (CUDA build: {torch.version.cuda}); "
             "CUDA tensors need PyTorch built with CUDA and a GPU")
 
+from gsync.launch import free_port  # noqa: E402
 from gsync.testbed import Testbed  # noqa: E402
 
 WORKER = r'''
@@ -154,35 +151,11 @@ print("done", flush=True)
 '''
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 fails = tc.Failures()
 with Testbed(hosts=2, racks=1, daemon_args=["--op-timeout-ms", "30000"]) as bed:
-    places = [(0, 0, 2), (0, 1, 2), (1, 0, 1)]  # host, local rank, local size
-    pg = f"tcp://127.0.0.1:{free_port()}"
-    procs = []
-    for r, (h, lr, ls) in enumerate(places):
-        env = dict(os.environ, JOB="cuda-hook", PYTHONPATH=str(tc.REPO / "python"), PG=pg,
-                   GLOO_SOCKET_IFNAME="lo",
-                   RANK=str(r), WORLD_SIZE="3", LOCAL_RANK=str(lr), LOCAL_WORLD_SIZE=str(ls),
-                   GSYNC_SOCKET=bed.sockets[h])
-        procs.append(subprocess.Popen([sys.executable, "-c", WORKER], env=env, text=True,
-                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE))
-    for r, p in enumerate(procs):
-        try:
-            out, err = p.communicate(timeout=200)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            out, err = p.communicate()
-        print(f"--- rank {r} (exit {p.returncode})\n{out}{err[-3000:]}", flush=True)
-        fails.check(p.returncode == 0, f"rank {r} exited {p.returncode}")
-        for what in ("buckets ok", "ddp ok", "data parallel ok", "ps ok", "done"):
-            fails.check(what in out, f"rank {r}: no '{what}'")
-    if fails.items:
-        for h in range(len(bed.hosts)):
-            print(f"--- {bed.hosts[h].id}\n{bed.daemon_log(h)[-3000:]}")
+    # 3 ranks on 2 hosts: h1 runs ranks 0 and 1, h2 rank 2.
+    tc.run_workers(bed, WORKER, [(0, 0, 2), (0, 1, 2), (1, 0, 1)], fails,
+                   ("buckets ok", "ddp ok", "data parallel ok", "ps ok", "done"), timeout=200,
+                   extra_env={"JOB": "cuda-hook", "PG": f"tcp://127.0.0.1:{free_port()}",
+                              "GLOO_SOCKET_IFNAME": "lo"})
 fails.finish()

@@ -27,9 +27,6 @@ import torch_common as tc  # noqa: E402
 tc.require_torch()
 tc.require_testbed()
 
-import os  # noqa: E402
-import subprocess  # noqa: E402
-
 from gsync.testbed import Testbed  # noqa: E402
 
 WORKER = r'''
@@ -145,27 +142,7 @@ print("done", flush=True)
 fails = tc.Failures()
 with Testbed(hosts=2, racks=1, daemon_args=["--op-timeout-ms", "20000"]) as bed:
     # 3 ranks on 2 hosts: h1 runs ranks 0 and 1, h2 rank 2.
-    places = [(0, 0, 2), (0, 1, 2), (1, 0, 1)]  # host, local rank, local size
-    procs = []
-    for r, (h, lr, ls) in enumerate(places):
-        env = dict(os.environ, JOB="dp-contract", PYTHONPATH=str(tc.REPO / "python"),
-                   RANK=str(r), WORLD_SIZE="3", LOCAL_RANK=str(lr), LOCAL_WORLD_SIZE=str(ls),
-                   GSYNC_SOCKET=bed.sockets[h])
-        procs.append(subprocess.Popen([sys.executable, "-c", WORKER], env=env, text=True,
-                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE))
-    outs = []
-    for r, p in enumerate(procs):
-        try:
-            out, err = p.communicate(timeout=180)
-        except Exception:
-            p.kill()
-            out, err = p.communicate()
-        outs.append(out)
-        print(f"--- rank {r} (exit {p.returncode})\n{out}{err[-3000:]}", flush=True)
-        fails.check(p.returncode == 0, f"rank {r} exited {p.returncode}")
-        for what in ("average ok", "no_sync ok", "set_to_none ok", "done"):
-            fails.check(what in out, f"rank {r}: no '{what}'")
-    if fails.items:
-        for h in range(len(bed.hosts)):
-            print(f"--- {bed.hosts[h].id}\n{bed.daemon_log(h)[-3000:]}")
+    tc.run_workers(bed, WORKER, [(0, 0, 2), (0, 1, 2), (1, 0, 1)], fails,
+                   ("average ok", "no_sync ok", "set_to_none ok", "done"), timeout=180,
+                   extra_env={"JOB": "dp-contract"})
 fails.finish()

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import importlib
 import json
+import os
 import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import List, Sequence
+from typing import Dict, List, Optional, Sequence, Tuple
 
 REPO = Path(__file__).resolve().parent.parent.parent
 EXAMPLE = REPO / "examples" / "train_ddp.py"
@@ -79,3 +80,33 @@ class Failures:
             sys.exit(1)
         print("PASS", flush=True)
         sys.exit(0)
+
+
+def run_workers(bed, worker: str, places: Sequence[Tuple[int, int, int]], fails: Failures,
+                expect: Sequence[str], timeout: float,
+                extra_env: Optional[Dict[str, str]] = None) -> None:
+    """Runs `worker` (python source) as one process per rank, rank r on host
+    places[r][0] of the test bed as local rank places[r][1] of
+    places[r][2], with the torchrun variables and GSYNC_SOCKET set; each must
+    exit 0 having printed every line of `expect`. On a failure the daemons'
+    logs are printed."""
+    procs = []
+    for r, (h, lr, ls) in enumerate(places):
+        env = dict(os.environ, PYTHONPATH=str(REPO / "python"), RANK=str(r),
+                   WORLD_SIZE=str(len(places)), LOCAL_RANK=str(lr), LOCAL_WORLD_SIZE=str(ls),
+                   GSYNC_SOCKET=bed.sockets[h], **(extra_env or {}))
+        procs.append(subprocess.Popen([sys.executable, "-c", worker], env=env, text=True,
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE))
+    for r, p in enumerate(procs):
+        try:
+            out, err = p.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            out, err = p.communicate()
+        print(f"--- rank {r} (exit {p.returncode})\n{out}{err[-3000:]}", flush=True)
+        fails.check(p.returncode == 0, f"rank {r} exited {p.returncode}")
+        for what in expect:
+            fails.check(what in out, f"rank {r}: no '{what}'")
+    if fails.items:
+        for h in range(len(bed.hosts)):
+            print(f"--- {bed.hosts[h].id}\n{bed.daemon_log(h)[-3000:]}")

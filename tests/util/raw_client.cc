@@ -109,15 +109,10 @@ bool RawClient::closed_by_daemon(int timeout_ms) {
   return (p.revents & (POLLHUP | POLLRDHUP)) || recv(sock_, &c, 1, MSG_DONTWAIT) == 0;
 }
 
-bool RawClient::device_request(const void* msg, size_t len, int fd, proto::DeviceReply* reply,
-                               int timeout_ms) {
-  if (client::send_with_fd(sock_, msg, len, fd) != static_cast<ssize_t>(len)) return false;
-  return device_reply(reply, timeout_ms);
-}
-
-bool RawClient::send_raw(const msghdr* m) { return sendmsg(sock_, m, MSG_NOSIGNAL) >= 0; }
-
-bool RawClient::device_reply(proto::DeviceReply* reply, int timeout_ms) {
+bool RawClient::device_request(const void* msg, size_t len, const std::vector<int>& fds,
+                               proto::DeviceReply* reply, int timeout_ms) {
+  if (client::send_with_fds(sock_, msg, len, fds.data(), fds.size()) != static_cast<ssize_t>(len))
+    return false;
   pollfd p{sock_, POLLIN, 0};
   if (poll(&p, 1, timeout_ms) != 1) return false;
   return recv(sock_, reply, sizeof *reply, 0) == static_cast<ssize_t>(sizeof *reply);

@@ -5,10 +5,9 @@
 // garbage ring entries, corrupt ring indices.
 #pragma once
 
-#include <sys/socket.h>
-
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "protocol/device.h"
 #include "protocol/wire.h"
@@ -32,13 +31,10 @@ class RawClient {
   bool next_completion(proto::CompleteEntry* out, int timeout_ms);
   // True once the daemon has closed our socket.
   bool closed_by_daemon(int timeout_ms);
-  // Sends len bytes on the socket (with fd by SCM_RIGHTS when fd >= 0) and
-  // waits up to timeout_ms for the device memory reply (protocol/device.h).
-  bool device_request(const void* msg, size_t len, int fd, proto::DeviceReply* reply,
-                      int timeout_ms);
-  // The pieces of it, for messages device_request would not make.
-  bool send_raw(const msghdr* m);
-  bool device_reply(proto::DeviceReply* reply, int timeout_ms);
+  // Sends len bytes on the socket (with fds by SCM_RIGHTS) and waits up to
+  // timeout_ms for the device memory reply (protocol/device.h).
+  bool device_request(const void* msg, size_t len, const std::vector<int>& fds,
+                      proto::DeviceReply* reply, int timeout_ms);
 
   proto::ShmHeader* header() { return reinterpret_cast<proto::ShmHeader*>(base_); }
   uint8_t* arena() { return base_ + header()->arena_offset; }
