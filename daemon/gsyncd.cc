@@ -96,7 +96,10 @@ Status Gsyncd::start() {
   loop_.add(pool_.done_fd(), EPOLLIN, [this](uint32_t) { pipeline_->on_pool_events(); });
 
   jobs_ = std::make_unique<JobManager>(cfg_, *pipeline_, control_.get());
-  clients_ = std::make_unique<ClientListener>(cfg_, loop_, *jobs_, &releaser_);
+  clients_ = std::make_unique<ClientListener>(cfg_, loop_, *jobs_, &gpu_worker_);
+  // Device memory imported off the event thread is answered on it.
+  if (gpu_worker_.done_fd() >= 0)
+    loop_.add(gpu_worker_.done_fd(), EPOLLIN, [this](uint32_t) { gpu_worker_.run_done(); });
   // Closing a session from inside a completion would pull jobs out from
   // under the loop that is completing ops: defer it to the next iteration.
   jobs_->on_broken_session = [this](const std::shared_ptr<Session>& s, const Status& err) {

@@ -23,7 +23,7 @@
 #include "daemon/collective/engine.h"
 #include "daemon/config/config.h"
 #include "daemon/core/event_loop.h"
-#include "daemon/gpu/releaser.h"
+#include "daemon/gpu/worker.h"
 #include "daemon/jobs/job_manager.h"
 #include "daemon/metrics/exposition.h"
 #include "daemon/metrics/metrics_server.h"
@@ -73,7 +73,7 @@ class Gsyncd {
   EventLoop loop_;
   // Before everything that holds a client's device memory (sessions, ops,
   // plans): destroyed after them, it unmaps what they let go, then joins.
-  gpu::Releaser releaser_;
+  gpu::Worker gpu_worker_;
   std::unique_ptr<cluster::ControlPlane> control_;
   std::unique_ptr<collective::Engine> engine_;
   // Before ps_: destroyed after it (a key's server finishes a snapshot's

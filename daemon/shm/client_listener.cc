@@ -24,8 +24,8 @@ constexpr auto kHandshakeTimeout = std::chrono::seconds(5);
 }  // namespace
 
 ClientListener::ClientListener(const DaemonConfig& cfg, EventLoop& loop, ClientSink& sink,
-                               gpu::Releaser* releaser)
-    : cfg_(cfg), loop_(loop), sink_(sink), releaser_(releaser) {}
+                               gpu::Worker* gpu_worker)
+    : cfg_(cfg), loop_(loop), sink_(sink), gpu_worker_(gpu_worker) {}
 
 ClientListener::~ClientListener() {
   for (auto& [id, s] : sessions_) s->closed = true;
@@ -177,9 +177,17 @@ void ClientListener::watch(const std::shared_ptr<Session>& s) {
 }
 
 void ClientListener::on_socket(const std::shared_ptr<Session>& s, uint32_t ev) {
+  // While a registration is imported (off this thread) the socket is
+  // watched for hangup only, and its next requests wait their turn: one
+  // request answered at a time, in order.
+  if (s->device_request_busy) {
+    if (ev & (EPOLLHUP | EPOLLRDHUP | EPOLLERR))
+      close_session(s, "disconnected (its connection closed: exited or killed)");
+    return;
+  }
   // Requests first: a client that registers memory and exits at once has
   // both a message and a hangup waiting, and the message is moot then.
-  for (;;) {
+  while (!s->closed && !s->device_request_busy) {
     // Room for more than a request: a longer message is read whole (and
     // refused), not taken for a request and the rest of another.
     alignas(proto::DeviceRequest) char buf[sizeof(proto::DeviceRequest) + 64];
@@ -214,21 +222,40 @@ void ClientListener::on_socket(const std::shared_ptr<Session>& s, uint32_t ev) {
       st = Status(GSYNC_ERR_PROTOCOL, fmt::format("a device memory request with {} fds (one at "
                                                   "most)",
                                                   fds.size()));
-    uint64_t id = 0, seq = 0;
-    request_ids(buf, static_cast<size_t>(n), &id, &seq);  // echoed even from a bad one
-    proto::DeviceReply reply =
-        st ? handle_device_request(*s, req, fds.empty() ? -1 : fds[0], releaser_)
-           : device_reply(id, seq, Status(st.code(), s->describe() + ": " + st.message()));
-    for (int fd : fds) close(fd);
-    if (reply.status != 0) spdlog::warn("{}", reply.message);
-    // The client waits for the reply; one that does not read its replies
-    // fills the socket and is cut off rather than blocking the loop.
-    if (send(s->socket_fd, &reply, sizeof reply, MSG_DONTWAIT | MSG_NOSIGNAL) != sizeof reply) {
-      close_session(s, fmt::format("could not be sent its device memory reply ({}): it does not "
-                                   "read them, or it is gone",
-                                   strerror(errno)));
-      return;
+    if (st) {
+      s->device_request_busy = true;
+      handle_device_request(s, req, fds.empty() ? -1 : fds[0], gpu_worker_,
+                            [this, s](const proto::DeviceReply& r) { answer(s, r); });
+      // Still busy: the answer comes from the worker; reading stops till then.
+      if (s->device_request_busy && !s->closed) {
+        loop_.modify(s->socket_fd, EPOLLRDHUP);
+        s->device_reading_paused = true;
+      }
+    } else {
+      uint64_t id = 0, seq = 0;
+      request_ids(buf, static_cast<size_t>(n), &id, &seq);  // echoed even from a bad one
+      answer(s, device_reply(id, seq, Status(st.code(), s->describe() + ": " + st.message())));
     }
+    for (int fd : fds) close(fd);
+  }
+}
+
+void ClientListener::answer(const std::shared_ptr<Session>& s, const proto::DeviceReply& reply) {
+  s->device_request_busy = false;
+  if (s->closed) return;  // closed while its registration was imported
+  if (reply.status != 0) spdlog::warn("{}", reply.message);
+  // The client waits for the reply; one that does not read its replies
+  // fills the socket and is cut off rather than blocking the loop.
+  if (send(s->socket_fd, &reply, sizeof reply, MSG_DONTWAIT | MSG_NOSIGNAL) != sizeof reply) {
+    close_session(s, fmt::format("could not be sent its device memory reply ({}): it does not "
+                                 "read them, or it is gone",
+                                 strerror(errno)));
+    return;
+  }
+  // Requests that came meanwhile make the socket readable again at once.
+  if (s->device_reading_paused) {
+    s->device_reading_paused = false;
+    loop_.modify(s->socket_fd, EPOLLIN | EPOLLRDHUP);
   }
 }
 

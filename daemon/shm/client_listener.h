@@ -22,9 +22,10 @@
 #include "daemon/core/status.h"
 #include "daemon/shm/handshake.h"
 #include "daemon/shm/session.h"
+#include "protocol/device.h"
 
 namespace gsync::gpu {
-class Releaser;
+class Worker;
 }
 
 namespace gsync {
@@ -43,10 +44,10 @@ class ClientSink {
 
 class ClientListener {
  public:
-  // releaser: where clients' device memory is unmapped (outlives every
-  // session and op; null: on the event thread).
+  // gpu_worker: where clients' device memory is imported and unmapped
+  // (outlives every session and op; null: on the event thread).
   ClientListener(const DaemonConfig& cfg, EventLoop& loop, ClientSink& sink,
-                 gpu::Releaser* releaser = nullptr);
+                 gpu::Worker* gpu_worker = nullptr);
   ~ClientListener();
   ClientListener(const ClientListener&) = delete;
   ClientListener& operator=(const ClientListener&) = delete;
@@ -70,6 +71,8 @@ class ClientListener {
   void watch(const std::shared_ptr<Session>& s);
   // The session's socket is readable: device memory requests, or hangup.
   void on_socket(const std::shared_ptr<Session>& s, uint32_t ev);
+  // Sends a device memory request's reply; reading the socket resumes.
+  void answer(const std::shared_ptr<Session>& s, const proto::DeviceReply& reply);
   void on_doorbell(const std::shared_ptr<Session>& s);
   void take_submissions(const std::shared_ptr<Session>& s);
   bool take_all_submissions();
@@ -80,7 +83,7 @@ class ClientListener {
   const DaemonConfig& cfg_;
   EventLoop& loop_;
   ClientSink& sink_;
-  gpu::Releaser* releaser_;
+  gpu::Worker* gpu_worker_;
   int listen_fd_ = -1;
   uint64_t next_session_ = 1;
   std::map<uint64_t, std::shared_ptr<Session>> sessions_;

@@ -1,6 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "daemon/shm/device_requests.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <cstddef>
 #include <cstring>
 #include <string>
@@ -9,7 +13,7 @@
 
 #include "daemon/core/text.h"
 #include "daemon/gpu/imported.h"
-#include "daemon/gpu/releaser.h"
+#include "daemon/gpu/worker.h"
 
 namespace gsync {
 
@@ -67,45 +71,79 @@ proto::DeviceReply device_reply(uint64_t alloc_id, uint64_t seq, const Status& s
   return r;
 }
 
-proto::DeviceReply handle_device_request(Session& s, const proto::DeviceRequest& r, int fd,
-                                         gpu::Releaser* releaser) {
+namespace {
+
+// The session's reference to an allocation: its unmap, when the last
+// holder (the session, or an op) lets go, runs on the worker's thread.
+std::shared_ptr<const gpu::ImportedMemory> held(std::unique_ptr<gpu::ImportedMemory> m,
+                                                gpu::Worker* worker) {
+  auto unmap = [worker](const gpu::ImportedMemory* p) {
+    if (worker == nullptr) {
+      delete p;
+      return;
+    }
+    worker->later([p] { delete p; });
+  };
+  return std::shared_ptr<const gpu::ImportedMemory>(m.release(), unmap);
+}
+
+}  // namespace
+
+void handle_device_request(const std::shared_ptr<Session>& s, const proto::DeviceRequest& r,
+                           int fd, gpu::Worker* worker, DeviceReplyFn reply) {
   const uint64_t id = r.alloc_id;
   if (static_cast<proto::DeviceRequestKind>(r.kind) == proto::DeviceRequestKind::kRelease) {
-    if (s.device_memory.erase(id) == 0)
-      return device_reply(id, r.seq, Status(GSYNC_ERR_INVALID,
-                                     fmt::format("{}: released device allocation {}, which it "
-                                                 "never registered",
-                                                 s.describe(), id)));
-    return device_reply(id, r.seq, Status::ok());
+    if (s->device_memory.erase(id) == 0)
+      return reply(device_reply(id, r.seq, Status(GSYNC_ERR_INVALID,
+                                                  fmt::format("{}: released device allocation "
+                                                              "{}, which it never registered",
+                                                              s->describe(), id))));
+    return reply(device_reply(id, r.seq, Status::ok()));
   }
+  auto named = [s, r](const Status& st) {
+    return device_reply(r.alloc_id, r.seq,
+                        Status(st.code(), fmt::format("{}: device allocation {} ({} bytes on {}): "
+                                                      "{}",
+                                                      s->describe(), r.alloc_id, r.bytes,
+                                                      printable(r.pci_bus_id, 16), st.message())));
+  };
   Status st;
+  int copy = -1;
   if (fd < 0)
     st = Status(GSYNC_ERR_PROTOCOL, "the request carried no file descriptor (SCM_RIGHTS)");
-  else if (s.device_memory.count(id) != 0)
+  else if (s->device_memory.count(id) != 0)
     st = Status(GSYNC_ERR_INVALID, "the id is registered already");
-  else if (s.device_memory.size() >= kMaxDeviceAllocations)
+  else if (s->device_memory.size() >= kMaxDeviceAllocations)
     st = Status(GSYNC_ERR_NOMEM, fmt::format("the session has {} allocations registered, the most "
                                              "it may",
                                              kMaxDeviceAllocations));
-  std::unique_ptr<gpu::ImportedMemory> mapped;
-  if (st) st = gpu::ImportedMemory::open(fd, r.bytes, r.pci_bus_id, &mapped);
-  if (!st)
-    return device_reply(id, r.seq, Status(st.code(), fmt::format("{}: device allocation {} ({} bytes on "
-                                                          "{}): {}",
-                                                          s.describe(), id, r.bytes,
-                                                          printable(r.pci_bus_id, 16),
-                                                          st.message())));
-  // The last reference (the session's, or an op's) may go on the event
-  // thread; the unmap happens on the releaser's.
-  auto unmap = [releaser](const gpu::ImportedMemory* m) {
-    if (releaser == nullptr) {
-      delete m;
-      return;
-    }
-    releaser->later([m] { delete m; });
+  else if ((copy = fcntl(fd, F_DUPFD_CLOEXEC, 0)) < 0)
+    st = Status(GSYNC_ERR_NOMEM, fmt::format("keeping its fd: {}", strerror(errno)));
+  if (!st) return reply(named(st));
+  // Shared by the two halves; the worker's thread writes it before the
+  // event thread reads it (the worker's queue orders them).
+  struct Import {
+    Status st = Status(GSYNC_ERR_INTERNAL, "the import did not run");
+    std::unique_ptr<gpu::ImportedMemory> mapped;
   };
-  s.device_memory.emplace(id, std::shared_ptr<const gpu::ImportedMemory>(mapped.release(), unmap));
-  return device_reply(id, r.seq, Status::ok());
+  auto in = std::make_shared<Import>();
+  auto work = [in, copy, bytes = r.bytes, bus = std::string(r.pci_bus_id)] {
+    in->st = gpu::ImportedMemory::open(copy, bytes, bus, &in->mapped);
+    close(copy);
+  };
+  auto done = [s, r, in, worker, reply = std::move(reply), named] {
+    if (!in->st) return reply(named(in->st));
+    // A session closed meanwhile lets go of it here (its unmap on the
+    // worker's thread); its reply goes nowhere.
+    auto ref = held(std::move(in->mapped), worker);
+    if (!s->closed) s->device_memory.emplace(r.alloc_id, std::move(ref));
+    reply(device_reply(r.alloc_id, r.seq, Status::ok()));
+  };
+  if (worker == nullptr) {
+    work();
+    return done();
+  }
+  worker->then(std::move(work), std::move(done));
 }
 
 }  // namespace gsync

@@ -9,13 +9,15 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
+#include <memory>
 
 #include "daemon/core/status.h"
 #include "daemon/shm/session.h"
 #include "protocol/device.h"
 
 namespace gsync::gpu {
-class Releaser;
+class Worker;
 }
 
 namespace gsync {
@@ -28,14 +30,19 @@ constexpr size_t kMaxDeviceAllocations = 1024;
 // and NUL-terminated PCI bus id. A status naming the first failure.
 Status parse_device_request(const void* msg, size_t n, proto::DeviceRequest* out);
 
-// Carries out a checked request for s: a registration imports fd (the
-// allocation's POSIX fd handle, -1 when the message carried none; not
-// taken: the caller closes it) and maps it; a release drops the session's
-// reference (ops still running over it keep theirs). The reply to send.
-// releaser (may be null: then inline) unmaps the allocation when its last
-// reference goes, off the event thread.
-proto::DeviceReply handle_device_request(Session& s, const proto::DeviceRequest& r, int fd,
-                                         gpu::Releaser* releaser);
+// Carries out a checked request for s and answers it through reply, once.
+// A release, or a registration its checks refuse, is answered before this
+// returns. A registration that passes them imports fd (the allocation's
+// POSIX fd handle, -1 when the message carried none; not taken: the
+// caller closes it, a copy travels) and maps it on worker's thread (null:
+// inline), since the first import on a GPU also makes the daemon's context
+// there; reply then runs on the event thread when it is done, and the
+// allocation is entered in the session's table only if the session is
+// still open. A release drops the session's reference (ops still running
+// over it keep theirs); the last reference's unmap runs on worker's thread.
+using DeviceReplyFn = std::function<void(const proto::DeviceReply&)>;
+void handle_device_request(const std::shared_ptr<Session>& s, const proto::DeviceRequest& r,
+                           int fd, gpu::Worker* worker, DeviceReplyFn reply);
 
 // The reply to a request with this id and seq (of a message too short to
 // have them: 0).

@@ -108,6 +108,11 @@ class Session {
   // Device memory the client shared (protocol/device.h), by allocation id
   // (device_requests.h); ops over it hold their own references.
   std::map<uint64_t, std::shared_ptr<const gpu::ImportedMemory>> device_memory;
+  // A device memory request is being answered (a registration imported off
+  // the event thread); while it is, the socket is read for hangup only
+  // (device_reading_paused) and later requests wait.
+  bool device_request_busy = false;
+  bool device_reading_paused = false;
 
   // "job train-1 rank 2 (local 2, pid 1234)" for error messages.
   std::string describe() const;

@@ -195,5 +195,58 @@ TEST(DeviceMemory, EveryBadRequestGetsAnErrorNamingItAndTheSessionServesOn) {
   expect_daemon_serves(d, "after-device-requests");
 }
 
+// A registration is imported off the event thread (the first on a GPU also
+// makes the daemon's context there); requests sent behind it, without
+// waiting, are answered after it, one by one, in the order sent - the
+// release and the refused registration would otherwise be answered first,
+// being checked on the event thread. A client that hangs up meanwhile is
+// let go, and the daemon serves on.
+TEST(DeviceMemory, RequestsSentTogetherAreAnsweredInTheirOrder) {
+  DaemonProcess d;
+  RawClient c;
+  proto::HelloReply hello{};
+  ASSERT_TRUE(c.connect(d.socket(), "in-order", 1, 0, &hello));
+  ASSERT_EQ(hello.status, 0) << hello.message;
+  const int memfd = memfd_create("not-gpu-memory", MFD_CLOEXEC);
+  ASSERT_GE(memfd, 0);
+  ASSERT_EQ(ftruncate(memfd, 2 << 20), 0);
+  proto::DeviceRequest release{};
+  release.magic = proto::kDeviceMagic;
+  release.kind = static_cast<uint32_t>(proto::DeviceRequestKind::kRelease);
+  constexpr int kRounds = 8;
+  for (int i = 0; i < kRounds; i++) {
+    auto r = registration(uint64_t(3 * i + 1));
+    r.seq = uint64_t(3 * i + 1);
+    ASSERT_TRUE(c.send_device_request(&r, sizeof r, {memfd}));
+    release.alloc_id = release.seq = uint64_t(3 * i + 2);
+    ASSERT_TRUE(c.send_device_request(&release, sizeof release, {}));
+    auto no_fd = registration(uint64_t(3 * i + 3));
+    no_fd.seq = uint64_t(3 * i + 3);
+    ASSERT_TRUE(c.send_device_request(&no_fd, sizeof no_fd, {}));
+  }
+  close(memfd);
+  for (uint64_t want = 1; want <= 3 * kRounds; want++) {
+    proto::DeviceReply reply{};
+    ASSERT_TRUE(c.device_reply(&reply, 10000)) << "no reply " << want << d.log();
+    EXPECT_EQ(reply.seq, want) << reply.message;
+    EXPECT_EQ(reply.alloc_id, want) << reply.message;
+    EXPECT_NE(reply.status, 0) << reply.message;
+  }
+  EXPECT_FALSE(c.closed_by_daemon(0));
+
+  // A registration, then the client is gone before its answer is read.
+  {
+    RawClient gone;
+    ASSERT_TRUE(gone.connect(d.socket(), "gone", 1, 0, &hello));
+    const int fd = memfd_create("not-gpu-memory", MFD_CLOEXEC);
+    ASSERT_EQ(ftruncate(fd, 2 << 20), 0);
+    auto r = registration(1);
+    ASSERT_TRUE(gone.send_device_request(&r, sizeof r, {fd}));
+    ASSERT_TRUE(gone.send_device_request(&r, sizeof r, {fd}));
+    close(fd);
+  }
+  expect_daemon_serves(d, "after-requests-in-order");
+}
+
 }  // namespace
 }  // namespace gsync::test

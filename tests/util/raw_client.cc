@@ -111,8 +111,15 @@ bool RawClient::closed_by_daemon(int timeout_ms) {
 
 bool RawClient::device_request(const void* msg, size_t len, const std::vector<int>& fds,
                                proto::DeviceReply* reply, int timeout_ms) {
-  if (client::send_with_fds(sock_, msg, len, fds.data(), fds.size()) != static_cast<ssize_t>(len))
-    return false;
+  return send_device_request(msg, len, fds) && device_reply(reply, timeout_ms);
+}
+
+bool RawClient::send_device_request(const void* msg, size_t len, const std::vector<int>& fds) {
+  return client::send_with_fds(sock_, msg, len, fds.data(), fds.size()) ==
+         static_cast<ssize_t>(len);
+}
+
+bool RawClient::device_reply(proto::DeviceReply* reply, int timeout_ms) {
   pollfd p{sock_, POLLIN, 0};
   if (poll(&p, 1, timeout_ms) != 1) return false;
   return recv(sock_, reply, sizeof *reply, 0) == static_cast<ssize_t>(sizeof *reply);

@@ -35,6 +35,9 @@ class RawClient {
   // timeout_ms for the device memory reply (protocol/device.h).
   bool device_request(const void* msg, size_t len, const std::vector<int>& fds,
                       proto::DeviceReply* reply, int timeout_ms);
+  // Its two halves, for a client that sends several before it reads.
+  bool send_device_request(const void* msg, size_t len, const std::vector<int>& fds);
+  bool device_reply(proto::DeviceReply* reply, int timeout_ms);
 
   proto::ShmHeader* header() { return reinterpret_cast<proto::ShmHeader*>(base_); }
   uint8_t* arena() { return base_ + header()->arena_offset; }

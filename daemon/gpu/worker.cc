@@ -1,0 +1,92 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "daemon/gpu/worker.h"
+
+#include <pthread.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <cstdint>
+
+namespace gsync::gpu {
+
+Worker::Worker() : done_fd_(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {}
+
+Worker::~Worker() {
+  {
+    std::lock_guard lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+  if (done_fd_ >= 0) close(done_fd_);
+}
+
+void Worker::later(std::function<void()> fn) {
+  {
+    std::lock_guard lock(mu_);
+    queue_.push_back(std::move(fn));
+    if (!thread_.joinable()) thread_ = std::thread([this] { run(); });
+  }
+  cv_.notify_one();
+}
+
+void Worker::then(std::function<void()> work, std::function<void()> done) {
+  if (done_fd_ < 0) {
+    work();
+    done();
+    return;
+  }
+  later([this, work = std::move(work), done = std::move(done)]() mutable {
+    // done runs either way: it is what answers whoever waits.
+    try {
+      work();
+    } catch (...) {
+    }
+    {
+      std::lock_guard lock(done_mu_);
+      done_.push_back(std::move(done));
+    }
+    const uint64_t one = 1;
+    // Cannot fail short of a counter at its maximum, which reads as readable.
+    [[maybe_unused]] ssize_t n = write(done_fd_, &one, sizeof one);
+  });
+}
+
+void Worker::run_done() {
+  uint64_t count = 0;
+  [[maybe_unused]] ssize_t n = read(done_fd_, &count, sizeof count);
+  for (;;) {
+    std::function<void()> fn;
+    {
+      std::lock_guard lock(done_mu_);
+      if (done_.empty()) return;
+      fn = std::move(done_.front());
+      done_.pop_front();
+    }
+    fn();
+  }
+}
+
+void Worker::drain() {
+  std::unique_lock lock(mu_);
+  idle_.wait(lock, [this] { return queue_.empty() && !running_; });
+}
+
+void Worker::run() {
+  pthread_setname_np(pthread_self(), "gsync-gpu");
+  std::unique_lock lock(mu_);
+  for (;;) {
+    cv_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
+    if (queue_.empty()) return;  // stopping, and everything ran
+    std::function<void()> fn = std::move(queue_.front());
+    queue_.pop_front();
+    running_ = true;
+    lock.unlock();
+    fn();  // driver calls return codes; nothing in them throws
+    lock.lock();
+    running_ = false;
+    if (queue_.empty()) idle_.notify_all();
+  }
+}
+
+}  // namespace gsync::gpu

@@ -1,0 +1,59 @@
+// SPDX-License-Identifier: Apache-2.0
+//
+// Runs the driver calls that may wait on a thread of its own, so the event
+// thread never waits for the driver: importing and mapping a client's
+// allocation (the first one on a GPU also makes the daemon's context there,
+// hundreds of milliseconds), and unmapping it when the last op over it ends
+// or the client goes (cuMemUnmap may wait for the device). No CUDA in it: a
+// queue of closures and the thread that runs them in order, started at the
+// first one, and a queue of results the event thread picks up when
+// done_fd() is readable. Destroyed after every holder of what it releases
+// (gsyncd.h declares it early): it runs what is queued, then joins; results
+// never picked up are destroyed with it.
+#pragma once
+
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <thread>
+
+namespace gsync::gpu {
+
+class Worker {
+ public:
+  Worker();
+  ~Worker();
+  Worker(const Worker&) = delete;
+  Worker& operator=(const Worker&) = delete;
+
+  // Runs fn on the worker's thread, after everything queued before it.
+  void later(std::function<void()> fn);
+  // Runs work there, after everything queued before it, then done on the
+  // thread that calls run_done() (the event thread), in the same order.
+  void then(std::function<void()> work, std::function<void()> done);
+
+  // Readable while a done is waiting (an eventfd; -1 if none could be
+  // made: then nothing wakes the caller, and then() runs work inline).
+  int done_fd() const { return done_fd_; }
+  // Runs every waiting done, in order (event thread). What one throws goes
+  // to the caller, and the rest stay queued for the next call.
+  void run_done();
+
+  // Returns once everything queued so far has run on the worker (tests).
+  void drain();
+
+ private:
+  void run();
+  std::mutex mu_;
+  std::condition_variable cv_, idle_;
+  std::deque<std::function<void()>> queue_;
+  bool running_ = false;  // fn being run now
+  bool stopping_ = false;
+  std::thread thread_;
+  int done_fd_ = -1;
+  std::mutex done_mu_;
+  std::deque<std::function<void()>> done_;
+};
+
+}  // namespace gsync::gpu

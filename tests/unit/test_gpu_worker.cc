@@ -1,0 +1,99 @@
+// SPDX-License-Identifier: Apache-2.0
+//
+// gpu::Worker (daemon/gpu/worker.h): what imports and releases a client's
+// device memory runs off the calling thread, in order; a result comes back
+// to the thread that waits on done_fd(), in order; everything queued has
+// run by the time the worker is gone. No GPU needed: the closures are
+// plain code.
+#include <gtest/gtest.h>
+
+#include <poll.h>
+
+#include <atomic>
+#include <stdexcept>
+#include <thread>
+#include <vector>
+
+#include "daemon/gpu/worker.h"
+
+namespace gsync::gpu {
+namespace {
+
+TEST(GpuWorker, RunsInOrderOffTheCallingThread) {
+  Worker r;
+  std::vector<int> order;
+  std::thread::id ran_on;
+  for (int i = 0; i < 100; i++)
+    r.later([&order, &ran_on, i] {
+      order.push_back(i);
+      ran_on = std::this_thread::get_id();
+    });
+  r.drain();
+  ASSERT_EQ(order.size(), 100u);
+  for (int i = 0; i < 100; i++) EXPECT_EQ(order[size_t(i)], i);
+  EXPECT_NE(ran_on, std::this_thread::get_id());
+}
+
+TEST(GpuWorker, EverythingQueuedRunsBeforeItIsGone) {
+  std::atomic<int> ran{0};
+  {
+    Worker r;
+    // The first blocks until the rest are queued: the destructor finds a
+    // backlog, and must run it before it joins.
+    std::atomic<bool> go{false};
+    r.later([&] {
+      while (!go.load()) std::this_thread::yield();
+      ran++;
+    });
+    for (int i = 0; i < 50; i++) r.later([&] { ran++; });
+    go = true;
+  }
+  EXPECT_EQ(ran.load(), 51);
+}
+
+// Waits (with a deadline) until done_fd() is readable.
+bool done_ready(const Worker& w) {
+  pollfd p{w.done_fd(), POLLIN, 0};
+  return poll(&p, 1, 10000) == 1;
+}
+
+TEST(GpuWorker, ThenHandsEachResultBackInOrderToTheThreadThatAsks) {
+  Worker w;
+  ASSERT_GE(w.done_fd(), 0);
+  std::vector<std::thread::id> worked_on;
+  std::vector<int> done;
+  std::thread::id me = std::this_thread::get_id();
+  std::vector<std::thread::id> done_on;
+  for (int i = 0; i < 20; i++)
+    w.then([&worked_on] { worked_on.push_back(std::this_thread::get_id()); },
+           [&done, &done_on, i] {
+             done.push_back(i);
+             done_on.push_back(std::this_thread::get_id());
+           });
+  // Nothing comes back until asked for; then all of it, in order.
+  while (done.size() < 20) {
+    ASSERT_TRUE(done_ready(w)) << "no result within 10 s";
+    w.run_done();
+  }
+  for (int i = 0; i < 20; i++) EXPECT_EQ(done[size_t(i)], i);
+  for (auto id : done_on) EXPECT_EQ(id, me);
+  w.drain();
+  ASSERT_EQ(worked_on.size(), 20u);
+  for (auto id : worked_on) EXPECT_NE(id, me);
+  // Drained and picked up: the fd is quiet again.
+  pollfd p{w.done_fd(), POLLIN, 0};
+  EXPECT_EQ(poll(&p, 1, 0), 0);
+}
+
+TEST(GpuWorker, AResultComesBackEvenWhenTheWorkThrows) {
+  Worker w;
+  bool answered = false;
+  w.then([] { throw std::runtime_error("a driver wrapper's bug"); },
+         [&answered] { answered = true; });
+  ASSERT_TRUE(done_ready(w));
+  w.run_done();
+  EXPECT_TRUE(answered);
+}
+
+}  // namespace
+}  // namespace gsync::gpu
