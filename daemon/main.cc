@@ -47,6 +47,8 @@ const StringFlag kStringFlags[] = {
     {"--dpdk-eal-args", "DPDK's EAL arguments, the port among them ([dpdk] eal_args)",
      &gsync::DaemonConfig::dpdk_eal_args},
     {"--dpdk-port", "the DPDK port by name ([dpdk] port)", &gsync::DaemonConfig::dpdk_port},
+    {"--dpdk-rx-lcore", "DPDK's receive poll: off, any or a CPU, a dedicated lcore ([dpdk] rx_lcore)",
+     &gsync::DaemonConfig::dpdk_rx_lcore},
     {"--checkpoint-dir", "checkpoints folder ([checkpoint] dir)",
      &gsync::DaemonConfig::checkpoint_dir},
     {"--metrics-listen", "serve Prometheus metrics at HOST:PORT/metrics ([metrics] listen)",

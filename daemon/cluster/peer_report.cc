@@ -123,6 +123,8 @@ nlohmann::json ControlPlane::peers_report() const {
                                }()},
                               {"port_missed", d.port_missed},
                               {"tx_no_buffer", d.tx_no_buffer},
+                              {"rx_lcore", d.rx_lcore},
+                              {"rx_wakeups", d.rx_wakeups},
                               {"srtt_us", d.srtt_us},
                               {"rto_us", d.rto_us}};
     }

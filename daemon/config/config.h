@@ -79,6 +79,7 @@ struct DaemonConfig {
   uint32_t dpdk_payload = 0;
   uint32_t dpdk_idle_poll_us = 1000;
   uint32_t dpdk_drop_ppm = 0;
+  std::string dpdk_rx_lcore = "off";  // off, any, or a CPU: the receive poll on its own lcore
 
   // [checkpoint] The parameter server's checkpoints (docs/fault-tolerance.md):
   // a folder per job under dir; the newest `keep` per shard stay.

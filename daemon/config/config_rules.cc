@@ -6,11 +6,14 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <sched.h>
+
 #include <algorithm>
 #include <array>
 #include <cctype>
 #include <charconv>
 #include <cstring>
+#include <string>
 
 #include "daemon/config/config.h"
 #include "daemon/config/config_internal.h"
@@ -86,6 +89,7 @@ const ConfigField kFields[] = {
     {"dpdk", "payload", ConfigKind::kCount, &DaemonConfig::dpdk_payload},
     {"dpdk", "idle_poll_us", ConfigKind::kCount, &DaemonConfig::dpdk_idle_poll_us},
     {"dpdk", "drop_ppm", ConfigKind::kCount, &DaemonConfig::dpdk_drop_ppm},
+    {"dpdk", "rx_lcore", ConfigKind::kString, &DaemonConfig::dpdk_rx_lcore},
     {"trace", "ring_ops", ConfigKind::kCount, &DaemonConfig::trace_ring_ops},
     {"trace", "record", ConfigKind::kBool, &DaemonConfig::trace_record},
 };
@@ -208,6 +212,12 @@ std::optional<ConfigProblem> dpdk_problem(const DaemonConfig& cfg) {
     return ConfigProblem{{"dpdk.drop_ppm"},
                          fmt::format("must be at most 500000 (half the frames), got {}",
                                      cfg.dpdk_drop_ppm)};
+  if (const std::string& w = cfg.dpdk_rx_lcore;
+      w != "off" && w != "any" &&
+      (w.empty() || w.size() > 4 || w.find_first_not_of("0123456789") != std::string::npos ||
+       std::stoi(w) >= CPU_SETSIZE))
+    return ConfigProblem{{"dpdk.rx_lcore"},
+                         fmt::format("must be \"off\", \"any\" or a CPU number, got \"{}\"", w)};
   if (cfg.transport == "dpdk" && cfg.dpdk_eal_args.empty())
     return ConfigProblem{{"dpdk.eal_args"},
                          "transport \"dpdk\" needs the port in [dpdk] eal_args (e.g. "

@@ -86,6 +86,9 @@ struct ContextOptions {
     uint32_t payload = 0;   // bytes per frame; 0: what the port's MTU allows
     uint32_t idle_poll_us = 1000;  // an idle port is looked at this often (the loop's timers: 1 ms at least)
     uint32_t drop_ppm = 0;  // test hook: received frames dropped on purpose, per million
+    // The receive poll: "off" (the event loop polls the port), "any" or a
+    // CPU number (a dedicated lcore, floating or pinned).
+    std::string rx_lcore = "off";
     bool required = false;  // no fallback to TCP when the port is unusable
   } dpdk;
 };
@@ -140,7 +143,9 @@ struct PeerStats {
     // not built for want of a buffer.
     uint64_t dropped = 0;
     std::vector<std::pair<std::string, uint64_t>> dropped_by_reason;
-    uint64_t port_missed = 0, tx_no_buffer = 0;
+    uint64_t port_missed = 0, tx_no_buffer = 0;  // missed: with the receive lcore's ring full
+    std::string rx_lcore;  // "lcore 1 on CPU 3"; "": the event loop polls the port
+    uint64_t rx_wakeups = 0;  // the receive lcore woke a sleeping event loop
     double srtt_us = 0, rto_us = 0;
   } dpdk;
 };

@@ -423,6 +423,11 @@ TEST(ValidateConfig, Failures) {
        "metrics.listen: \"127.0.0.1:65536\": \"65536\" is not a port"},
       {[](DaemonConfig* c) { c->trace_ring_ops = 0; },
        "trace.ring_ops: must be 1 to 1000000 (recent ops kept), got 0"},
+      {[](DaemonConfig* c) { c->dpdk_rx_lcore = "on"; },
+       "dpdk.rx_lcore: must be \"off\", \"any\" or a CPU number, got \"on\""},
+      {[](DaemonConfig* c) { c->dpdk_rx_lcore = "-1"; }, "dpdk.rx_lcore: must be"},
+      {[](DaemonConfig* c) { c->dpdk_rx_lcore = "1024"; }, "dpdk.rx_lcore: must be"},
+      {[](DaemonConfig* c) { c->dpdk_rx_lcore = ""; }, "dpdk.rx_lcore: must be"},
       {[](DaemonConfig* c) { c->trace_ring_ops = 4294967295u; },
        "trace.ring_ops: must be 1 to 1000000 (recent ops kept), got 4294967295"},
   };

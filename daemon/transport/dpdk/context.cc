@@ -38,11 +38,17 @@ Status DpdkLinks::create(const ContextOptions& options, std::unique_ptr<DpdkLink
   d->options_.dpdk.payload = payload;
   d->tx_ = std::make_unique<TxBurst>(*d->device_);
   d->cluster_ = cluster_tag(options.identity.cluster_name);
+  d->drop_ppm_.store(options.dpdk.drop_ppm);
+  if (options.dpdk.rx_lcore != "off") {
+    if (Status st = RxLcore::start(*d->device_, options.dpdk.rx_lcore, &d->rx_); !st) return st;
+    spdlog::info("dpdk: port {} received on {}", d->device_->describe(), d->rx_->describe());
+  }
   *out = std::move(d);
   return Status::ok();
 }
 
 DpdkLinks::~DpdkLinks() {
+  rx_.reset();  // the receive lcore stops before what it calls into goes
   // The port outlives this (it is opened again by a context made again):
   // its receive path must not call into us any more. DPDK keeps the
   // callback's memory (a burst may be running it on another thread; here
@@ -54,8 +60,9 @@ DpdkLinks::~DpdkLinks() {
 }
 
 std::string DpdkLinks::summary() const {
-  return fmt::format("dpdk within a rack on {} ({} bytes per frame, window {}), tcp otherwise",
-                     device_->describe(), options_.dpdk.payload, options_.dpdk.window);
+  return fmt::format("dpdk within a rack on {} ({} bytes per frame, window {}{}), tcp otherwise",
+                     device_->describe(), options_.dpdk.payload, options_.dpdk.window,
+                     rx_ ? ", received on " + rx_->describe() : std::string());
 }
 
 void DpdkLinks::start(composite::LinkHost& host) {
@@ -151,13 +158,13 @@ void DpdkLinks::receive(rte_mbuf* m) {
 uint16_t DpdkLinks::drop_hook(uint16_t, uint16_t, rte_mbuf** pkts, uint16_t n, uint16_t,
                               void* self) {
   auto* links = static_cast<DpdkLinks*>(self);
-  uint32_t ppm = links->options_.dpdk.drop_ppm;
+  uint32_t ppm = links->drop_ppm_.load(std::memory_order_relaxed);
   if (ppm == 0) return n;
   uint16_t kept = 0;
   for (uint16_t i = 0; i < n; i++) {
     if (links->drop_rng_() % 1000000 < ppm) {
       rte_pktmbuf_free(pkts[i]);
-      links->drops_[size_t(Drop::kInjected)]++;
+      links->injected_.fetch_add(1, std::memory_order_relaxed);
     } else {
       pkts[kept++] = pkts[i];
     }
@@ -205,7 +212,7 @@ bool DpdkLinks::poll() {
   rte_mbuf* bufs[kRxBurst];
   bool more = false, active = false;
   for (int b = 0; b < kRxBursts; b++) {
-    uint16_t n = device_->rx(bufs, kRxBurst);
+    uint16_t n = rx_ ? uint16_t(rx_->take(bufs, kRxBurst)) : device_->rx(bufs, kRxBurst);
     for (uint16_t i = 0; i < n; i++) receive(bufs[i]);
     rte_pktmbuf_free_bulk(bufs, n);
     active |= n > 0;
@@ -228,10 +235,15 @@ bool DpdkLinks::poll() {
   // yields the core to the ranks and reduce threads that share it.
   bool busy = now < busy_until_;
   if (busy && !active && !more) sched_yield();
+  // Where the loop may sleep now, the receive lcore wakes it for the next
+  // frame (or says one came meanwhile).
+  if (!more && !busy && rx_ && rx_->arm()) more = true;
   return more || busy;
 }
 
-bool DpdkLinks::pending() const { return Clock::now() < busy_until_; }
+bool DpdkLinks::pending() const {
+  return Clock::now() < busy_until_ || (rx_ && rx_->waiting());
+}
 
 bool DpdkLinks::peer_up(int peer) const { return pairs_[size_t(peer)]->up(); }
 
@@ -239,11 +251,16 @@ PeerStats DpdkLinks::stats(int peer) const {
   PeerStats s = pairs_[size_t(peer)]->stats();
   s.dpdk.port = device_->name();
   for (size_t d = 1; d < drops_.size(); d++) {
-    if (drops_[d] == 0) continue;
-    s.dpdk.dropped += drops_[d];
-    s.dpdk.dropped_by_reason.emplace_back(drop_key(Drop(d)), drops_[d]);
+    uint64_t n = dropped(Drop(d));
+    if (n == 0) continue;
+    s.dpdk.dropped += n;
+    s.dpdk.dropped_by_reason.emplace_back(drop_key(Drop(d)), n);
   }
-  s.dpdk.port_missed = device_->missed();
+  s.dpdk.port_missed = device_->missed() + (rx_ ? rx_->ring_full() : 0);
+  if (rx_) {
+    s.dpdk.rx_lcore = rx_->describe();
+    s.dpdk.rx_wakeups = rx_->wakeups();
+  }
   s.dpdk.tx_no_buffer = tx_->no_buffer;
   return s;
 }

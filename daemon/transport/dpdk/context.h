@@ -9,11 +9,14 @@
 // poll() asks to be called again at once (and pending() keeps a polling
 // loop polling); an idle port is looked at every idle_poll_us from the
 // event loop's timer (tick()), since a virtual port has no receive
-// interrupt. DpdkContext is the composite with DpdkLinks in it.
+// interrupt - unless [dpdk] rx_lcore puts the receive poll on a dedicated
+// lcore (rx_lcore.h), whose eventfd is then event_fd(). DpdkContext is the
+// composite with DpdkLinks in it.
 // docs/transport.md, "The DPDK provider".
 #pragma once
 
 #include <array>
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <random>
@@ -26,6 +29,7 @@
 #include "daemon/transport/dpdk/device.h"
 #include "daemon/transport/dpdk/frame.h"
 #include "daemon/transport/dpdk/pair.h"
+#include "daemon/transport/dpdk/rx_lcore.h"
 #include "daemon/transport/transport.h"
 
 namespace gsync::transport::dpdk {
@@ -38,8 +42,9 @@ class DpdkLinks final : public composite::LinkProvider {
 
   composite::LinkKind kind() const override { return composite::LinkKind::kDpdk; }
   std::string detail() const override { return device_->describe(); }
-  // No fd: a virtual port has no receive interrupt. tick() instead.
-  int event_fd() const override { return -1; }
+  // No fd: a virtual port has no receive interrupt. tick() instead; and
+  // the receive lcore's wake-up where there is one.
+  int event_fd() const override { return rx_ ? rx_->event_fd() : -1; }
   std::chrono::microseconds tick() const override {
     return std::chrono::microseconds(options_.dpdk.idle_poll_us);
   }
@@ -59,9 +64,11 @@ class DpdkLinks final : public composite::LinkProvider {
   PeerStats stats(int peer) const override;
   std::string summary() const override;
 
-  uint64_t dropped(Drop d) const { return drops_[size_t(d)]; }
+  uint64_t dropped(Drop d) const {
+    return d == Drop::kInjected ? injected_.load(std::memory_order_relaxed) : drops_[size_t(d)];
+  }
   // Tests: the receive path's drop hook ([dpdk] drop_ppm), changed live.
-  void set_drop_ppm_for_test(uint32_t ppm) { options_.dpdk.drop_ppm = ppm; }
+  void set_drop_ppm_for_test(uint32_t ppm) { drop_ppm_.store(ppm); }
 
  private:
   explicit DpdkLinks(const ContextOptions& options) : options_(options) {}
@@ -75,6 +82,7 @@ class DpdkLinks final : public composite::LinkProvider {
   composite::LinkHost* host_ = nullptr;
   std::unique_ptr<Device> device_;
   std::unique_ptr<TxBurst> tx_;
+  std::unique_ptr<RxLcore> rx_;  // [dpdk] rx_lcore; null: received here
   RegionTable regions_;
   std::vector<std::unique_ptr<Pair>> pairs_;  // by host index; null for self
   std::array<uint64_t, size_t(Drop::kCount)> drops_{};
@@ -84,7 +92,11 @@ class DpdkLinks final : public composite::LinkProvider {
   bool port_up_ = false;
   uint64_t teardowns_ = 0, teardowns_seen_ = 0;
   const rte_eth_rxtx_callback* rx_hook_ = nullptr;
+  // The drop hook's: it runs inside the receive burst, on the receive
+  // lcore where there is one.
   std::minstd_rand drop_rng_{12345};
+  std::atomic<uint32_t> drop_ppm_{0};
+  std::atomic<uint64_t> injected_{0};
 };
 
 class DpdkContext final : public composite::CompositeContext {
