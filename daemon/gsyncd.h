@@ -70,10 +70,11 @@ class Gsyncd {
   static sigset_t stop_signals();
 
   DaemonConfig cfg_;
-  EventLoop loop_;
   // Before everything that holds a client's device memory (sessions, ops,
-  // plans): destroyed after them, it unmaps what they let go, then joins.
+  // plans, and the loop, whose handlers hold sessions): destroyed after
+  // them, it unmaps what they let go, then joins.
   gpu::Worker gpu_worker_;
+  EventLoop loop_;
   std::unique_ptr<cluster::ControlPlane> control_;
   std::unique_ptr<collective::Engine> engine_;
   // Before ps_: destroyed after it (a key's server finishes a snapshot's

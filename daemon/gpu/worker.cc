@@ -18,16 +18,29 @@ Worker::~Worker() {
   }
   cv_.notify_all();
   if (thread_.joinable()) thread_.join();
+  // Results never picked up (the loop has stopped) go now: what they hold
+  // (a session, an import) may release device memory, through later(),
+  // which runs it inline from here on.
+  std::deque<std::function<void()>> left;
+  {
+    std::lock_guard lock(done_mu_);
+    left.swap(done_);
+  }
+  left.clear();
   if (done_fd_ >= 0) close(done_fd_);
 }
 
 void Worker::later(std::function<void()> fn) {
   {
     std::lock_guard lock(mu_);
-    queue_.push_back(std::move(fn));
-    if (!thread_.joinable()) thread_ = std::thread([this] { run(); });
+    if (!stopping_) {
+      queue_.push_back(std::move(fn));
+      if (!thread_.joinable()) thread_ = std::thread([this] { run(); });
+      cv_.notify_one();
+      return;
+    }
   }
-  cv_.notify_one();
+  fn();  // stopping (its thread joined or about to be): nothing runs it later
 }
 
 void Worker::then(std::function<void()> work, std::function<void()> done) {
@@ -46,9 +59,7 @@ void Worker::then(std::function<void()> work, std::function<void()> done) {
       std::lock_guard lock(done_mu_);
       done_.push_back(std::move(done));
     }
-    const uint64_t one = 1;
-    // Cannot fail short of a counter at its maximum, which reads as readable.
-    [[maybe_unused]] ssize_t n = write(done_fd_, &one, sizeof one);
+    signal();
   });
 }
 
@@ -63,8 +74,21 @@ void Worker::run_done() {
       fn = std::move(done_.front());
       done_.pop_front();
     }
-    fn();
+    try {
+      fn();
+    } catch (...) {
+      // The loop catches it; the results behind it must not wait for the
+      // next import's signal.
+      signal();
+      throw;
+    }
   }
+}
+
+void Worker::signal() {
+  const uint64_t one = 1;
+  // Cannot fail short of a counter at its maximum, which reads as readable.
+  [[maybe_unused]] ssize_t n = write(done_fd_, &one, sizeof one);
 }
 
 void Worker::drain() {

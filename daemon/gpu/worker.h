@@ -8,8 +8,9 @@
 // queue of closures and the thread that runs them in order, started at the
 // first one, and a queue of results the event thread picks up when
 // done_fd() is readable. Destroyed after every holder of what it releases
-// (gsyncd.h declares it early): it runs what is queued, then joins; results
-// never picked up are destroyed with it.
+// (gsyncd.h declares it before the event loop): it runs what is queued,
+// joins, then destroys the results never picked up; what is released
+// after that runs inline.
 #pragma once
 
 #include <condition_variable>
@@ -27,7 +28,8 @@ class Worker {
   Worker(const Worker&) = delete;
   Worker& operator=(const Worker&) = delete;
 
-  // Runs fn on the worker's thread, after everything queued before it.
+  // Runs fn on the worker's thread, after everything queued before it
+  // (inline once the worker is being destroyed).
   void later(std::function<void()> fn);
   // Runs work there, after everything queued before it, then done on the
   // thread that calls run_done() (the event thread), in the same order.
@@ -37,7 +39,7 @@ class Worker {
   // made: then nothing wakes the caller, and then() runs work inline).
   int done_fd() const { return done_fd_; }
   // Runs every waiting done, in order (event thread). What one throws goes
-  // to the caller, and the rest stay queued for the next call.
+  // to the caller, and done_fd() stays readable for the rest.
   void run_done();
 
   // Returns once everything queued so far has run on the worker (tests).
@@ -45,6 +47,7 @@ class Worker {
 
  private:
   void run();
+  void signal();
   std::mutex mu_;
   std::condition_variable cv_, idle_;
   std::deque<std::function<void()>> queue_;

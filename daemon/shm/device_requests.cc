@@ -128,8 +128,11 @@ void handle_device_request(const std::shared_ptr<Session>& s, const proto::Devic
   };
   auto in = std::make_shared<Import>();
   auto work = [in, copy, bytes = r.bytes, bus = std::string(r.pci_bus_id)] {
+    struct Closer {
+      int fd;
+      ~Closer() { close(fd); }
+    } closer{copy};  // even if the import throws
     in->st = gpu::ImportedMemory::open(copy, bytes, bus, &in->mapped);
-    close(copy);
   };
   auto done = [s, r, in, worker, reply = std::move(reply), named] {
     if (!in->st) return reply(named(in->st));

@@ -80,7 +80,10 @@ TEST(GpuWorker, ThenHandsEachResultBackInOrderToTheThreadThatAsks) {
   w.drain();
   ASSERT_EQ(worked_on.size(), 20u);
   for (auto id : worked_on) EXPECT_NE(id, me);
-  // Drained and picked up: the fd is quiet again.
+  // Drained and picked up (a signal that came after the last pick-up's
+  // read finds nothing): the fd is quiet again.
+  w.run_done();
+  EXPECT_EQ(done.size(), 20u);
   pollfd p{w.done_fd(), POLLIN, 0};
   EXPECT_EQ(poll(&p, 1, 0), 0);
 }
@@ -93,6 +96,42 @@ TEST(GpuWorker, AResultComesBackEvenWhenTheWorkThrows) {
   ASSERT_TRUE(done_ready(w));
   w.run_done();
   EXPECT_TRUE(answered);
+}
+
+// A result the event thread never picked up (the daemon stopping) holds
+// what releases device memory through the worker when it goes: it runs,
+// inline, rather than on a thread started in the destructor.
+TEST(GpuWorker, WhatAResultNeverPickedUpReleasesRunsWhenTheWorkerGoes) {
+  std::atomic<int> released{0};
+  {
+    Worker w;
+    struct Holder {
+      Worker* w;
+      std::atomic<int>* released;
+      ~Holder() {
+        w->later([r = released] { (*r)++; });
+      }
+    };
+    std::shared_ptr<Holder> held(new Holder{&w, &released});
+    w.then([] {}, [held] {});
+    held.reset();
+    w.drain();
+    EXPECT_EQ(released.load(), 0);  // still held by the waiting result
+  }
+  EXPECT_EQ(released.load(), 1);
+}
+
+TEST(GpuWorker, AResultThatThrowsLeavesTheRestSignalled) {
+  Worker w;
+  int ran = 0;
+  w.then([] {}, [] { throw std::runtime_error("a bug in an answer"); });
+  w.then([] {}, [&ran] { ran++; });
+  w.drain();
+  ASSERT_TRUE(done_ready(w));
+  EXPECT_THROW(w.run_done(), std::runtime_error);
+  ASSERT_TRUE(done_ready(w)) << "the second result was left without a signal";
+  w.run_done();
+  EXPECT_EQ(ran, 1);
 }
 
 }  // namespace
