@@ -125,6 +125,7 @@ nlohmann::json ControlPlane::peers_report() const {
                               {"tx_no_buffer", d.tx_no_buffer},
                               {"rx_lcore", d.rx_lcore},
                               {"rx_wakeups", d.rx_wakeups},
+                              {"rx_ring_full", d.rx_ring_full},
                               {"srtt_us", d.srtt_us},
                               {"rto_us", d.rto_us}};
     }

@@ -143,9 +143,10 @@ struct PeerStats {
     // not built for want of a buffer.
     uint64_t dropped = 0;
     std::vector<std::pair<std::string, uint64_t>> dropped_by_reason;
-    uint64_t port_missed = 0, tx_no_buffer = 0;  // missed: with the receive lcore's ring full
+    uint64_t port_missed = 0, tx_no_buffer = 0;
     std::string rx_lcore;  // "lcore 1 on CPU 3"; "": the event loop polls the port
-    uint64_t rx_wakeups = 0;  // the receive lcore woke a sleeping event loop
+    uint64_t rx_wakeups = 0;    // the receive lcore woke a sleeping event loop
+    uint64_t rx_ring_full = 0;  // frames it freed: the event loop had fallen behind
     double srtt_us = 0, rto_us = 0;
   } dpdk;
 };

@@ -40,7 +40,7 @@ Status DpdkLinks::create(const ContextOptions& options, std::unique_ptr<DpdkLink
   d->cluster_ = cluster_tag(options.identity.cluster_name);
   d->drop_ppm_.store(options.dpdk.drop_ppm);
   if (options.dpdk.rx_lcore != "off") {
-    if (Status st = RxLcore::start(*d->device_, options.dpdk.rx_lcore, &d->rx_); !st) return st;
+    if (Status st = RxLcore::start(*d->device_, options.dpdk.rx_lcore, options.dpdk.mbufs, &d->rx_); !st) return st;
     spdlog::info("dpdk: port {} received on {}", d->device_->describe(), d->rx_->describe());
   }
   *out = std::move(d);
@@ -256,10 +256,11 @@ PeerStats DpdkLinks::stats(int peer) const {
     s.dpdk.dropped += n;
     s.dpdk.dropped_by_reason.emplace_back(drop_key(Drop(d)), n);
   }
-  s.dpdk.port_missed = device_->missed() + (rx_ ? rx_->ring_full() : 0);
+  s.dpdk.port_missed = device_->missed();
   if (rx_) {
     s.dpdk.rx_lcore = rx_->describe();
     s.dpdk.rx_wakeups = rx_->wakeups();
+    s.dpdk.rx_ring_full = rx_->ring_full();
   }
   s.dpdk.tx_no_buffer = tx_->no_buffer;
   return s;

@@ -6,6 +6,7 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <charconv>
 #include <cstring>
@@ -20,7 +21,6 @@
 namespace gsync::transport::dpdk {
 
 namespace {
-constexpr unsigned kRingSlots = 8192;  // frames passed on and not yet taken
 constexpr uint16_t kBurst = 32;
 // Empty looks spent spinning before each yield: a spin keeps the next
 // frame's latency at a few hundred ns, a yield lets a rank or a reduce
@@ -29,7 +29,8 @@ constexpr int kSpinsPerYield = 64;
 std::atomic<unsigned> rings_made{0};
 }  // namespace
 
-Status RxLcore::start(Device& dev, const std::string& where, std::unique_ptr<RxLcore>* out) {
+Status RxLcore::start(Device& dev, const std::string& where, uint32_t mbufs,
+                      std::unique_ptr<RxLcore>* out) {
   int cpu = -1;
   if (where != "any") {
     auto [end, ec] = std::from_chars(where.data(), where.data() + where.size(), cpu);
@@ -40,7 +41,12 @@ Status RxLcore::start(Device& dev, const std::string& where, std::unique_ptr<RxL
   std::unique_ptr<RxLcore> r(new RxLcore(dev, cpu));
   // Ring names are global to the EAL, and a context may be made again.
   std::string name = fmt::format("gsync_rx_{}", rings_made.fetch_add(1));
-  r->ring_ = rte_ring_create(name.c_str(), kRingSlots, int(rte_socket_id()),
+  // Frames passed on and not yet taken: at most half the pool's buffers
+  // (a power of two), so an event thread that falls behind leaves the
+  // transmit side buffers for its ACKs; what does not fit is counted.
+  unsigned slots = 64;
+  while (slots * 2 <= std::min<uint32_t>(mbufs / 2, 8192)) slots *= 2;
+  r->ring_ = rte_ring_create(name.c_str(), slots, int(rte_socket_id()),
                              RING_F_SP_ENQ | RING_F_SC_DEQ);
   if (r->ring_ == nullptr)
     return Status(GSYNC_ERR_NOMEM, fmt::format("dpdk: rte_ring_create for the receive lcore: {}",
@@ -58,6 +64,7 @@ Status RxLcore::start(Device& dev, const std::string& where, std::unique_ptr<RxL
   }
   RxLcore* self = r.get();
   r->thread_ = std::thread([self] { self->run(); });
+  r->ready_.wait(false);  // its lcore id known (describe())
   *out = std::move(r);
   return Status::ok();
 }
@@ -94,6 +101,8 @@ void RxLcore::run() {
   if (rte_thread_register() == 0) lcore_.store(rte_lcore_id());
   else spdlog::warn("dpdk: the receive thread has no lcore id ({}): the packet pool serves it "
                     "without a cache", rte_strerror(rte_errno));
+  ready_.store(true);
+  ready_.notify_one();
   rte_mbuf* bufs[kBurst];
   int idle = 0;
   while (!stop_.load(std::memory_order_relaxed)) {
@@ -142,7 +151,10 @@ bool RxLcore::arm() {
   // before take() cleared it) goes now, or epoll would keep waking the loop.
   clear_signal();
   armed_by_me_ = true;
-  armed_.store(true);  // seq_cst: before the look at the ring below
+  armed_.store(true);
+  // Pairs with the lcore's fence: the flag is set before the ring is
+  // looked at (a store then a load: only a full fence orders them).
+  std::atomic_thread_fence(std::memory_order_seq_cst);
   return waiting();
 }
 

@@ -30,9 +30,10 @@ namespace gsync::transport::dpdk {
 class RxLcore {
  public:
   // where: "any" (the thread floats over the daemon's CPUs) or a CPU
-  // number it is pinned to. Fails naming the step (the ring, the eventfd,
-  // the CPU).
-  static Status start(Device& dev, const std::string& where, std::unique_ptr<RxLcore>* out);
+  // number it is pinned to; mbufs: the port's pool, which sizes the ring.
+  // Fails naming the step (the ring, the eventfd, the CPU).
+  static Status start(Device& dev, const std::string& where, uint32_t mbufs,
+                      std::unique_ptr<RxLcore>* out);
   // Stops the thread, then frees what it had passed on and was not taken.
   ~RxLcore();
   RxLcore(const RxLcore&) = delete;
@@ -47,7 +48,7 @@ class RxLcore {
   bool arm();
   bool waiting() const;
   // Frames the lcore freed because the ring was full (the event thread
-  // fell behind): lost like frames the port missed.
+  // fell behind): lost like frames the port missed, and resent.
   uint64_t ring_full() const { return ring_full_.load(std::memory_order_relaxed); }
   // Times it woke an armed event thread.
   uint64_t wakeups() const { return wakeups_.load(std::memory_order_relaxed); }
@@ -62,7 +63,7 @@ class RxLcore {
   int cpu_;  // -1: any
   rte_ring* ring_ = nullptr;
   int efd_ = -1;
-  std::atomic<bool> stop_{false}, armed_{false};
+  std::atomic<bool> stop_{false}, armed_{false}, ready_{false};
   std::atomic<unsigned> lcore_{~0u};
   std::atomic<uint64_t> ring_full_{0}, wakeups_{0};
   bool armed_by_me_ = false;  // event thread's
