@@ -57,6 +57,37 @@ void ControlPlane::sample_rates() {
   }
 }
 
+namespace {
+
+// A DPDK link's part of gsyncctl peers (docs/transport.md, "The DPDK
+// provider").
+nlohmann::json dpdk_report(const transport::PeerStats::Dpdk& d) {
+  nlohmann::json by = nlohmann::json::object();
+  for (const auto& [why, n] : d.dropped_by_reason) by[why] = n;
+  return {{"port", d.port},
+          {"mac", d.mac},
+          {"remote_mac", d.remote_mac},
+          {"link", d.link},
+          {"remote_link", d.remote_link},
+          {"frames_sent", d.frames_sent},
+          {"frames_resent", d.frames_resent},
+          {"timeouts", d.timeouts},
+          {"frames_received", d.frames_received},
+          {"duplicates", d.duplicates},
+          {"port_dropped", d.dropped},
+          {"port_dropped_by_reason", by},
+          {"port_missed", d.port_missed},
+          {"tx_no_buffer", d.tx_no_buffer},
+          {"rx_lcore", d.rx_lcore},
+          {"rx_wakeups", d.rx_wakeups},
+          {"rx_ring_full", d.rx_ring_full},
+          {"rx_armed", d.rx_armed},
+          {"srtt_us", d.srtt_us},
+          {"rto_us", d.rto_us}};
+}
+
+}  // namespace
+
 nlohmann::json ControlPlane::peers_report() const {
   using nlohmann::json;
   auto now = Clock::now();
@@ -103,32 +134,7 @@ nlohmann::json ControlPlane::peers_report() const {
                     {"remote_qpn", st.verbs_remote_qpn},
                     {"completion_errors", st.verbs_completion_errors}};
     }
-    if (st.transport == "dpdk") {
-      const auto& d = st.dpdk;
-      peers.back()["dpdk"] = {{"port", d.port},
-                              {"mac", d.mac},
-                              {"remote_mac", d.remote_mac},
-                              {"link", d.link},
-                              {"remote_link", d.remote_link},
-                              {"frames_sent", d.frames_sent},
-                              {"frames_resent", d.frames_resent},
-                              {"timeouts", d.timeouts},
-                              {"frames_received", d.frames_received},
-                              {"duplicates", d.duplicates},
-                              {"port_dropped", d.dropped},
-                              {"port_dropped_by_reason", [&] {
-                                 json by = json::object();
-                                 for (const auto& [why, n] : d.dropped_by_reason) by[why] = n;
-                                 return by;
-                               }()},
-                              {"port_missed", d.port_missed},
-                              {"tx_no_buffer", d.tx_no_buffer},
-                              {"rx_lcore", d.rx_lcore},
-                              {"rx_wakeups", d.rx_wakeups},
-                              {"rx_ring_full", d.rx_ring_full},
-                              {"srtt_us", d.srtt_us},
-                              {"rto_us", d.rto_us}};
-    }
+    if (st.transport == "dpdk") peers.back()["dpdk"] = dpdk_report(st.dpdk);
   }
   const auto& me = cluster_.hosts[size_t(cluster_.self)];
   return json{{"cluster", cluster_.name},

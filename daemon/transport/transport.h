@@ -147,6 +147,7 @@ struct PeerStats {
     std::string rx_lcore;  // "lcore 1 on CPU 3"; "": the event loop polls the port
     uint64_t rx_wakeups = 0;    // the receive lcore woke a sleeping event loop
     uint64_t rx_ring_full = 0;  // frames it freed: the event loop had fallen behind
+    bool rx_armed = false;      // the event loop waits for its wake-up (idle)
     double srtt_us = 0, rto_us = 0;
   } dpdk;
 };

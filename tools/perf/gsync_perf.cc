@@ -79,6 +79,9 @@ int main(int argc, char** argv) {
   app.add_option("--dpdk-vdev", o.dpdk_vdev,
                  "DPDK's virtual device: memif (two hosts per rack) or af_packet (namespaces)")
       ->check(CLI::IsMember({"af_packet", "memif"}));
+  app.add_option("--dpdk-payload", o.dpdk_payload,
+                 "DPDK bytes per frame (0: the port's MTU's; over memif up to 9000, jumbo frames)")
+      ->check(CLI::Range(0, 9000));
   app.add_flag("--pin", o.pin,
                "give each test bed host its own share of the CPUs (daemon, ranks, and the "
                "peers' ranks on that host)");
@@ -227,7 +230,10 @@ int main(int argc, char** argv) {
     t.loopback = o.loopback;
     t.uplink_mbit = o.uplink_mbit;
     t.pin = o.pin;
-    if (o.transport == "dpdk") t.dpdk = o.dpdk_vdev;
+    if (o.transport == "dpdk") {
+      t.dpdk = o.dpdk_vdev;
+      t.dpdk_payload = o.dpdk_payload;
+    }
     if (o.transport == "tcp") t.daemon_args = {"--transport", "tcp"};
     t.log_level = "warn";
     if (o.algo != "auto") t.daemon_args.insert(t.daemon_args.end(), {"--algo", o.algo});

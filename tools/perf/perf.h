@@ -43,6 +43,7 @@ struct Options {
   uint32_t uplink_mbit = 0;
   std::string transport;          // the test bed daemons' --transport; "": their default
   std::string dpdk_vdev = "memif";  // with transport dpdk: the virtual device (testbed.h)
+  uint32_t dpdk_payload = 0;        // and bytes per frame (0: the port's MTU's)
   std::string cluster, sockets, algo = "auto", compare;
   std::vector<std::string> daemon_args;
   std::vector<Place> places;  // by rank

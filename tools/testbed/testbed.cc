@@ -428,9 +428,20 @@ std::vector<std::string> Testbed::dpdk_args(int h) const {
   } else {
     vdev = "net_memif0,role=" + std::string(memif_client(h) ? "client" : "server") + ",socket=" + dir_ +
            "/memif-rack" + std::to_string(host.rack_index) + ".sock";
+    // A frame's headers (78 bytes with Ethernet's) and the payload in one
+    // buffer, rounded up to a whole KiB (both ends the same).
+    if (options_.dpdk_payload > 1440)
+      vdev += ",bsize=" + std::to_string((options_.dpdk_payload + 78 + 1023) / 1024 * 1024);
   }
-  return {"--transport", "dpdk", "--dpdk-eal-args",
-          "--no-huge --no-pci -m 128 --log-level=lib.eal:error --vdev=" + vdev};
+  std::string eal = "--no-huge --no-pci -m 128 --log-level=lib.eal:error";
+  if (options_.memif_zero_copy && memif_client(h)) {
+    vdev += ",zero-copy=yes";
+    eal += " --single-file-segments";
+  }
+  std::vector<std::string> args{"--transport", "dpdk", "--dpdk-eal-args", eal + " --vdev=" + vdev};
+  if (options_.dpdk_payload != 0)
+    args.insert(args.end(), {"--dpdk-payload", std::to_string(options_.dpdk_payload)});
+  return args;
 }
 
 // fork + setns + execv rather than `ip netns exec`: the pid we get is the

@@ -74,6 +74,14 @@ struct Options {
   // its two hosts: every rack must have exactly two). "": the daemons'
   // default transport.
   std::string dpdk;
+  // With dpdk: bytes of payload per frame ([dpdk] payload; 0: the port's
+  // MTU's). Over memif, more than 1440 (jumbo frames) also sizes memif's
+  // buffers to hold such a frame whole (its vdev's bsize).
+  uint32_t dpdk_payload = 0;
+  // With dpdk "memif": each rack's client in memif's zero-copy mode (its
+  // packet buffers are the shared memory; the EAL then needs
+  // --single-file-segments).
+  bool memif_zero_copy = false;
   // Membership on etcd instead of a cluster file (docs/membership.md): the
   // bed starts a real etcd (one member, its own data dir and ports) and
   // every daemon registers there with a lease of this many seconds. Such a

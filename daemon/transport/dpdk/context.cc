@@ -261,6 +261,7 @@ PeerStats DpdkLinks::stats(int peer) const {
     s.dpdk.rx_lcore = rx_->describe();
     s.dpdk.rx_wakeups = rx_->wakeups();
     s.dpdk.rx_ring_full = rx_->ring_full();
+    s.dpdk.rx_armed = rx_->armed();
   }
   s.dpdk.tx_no_buffer = tx_->no_buffer;
   return s;

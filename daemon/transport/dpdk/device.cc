@@ -6,11 +6,13 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <charconv>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <sstream>
 
 #include <fmt/format.h>
@@ -73,6 +75,32 @@ Status eal_status;
 
 }  // namespace
 
+std::optional<MemifVdev> memif_vdev(const std::string& eal_args, const std::string& port) {
+  if (port.rfind("net_memif", 0) != 0) return std::nullopt;
+  std::istringstream in(eal_args);
+  std::vector<std::string> args;
+  for (std::string a; in >> a;) args.push_back(a);
+  for (size_t i = 0; i < args.size(); i++) {
+    std::string dev;
+    if (args[i].rfind("--vdev=", 0) == 0) dev = args[i].substr(7);
+    else if (args[i] == "--vdev" && i + 1 < args.size()) dev = args[i + 1];
+    std::vector<std::string> kv;
+    std::istringstream parts(dev);
+    for (std::string p; std::getline(parts, p, ',');) kv.push_back(p);
+    if (kv.empty() || kv[0] != port) continue;
+    MemifVdev m;
+    for (size_t k = 1; k < kv.size(); k++) {
+      if (kv[k] == "zero-copy=yes") m.zero_copy = true;
+      if (kv[k].rfind("bsize=", 0) != 0) continue;
+      const char* v = kv[k].c_str() + 6;
+      auto [end, ec] = std::from_chars(v, kv[k].c_str() + kv[k].size(), m.bsize);
+      if (ec != std::errc() || *end != '\0') m.bsize = 0;  // the PMD refuses it anyway
+    }
+    return m;
+  }
+  return std::nullopt;
+}
+
 std::vector<std::string> eal_argv(const std::string& eal_args, const std::string& file_prefix) {
   std::vector<std::string> args{"gsyncd"};
   std::istringstream in(eal_args);
@@ -103,6 +131,24 @@ Status Device::open(const ContextOptions::Dpdk& o, const std::string& file_prefi
   if (Status st = d->start_port(o); !st) return st;
   *out = std::move(d);
   return Status::ok();
+}
+
+void Device::raise_mtu(const ContextOptions::Dpdk& o, uint32_t want_mtu, uint32_t memif_bsize) {
+  // A PMD without an MTU to set takes what its receive side says it
+  // takes; memif (frames in shared-memory buffers, chained when longer
+  // than one) what one of its buffers holds.
+  rte_eth_dev_info info{};
+  rte_eth_dev_info_get(port_, &info);
+  const uint32_t takes = std::max<uint32_t>(info.max_rx_pktlen, memif_bsize);
+  int rc = rte_eth_dev_set_mtu(port_, uint16_t(want_mtu));
+  if (rc == -ENOTSUP && takes >= want_mtu + kEtherHeaderBytes) rc = 0;
+  if (rc == 0)
+    mtu_ = uint16_t(want_mtu);
+  else
+    spdlog::warn("dpdk: port {} ({}) keeps MTU {}: setting {} for [dpdk] payload {}: {} "
+                 "(it takes frames of up to {} bytes{})",
+                 port_, name_, mtu_, want_mtu, o.payload, rte_strerror(-rc), takes,
+                 memif_bsize != 0 ? "; a memif vdev's bsize= raises that" : "");
 }
 
 Status Device::start_port(const ContextOptions::Dpdk& o) {
@@ -144,26 +190,18 @@ Status Device::start_port(const ContextOptions::Dpdk& o) {
   rte_eth_dev_info info{};
   if (int rc = rte_eth_dev_info_get(port_, &info); rc != 0) return fail("dev_info_get", rc);
   std::string driver = info.driver_name ? info.driver_name : "";
+  const std::optional<MemifVdev> memif = memif_vdev(o.eal_args, name_);
+  // A zero-copy memif client sends its buffers' own memory, which must lie
+  // in the regions it shares with its peer: a payload elsewhere (the
+  // tensor's) would reach the peer as whatever lies at that offset there.
   by_reference_ = (info.tx_offload_capa & RTE_ETH_TX_OFFLOAD_MULTI_SEGS) &&
                   rte_eal_iova_mode() == RTE_IOVA_VA &&
-                  (driver == "net_memif" || driver == "net_af_packet");
+                  ((driver == "net_memif" && !(memif && memif->zero_copy)) ||
+                   driver == "net_af_packet");
   if (by_reference_) conf.txmode.offloads |= RTE_ETH_TX_OFFLOAD_MULTI_SEGS;
   if (int rc = rte_eth_dev_configure(port_, 1, 1, &conf); rc != 0) return fail("configure", rc);
   if (rte_eth_dev_get_mtu(port_, &mtu_) != 0) mtu_ = 1500;
-  if (want_mtu > mtu_) {
-    // A PMD without an MTU to set (memif: frames in chained shared-memory
-    // buffers) takes what its receive side says it takes.
-    rte_eth_dev_info info{};
-    rte_eth_dev_info_get(port_, &info);
-    int rc = rte_eth_dev_set_mtu(port_, uint16_t(want_mtu));
-    if (rc == -ENOTSUP && info.max_rx_pktlen >= want_mtu + kEtherHeaderBytes) rc = 0;
-    if (rc == 0)
-      mtu_ = uint16_t(want_mtu);
-    else
-      spdlog::warn("dpdk: port {} ({}) keeps MTU {}: setting {} for [dpdk] payload {}: {} "
-                   "(it takes frames of up to {} bytes)",
-                   port_, name_, mtu_, want_mtu, o.payload, rte_strerror(-rc), info.max_rx_pktlen);
-  }
+  if (want_mtu > mtu_) raise_mtu(o, want_mtu, driver == "net_memif" && memif ? memif->bsize : 0);
   uint16_t rxd = 1024, txd = 1024;
   if (int rc = rte_eth_dev_adjust_nb_rx_tx_desc(port_, &rxd, &txd); rc != 0)
     return fail("adjust descriptors", rc);

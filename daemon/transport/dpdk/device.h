@@ -16,6 +16,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -31,6 +32,18 @@ namespace gsync::transport::dpdk {
 // The EAL arguments actually used: eal_args split on blanks, plus
 // --file-prefix, --lcores and --no-telemetry where eal_args do not say.
 std::vector<std::string> eal_argv(const std::string& eal_args, const std::string& file_prefix);
+
+// What eal_args say of the net_memif vdev named port (nullopt: no such
+// vdev). memif has no MTU of its own: a frame longer than one of its
+// buffers travels in several and arrives as a chain, which the provider
+// drops as oversized, so bsize (2048 unless "bsize=" says; 0 when that
+// does not parse) bounds a frame. A zero-copy client ("zero-copy=yes")
+// sends only memory it shares with its peer: no payload by reference.
+struct MemifVdev {
+  uint32_t bsize = 2048;
+  bool zero_copy = false;
+};
+std::optional<MemifVdev> memif_vdev(const std::string& eal_args, const std::string& port);
 
 class Device {
  public:
@@ -63,6 +76,10 @@ class Device {
  private:
   Device() = default;
   Status start_port(const ContextOptions::Dpdk& o);
+  // An MTU for want_mtu bytes past the Ethernet header where the port
+  // takes it (memif_bsize: a memif port's buffer size, else 0); a warning
+  // naming what it takes where it does not.
+  void raise_mtu(const ContextOptions::Dpdk& o, uint32_t want_mtu, uint32_t memif_bsize);
 
   uint16_t port_ = 0;
   bool started_ = false;

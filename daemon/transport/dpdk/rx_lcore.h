@@ -47,6 +47,9 @@ class RxLcore {
   // event_fd(). True when frames are waiting already (then do not sleep).
   bool arm();
   bool waiting() const;
+  // Whether the event thread is armed now: may sleep until the lcore wakes
+  // it (gsyncctl peers).
+  bool armed() const { return armed_.load(std::memory_order_relaxed); }
   // Frames the lcore freed because the ring was full (the event thread
   // fell behind): lost like frames the port missed, and resent.
   uint64_t ring_full() const { return ring_full_.load(std::memory_order_relaxed); }
