@@ -28,11 +28,19 @@ using namespace gsync;
 using namespace gsync::transport;
 using Clock = std::chrono::steady_clock;
 
+// Bytes of payload a frame (--payload; 0: the MTU's, 1436).
+uint32_t g_payload = 0;
+
 std::string eal_args() {
+  // memif's buffers hold a whole frame (docs/transport.md, "Frame size").
+  std::string bsize = g_payload > 1440
+                          ? fmt::format(",bsize={}", (g_payload + dpdk::kFrameOverhead + 1023) /
+                                                         1024 * 1024)
+                          : "";
   return fmt::format("--no-huge --no-pci -m 512 --log-level=lib.eal:error "
-                     "--vdev=net_memif0,role=server,socket=/tmp/gsync-bench-dpdk-{0}.sock "
-                     "--vdev=net_memif1,role=client,socket=/tmp/gsync-bench-dpdk-{0}.sock",
-                     getpid());
+                     "--vdev=net_memif0,role=server,socket=/tmp/gsync-bench-dpdk-{0}.sock{1} "
+                     "--vdev=net_memif1,role=client,socket=/tmp/gsync-bench-dpdk-{0}.sock{1}",
+                     getpid(), bsize);
 }
 
 ContextOptions::Dpdk port_options(const char* port) {
@@ -40,6 +48,7 @@ ContextOptions::Dpdk port_options(const char* port) {
   o.wanted = o.required = true;
   o.eal_args = eal_args();
   o.port = port;
+  o.payload = g_payload;
   return o;
 }
 
@@ -122,11 +131,25 @@ double provider_bytes_per_s(double secs) {
 
 int main(int argc, char** argv) {
   spdlog::set_level(spdlog::level::warn);
-  // --provider-only: the provider alone, for a profile of it.
-  bool provider_only = argc > 1 && std::string(argv[1]) == "--provider-only";
-  // The frame the provider sends on memif: its MTU of 1500 (memif takes no
-  // larger frame) plus the Ethernet header.
-  size_t frame = 1500 + dpdk::kEtherHeaderBytes;
+  // --provider-only: the provider alone, for a profile of it; --payload N:
+  // frames of N bytes of payload (jumbo frames past 1436).
+  bool provider_only = false;
+  for (int i = 1; i < argc; i++) {
+    std::string a = argv[i];
+    if (a == "--provider-only") provider_only = true;
+    else if (a == "--payload" && i + 1 < argc) g_payload = uint32_t(std::stoul(argv[++i]));
+    else {
+      std::fprintf(stderr, "usage: bench_dpdk [--provider-only] [--payload 64..9000]\n");
+      return 2;
+    }
+  }
+  if (g_payload != 0 && (g_payload < 64 || g_payload > 9000)) {
+    std::fprintf(stderr, "bench_dpdk: --payload must be 64 to 9000\n");
+    return 2;
+  }
+  // The frame the provider sends on memif: the MTU of 1500 plus the
+  // Ethernet header, or the payload asked for and its headers.
+  size_t frame = g_payload != 0 ? g_payload + dpdk::kFrameOverhead : 1500 + dpdk::kEtherHeaderBytes;
   size_t payload = frame - dpdk::kFrameOverhead;
   std::printf("# one process, one thread: net_memif0 (server) -> net_memif1 (client), "
               "%zu-byte frames (%zu bytes of payload)\n", frame, payload);
