@@ -79,6 +79,25 @@ proto::DeviceRequest registration(uint64_t id) {
   return r;
 }
 
+// 2 MiB of memory that is no CUDA allocation, as an fd to send.
+int not_gpu_memory() {
+  const int fd = memfd_create("not-gpu-memory", MFD_CLOEXEC);
+  if (fd >= 0 && ftruncate(fd, 2 << 20) != 0) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+proto::DeviceRequest release_of(uint64_t id) {
+  proto::DeviceRequest r{};
+  r.magic = proto::kDeviceMagic;
+  r.kind = static_cast<uint32_t>(proto::DeviceRequestKind::kRelease);
+  r.alloc_id = id;
+  r.seq = id;
+  return r;
+}
+
 std::string ask(RawClient& c, const void* msg, size_t len, int fd, int want_status,
                 uint64_t want_id) {
   proto::DeviceReply reply{};
@@ -97,9 +116,8 @@ TEST(DeviceMemory, EveryBadRequestGetsAnErrorNamingItAndTheSessionServesOn) {
   proto::HelloReply hello{};
   ASSERT_TRUE(c.connect(d.socket(), "requests", 1, 0, &hello));
   ASSERT_EQ(hello.status, 0) << hello.message;
-  const int memfd = memfd_create("not-gpu-memory", MFD_CLOEXEC);
+  const int memfd = not_gpu_memory();
   ASSERT_GE(memfd, 0);
-  ASSERT_EQ(ftruncate(memfd, 2 << 20), 0);
 
   // A memfd is no CUDA allocation; on this machine the daemon has no GPU
   // at all. Either way: refused, naming the allocation and the rank.
@@ -137,10 +155,7 @@ TEST(DeviceMemory, EveryBadRequestGetsAnErrorNamingItAndTheSessionServesOn) {
   why = ask(c, &huge_id, sizeof huge_id, memfd, GSYNC_ERR_PROTOCOL, proto::kMaxDeviceAllocId + 1);
   EXPECT_NE(why.find("outside 1 .."), std::string::npos) << why;
 
-  proto::DeviceRequest release{};
-  release.magic = proto::kDeviceMagic;
-  release.kind = static_cast<uint32_t>(proto::DeviceRequestKind::kRelease);
-  release.alloc_id = 3;
+  auto release = release_of(3);
   why = ask(c, &release, sizeof release, -1, GSYNC_ERR_INVALID, 3);
   EXPECT_NE(why.find("never registered"), std::string::npos) << why;
   close(memfd);
@@ -207,18 +222,14 @@ TEST(DeviceMemory, RequestsSentTogetherAreAnsweredInTheirOrder) {
   proto::HelloReply hello{};
   ASSERT_TRUE(c.connect(d.socket(), "in-order", 1, 0, &hello));
   ASSERT_EQ(hello.status, 0) << hello.message;
-  const int memfd = memfd_create("not-gpu-memory", MFD_CLOEXEC);
+  const int memfd = not_gpu_memory();
   ASSERT_GE(memfd, 0);
-  ASSERT_EQ(ftruncate(memfd, 2 << 20), 0);
-  proto::DeviceRequest release{};
-  release.magic = proto::kDeviceMagic;
-  release.kind = static_cast<uint32_t>(proto::DeviceRequestKind::kRelease);
   constexpr int kRounds = 8;
   for (int i = 0; i < kRounds; i++) {
     auto r = registration(uint64_t(3 * i + 1));
     r.seq = uint64_t(3 * i + 1);
     ASSERT_TRUE(c.send_device_request(&r, sizeof r, {memfd}));
-    release.alloc_id = release.seq = uint64_t(3 * i + 2);
+    auto release = release_of(uint64_t(3 * i + 2));
     ASSERT_TRUE(c.send_device_request(&release, sizeof release, {}));
     auto no_fd = registration(uint64_t(3 * i + 3));
     no_fd.seq = uint64_t(3 * i + 3);
@@ -238,8 +249,8 @@ TEST(DeviceMemory, RequestsSentTogetherAreAnsweredInTheirOrder) {
   {
     RawClient gone;
     ASSERT_TRUE(gone.connect(d.socket(), "gone", 1, 0, &hello));
-    const int fd = memfd_create("not-gpu-memory", MFD_CLOEXEC);
-    ASSERT_EQ(ftruncate(fd, 2 << 20), 0);
+    const int fd = not_gpu_memory();
+    ASSERT_GE(fd, 0);
     auto r = registration(1);
     ASSERT_TRUE(gone.send_device_request(&r, sizeof r, {fd}));
     ASSERT_TRUE(gone.send_device_request(&r, sizeof r, {fd}));
