@@ -31,6 +31,10 @@ if [ ! -f "$build/build.ninja" ]; then
     -Dcpp_args=-g1 -Db_sanitize=address,undefined -Db_lundef=false -Dcuda=disabled \
     "${unity[@]}" || exit 1
 fi
+# Regenerated first where a meson.build changed since the last run: the
+# targets are read from the build's introspection, which would otherwise
+# still name tests added, renamed or removed since.
+ninja -C "$build" build.ninja >/dev/null || exit 1
 # What the two suites run, not the whole tree (benchmarks, the rxe lane's
 # program): tools/suite-targets.py.
 targets=$(python3 "$root/tools/suite-targets.py" "$build" unit integration) || exit 1
