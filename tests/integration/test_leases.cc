@@ -352,9 +352,11 @@ TEST(Leases, WorkersKilledAtRandomMomentsLoseNoBatch) {
     kill(vpid, SIGKILL);
     ranks.join();
     ASSERT_TRUE(reached) << "run " << run;
-    for (int r = 0; r < 4; r++)
-      if (r != victim)
+    for (int r = 0; r < 4; r++) {
+      if (r != victim) {
         EXPECT_EQ(res[r].code, 0) << "run " << run << " rank " << r << ": " << res[r].output;
+      }
+    }
     expect_each_batch_once(res, victim);
     if (HasFailure()) {
       for (int r = 0; r < 4; r++) ADD_FAILURE() << "rank " << r << ": " << res[r].output;
