@@ -81,7 +81,13 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"af_packet", "memif"}));
   app.add_option("--dpdk-payload", o.dpdk_payload,
                  "DPDK bytes per frame (0: the port's MTU's; over memif up to 9000, jumbo frames)")
-      ->check(CLI::Range(0, 9000));
+      ->check(CLI::Validator(
+          [](std::string& v) {
+            const unsigned long n = std::strtoul(v.c_str(), nullptr, 10);
+            return n == 0 || (n >= 64 && n <= 9000) ? std::string()
+                                                     : std::string("0, or 64 to 9000");
+          },
+          "0|64..9000"));
   app.add_flag("--pin", o.pin,
                "give each test bed host its own share of the CPUs (daemon, ranks, and the "
                "peers' ranks on that host)");

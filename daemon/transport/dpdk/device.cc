@@ -89,13 +89,15 @@ std::optional<MemifVdev> memif_vdev(const std::string& eal_args, const std::stri
     for (std::string p; std::getline(parts, p, ',');) kv.push_back(p);
     if (kv.empty() || kv[0] != port) continue;
     MemifVdev m;
+    bool client = false, zero_copy = false;
     for (size_t k = 1; k < kv.size(); k++) {
-      if (kv[k] == "zero-copy=yes") m.zero_copy = true;
-      if (kv[k].rfind("bsize=", 0) != 0) continue;
-      const char* v = kv[k].c_str() + 6;
-      auto [end, ec] = std::from_chars(v, kv[k].c_str() + kv[k].size(), m.bsize);
-      if (ec != std::errc() || *end != '\0') m.bsize = 0;  // the PMD refuses it anyway
+      if (kv[k] == "zero-copy=yes") zero_copy = true;
+      if (kv[k] == "role=client" || kv[k] == "role=slave") client = true;
+      // Read as the PMD reads it (strtoul): "9k" is 9 there too.
+      if (kv[k].rfind("bsize=", 0) == 0)
+        m.bsize = uint32_t(std::strtoul(kv[k].c_str() + 6, nullptr, 10));
     }
+    m.zero_copy = zero_copy && client;  // the PMD ignores it on a server
     return m;
   }
   return std::nullopt;
@@ -135,11 +137,11 @@ Status Device::open(const ContextOptions::Dpdk& o, const std::string& file_prefi
 
 void Device::raise_mtu(const ContextOptions::Dpdk& o, uint32_t want_mtu, uint32_t memif_bsize) {
   // A PMD without an MTU to set takes what its receive side says it
-  // takes; memif (frames in shared-memory buffers, chained when longer
+  // takes; memif (frames in shared-memory buffers, in several when longer
   // than one) what one of its buffers holds.
   rte_eth_dev_info info{};
   rte_eth_dev_info_get(port_, &info);
-  const uint32_t takes = std::max<uint32_t>(info.max_rx_pktlen, memif_bsize);
+  const uint32_t takes = memif_bsize != 0 ? memif_bsize : info.max_rx_pktlen;
   int rc = rte_eth_dev_set_mtu(port_, uint16_t(want_mtu));
   if (rc == -ENOTSUP && takes >= want_mtu + kEtherHeaderBytes) rc = 0;
   if (rc == 0)
@@ -194,14 +196,20 @@ Status Device::start_port(const ContextOptions::Dpdk& o) {
   // A zero-copy memif client sends its buffers' own memory, which must lie
   // in the regions it shares with its peer: a payload elsewhere (the
   // tensor's) would reach the peer as whatever lies at that offset there.
+  // So a memif port whose vdev the arguments do not show (made some other
+  // way) sends no payload by reference either.
   by_reference_ = (info.tx_offload_capa & RTE_ETH_TX_OFFLOAD_MULTI_SEGS) &&
                   rte_eal_iova_mode() == RTE_IOVA_VA &&
-                  ((driver == "net_memif" && !(memif && memif->zero_copy)) ||
+                  ((driver == "net_memif" && memif && !memif->zero_copy) ||
                    driver == "net_af_packet");
   if (by_reference_) conf.txmode.offloads |= RTE_ETH_TX_OFFLOAD_MULTI_SEGS;
   if (int rc = rte_eth_dev_configure(port_, 1, 1, &conf); rc != 0) return fail("configure", rc);
   if (rte_eth_dev_get_mtu(port_, &mtu_) != 0) mtu_ = 1500;
-  if (want_mtu > mtu_) raise_mtu(o, want_mtu, driver == "net_memif" && memif ? memif->bsize : 0);
+  const uint32_t bsize = driver == "net_memif" && memif ? memif->bsize : 0;
+  // A memif buffer smaller than the MTU's frame bounds the frame too.
+  if (bsize != 0 && bsize < mtu_ + kEtherHeaderBytes)
+    mtu_ = uint16_t(bsize > kEtherHeaderBytes ? bsize - kEtherHeaderBytes : 0);
+  if (want_mtu > mtu_) raise_mtu(o, want_mtu, bsize);
   uint16_t rxd = 1024, txd = 1024;
   if (int rc = rte_eth_dev_adjust_nb_rx_tx_desc(port_, &rxd, &txd); rc != 0)
     return fail("adjust descriptors", rc);

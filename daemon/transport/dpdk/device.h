@@ -34,11 +34,11 @@ namespace gsync::transport::dpdk {
 std::vector<std::string> eal_argv(const std::string& eal_args, const std::string& file_prefix);
 
 // What eal_args say of the net_memif vdev named port (nullopt: no such
-// vdev). memif has no MTU of its own: a frame longer than one of its
-// buffers travels in several and arrives as a chain, which the provider
-// drops as oversized, so bsize (2048 unless "bsize=" says; 0 when that
-// does not parse) bounds a frame. A zero-copy client ("zero-copy=yes")
-// sends only memory it shares with its peer: no payload by reference.
+// vdev). memif has no MTU of its own, and a frame longer than one of its
+// buffers travels in several, which the provider cannot take, so bsize
+// (2048 unless "bsize=" says, read as the PMD reads it) bounds a frame. A
+// zero-copy client ("zero-copy=yes" with "role=client") sends only memory
+// it shares with its peer: no payload by reference.
 struct MemifVdev {
   uint32_t bsize = 2048;
   bool zero_copy = false;

@@ -122,9 +122,10 @@ void RxLcore::run() {
     // and the event thread looks at the ring after it sets armed_.
     std::atomic_thread_fence(std::memory_order_seq_cst);
     if (armed_.load(std::memory_order_relaxed) && armed_.exchange(false)) {
+      // Counted first: whoever the write wakes may read the count at once.
+      wakeups_.fetch_add(1, std::memory_order_relaxed);
       const uint64_t one = 1;
       [[maybe_unused]] ssize_t w = write(efd_, &one, sizeof one);
-      wakeups_.fetch_add(1, std::memory_order_relaxed);
     }
   }
   if (lcore_.load() != ~0u) rte_thread_unregister();
