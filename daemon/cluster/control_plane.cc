@@ -87,7 +87,7 @@ Status ControlPlane::start() {
   o.dpdk.payload = cfg_.dpdk_payload;
   o.dpdk.idle_poll_us = cfg_.dpdk_idle_poll_us;
   o.dpdk.drop_ppm = cfg_.dpdk_drop_ppm;
-  o.dpdk.rx_lcore = cfg_.dpdk_rx_lcore;
+  o.dpdk.rx_lcore = dpdk_rx_cpu(cfg_);
   Status err;
   // Membership on etcd changes the hosts table while running, which only
   // the TCP provider does (docs/membership.md, "Limits").

@@ -193,6 +193,23 @@ std::optional<ConfigProblem> trace_problem(const DaemonConfig& cfg) {
   return std::nullopt;
 }
 
+constexpr int kRxLcoreBad = -3;
+
+}  // namespace
+
+int dpdk_rx_cpu(const DaemonConfig& cfg) {
+  const std::string& w = cfg.dpdk_rx_lcore;
+  if (w == "off") return -2;
+  if (w == "any") return -1;
+  int cpu = 0;
+  auto [end, ec] = std::from_chars(w.data(), w.data() + w.size(), cpu);
+  if (w.empty() || ec != std::errc() || end != w.data() + w.size() || cpu < 0 || cpu >= CPU_SETSIZE)
+    return kRxLcoreBad;
+  return cpu;
+}
+
+namespace {
+
 std::optional<ConfigProblem> dpdk_problem(const DaemonConfig& cfg) {
   if (cfg.dpdk_window < 2 || cfg.dpdk_window > 32768)
     return ConfigProblem{{"dpdk.window"},
@@ -212,12 +229,10 @@ std::optional<ConfigProblem> dpdk_problem(const DaemonConfig& cfg) {
     return ConfigProblem{{"dpdk.drop_ppm"},
                          fmt::format("must be at most 500000 (half the frames), got {}",
                                      cfg.dpdk_drop_ppm)};
-  if (const std::string& w = cfg.dpdk_rx_lcore;
-      w != "off" && w != "any" &&
-      (w.empty() || w.size() > 4 || w.find_first_not_of("0123456789") != std::string::npos ||
-       std::stoi(w) >= CPU_SETSIZE))
+  if (dpdk_rx_cpu(cfg) == kRxLcoreBad)
     return ConfigProblem{{"dpdk.rx_lcore"},
-                         fmt::format("must be \"off\", \"any\" or a CPU number, got \"{}\"", w)};
+                         fmt::format("must be \"off\", \"any\" or a CPU number, got \"{}\"",
+                                     cfg.dpdk_rx_lcore)};
   if (cfg.transport == "dpdk" && cfg.dpdk_eal_args.empty())
     return ConfigProblem{{"dpdk.eal_args"},
                          "transport \"dpdk\" needs the port in [dpdk] eal_args (e.g. "

@@ -86,9 +86,10 @@ struct ContextOptions {
     uint32_t payload = 0;   // bytes per frame; 0: what the port's MTU allows
     uint32_t idle_poll_us = 1000;  // an idle port is looked at this often (the loop's timers: 1 ms at least)
     uint32_t drop_ppm = 0;  // test hook: received frames dropped on purpose, per million
-    // The receive poll: "off" (the event loop polls the port), "any" or a
-    // CPU number (a dedicated lcore, floating or pinned).
-    std::string rx_lcore = "off";
+    // The receive poll: kRxOff (the event loop polls the port), kRxAnyCpu
+    // or a CPU number (a dedicated lcore, floating or pinned).
+    static constexpr int kRxOff = -2, kRxAnyCpu = -1;
+    int rx_lcore = kRxOff;
     bool required = false;  // no fallback to TCP when the port is unusable
   } dpdk;
 };

@@ -45,8 +45,8 @@ std::string eal_args() {
 class Link : public testing::Nodes {
  public:
   // Ports net_memif<first_port> and the next; rx_lcore for the second end.
-  explicit Link(int first_port = 0, std::string rx_lcore = "off")
-      : Nodes(2, 20000, 1), first_port_(first_port), rx_lcore_(std::move(rx_lcore)) {
+  explicit Link(int first_port = 0, int rx_lcore = ContextOptions::Dpdk::kRxOff)
+      : Nodes(2, 20000, 1), first_port_(first_port), rx_lcore_(rx_lcore) {
     auto ports = testing::free_ports(2);
     base_.identity = {"dpdk-test", 1, "b"};
     base_.cluster_key = testing::test_key();
@@ -90,7 +90,7 @@ class Link : public testing::Nodes {
  private:
   ContextOptions base_;
   int first_port_;
-  std::string rx_lcore_;
+  int rx_lcore_;
 };
 
 // A port of a virtual device is opened once per process (DPDK keeps a
@@ -129,7 +129,7 @@ void fill(uint8_t* p, size_t n, uint32_t seed) {
 // frame comes - not by a poll of its own, which this test does not make
 // until the fd says so - and the write lands whole.
 TEST(DpdkRxLcore, AnIdleReceiverIsWokenByItsLcore) {
-  Link l(2, "any");
+  Link l(2, ContextOptions::Dpdk::kRxAnyCpu);
   ASSERT_TRUE(l.start_all()) << "the memif link did not come up";
   auto& rx = *static_cast<dpdk::DpdkContext*>(l[1].ctx.get())->links();
   ASSERT_GE(rx.event_fd(), 0);

@@ -39,8 +39,9 @@ Status DpdkLinks::create(const ContextOptions& options, std::unique_ptr<DpdkLink
   d->tx_ = std::make_unique<TxBurst>(*d->device_);
   d->cluster_ = cluster_tag(options.identity.cluster_name);
   d->drop_ppm_.store(options.dpdk.drop_ppm);
-  if (options.dpdk.rx_lcore != "off") {
-    if (Status st = RxLcore::start(*d->device_, options.dpdk.rx_lcore, options.dpdk.mbufs, &d->rx_); !st) return st;
+  if (options.dpdk.rx_lcore != ContextOptions::Dpdk::kRxOff) {
+    Status st = RxLcore::start(*d->device_, options.dpdk.rx_lcore, options.dpdk.mbufs, &d->rx_);
+    if (!st) return st;
     spdlog::info("dpdk: port {} received on {}", d->device_->describe(), d->rx_->describe());
   }
   *out = std::move(d);

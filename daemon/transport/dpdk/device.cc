@@ -75,11 +75,19 @@ Status eal_status;
 
 }  // namespace
 
+namespace {
+// eal_args split on blanks, as the EAL gets them.
+std::vector<std::string> split_blanks(const std::string& text) {
+  std::istringstream in(text);
+  std::vector<std::string> words;
+  for (std::string w; in >> w;) words.push_back(w);
+  return words;
+}
+}  // namespace
+
 std::optional<MemifVdev> memif_vdev(const std::string& eal_args, const std::string& port) {
   if (port.rfind("net_memif", 0) != 0) return std::nullopt;
-  std::istringstream in(eal_args);
-  std::vector<std::string> args;
-  for (std::string a; in >> a;) args.push_back(a);
+  const std::vector<std::string> args = split_blanks(eal_args);
   for (size_t i = 0; i < args.size(); i++) {
     std::string dev;
     if (args[i].rfind("--vdev=", 0) == 0) dev = args[i].substr(7);
@@ -105,8 +113,7 @@ std::optional<MemifVdev> memif_vdev(const std::string& eal_args, const std::stri
 
 std::vector<std::string> eal_argv(const std::string& eal_args, const std::string& file_prefix) {
   std::vector<std::string> args{"gsyncd"};
-  std::istringstream in(eal_args);
-  for (std::string a; in >> a;) args.push_back(a);
+  for (std::string& a : split_blanks(eal_args)) args.push_back(std::move(a));
   if (!has_arg(args, {"--file-prefix", "--in-memory"})) args.push_back("--file-prefix=" + file_prefix);
   if (!has_arg(args, {"-l", "-c", "--lcores"}))
     args.push_back(fmt::format("--lcores=0@({})", allowed_cpus()));

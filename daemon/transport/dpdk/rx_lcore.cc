@@ -8,7 +8,6 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <charconv>
 #include <cstring>
 
 #include <fmt/format.h>
@@ -29,15 +28,9 @@ constexpr int kSpinsPerYield = 64;
 std::atomic<unsigned> rings_made{0};
 }  // namespace
 
-Status RxLcore::start(Device& dev, const std::string& where, uint32_t mbufs,
-                      std::unique_ptr<RxLcore>* out) {
-  int cpu = -1;
-  if (where != "any") {
-    auto [end, ec] = std::from_chars(where.data(), where.data() + where.size(), cpu);
-    if (ec != std::errc() || end != where.data() + where.size() || cpu < 0 || cpu >= CPU_SETSIZE)
-      return Status(GSYNC_ERR_INVALID,
-                    fmt::format("dpdk: rx_lcore \"{}\": off, any, or a CPU number", where));
-  }
+Status RxLcore::start(Device& dev, int cpu, uint32_t mbufs, std::unique_ptr<RxLcore>* out) {
+  if (cpu >= CPU_SETSIZE)
+    return Status(GSYNC_ERR_INVALID, fmt::format("dpdk: rx_lcore {}: no such CPU", cpu));
   std::unique_ptr<RxLcore> r(new RxLcore(dev, cpu));
   // Ring names are global to the EAL, and a context may be made again.
   std::string name = fmt::format("gsync_rx_{}", rings_made.fetch_add(1));

@@ -29,11 +29,10 @@ namespace gsync::transport::dpdk {
 
 class RxLcore {
  public:
-  // where: "any" (the thread floats over the daemon's CPUs) or a CPU
-  // number it is pinned to; mbufs: the port's pool, which sizes the ring.
-  // Fails naming the step (the ring, the eventfd, the CPU).
-  static Status start(Device& dev, const std::string& where, uint32_t mbufs,
-                      std::unique_ptr<RxLcore>* out);
+  // cpu: the CPU it is pinned to, or -1 (it floats over the daemon's
+  // CPUs); mbufs: the port's pool, which sizes the ring. Fails naming the
+  // step (the ring, the eventfd, the CPU).
+  static Status start(Device& dev, int cpu, uint32_t mbufs, std::unique_ptr<RxLcore>* out);
   // Stops the thread, then frees what it had passed on and was not taken.
   ~RxLcore();
   RxLcore(const RxLcore&) = delete;
