@@ -23,7 +23,7 @@
 #include "daemon/collective/engine.h"
 #include "daemon/config/config.h"
 #include "daemon/core/event_loop.h"
-#include "daemon/gpu/worker.h"
+#include "daemon/core/worker.h"
 #include "daemon/jobs/job_manager.h"
 #include "daemon/metrics/exposition.h"
 #include "daemon/metrics/metrics_server.h"
@@ -73,7 +73,7 @@ class Gsyncd {
   // Before everything that holds a client's device memory (sessions, ops,
   // plans, and the loop, whose handlers hold sessions): destroyed after
   // them, it unmaps what they let go, then joins.
-  gpu::Worker gpu_worker_;
+  Worker gpu_worker_{"gsync-gpu"};
   EventLoop loop_;
   std::unique_ptr<cluster::ControlPlane> control_;
   std::unique_ptr<collective::Engine> engine_;

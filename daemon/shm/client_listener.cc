@@ -24,7 +24,7 @@ constexpr auto kHandshakeTimeout = std::chrono::seconds(5);
 }  // namespace
 
 ClientListener::ClientListener(const DaemonConfig& cfg, EventLoop& loop, ClientSink& sink,
-                               gpu::Worker* gpu_worker)
+                               Worker* gpu_worker)
     : cfg_(cfg), loop_(loop), sink_(sink), gpu_worker_(gpu_worker) {}
 
 ClientListener::~ClientListener() {

@@ -24,11 +24,9 @@
 #include "daemon/shm/session.h"
 #include "protocol/device.h"
 
-namespace gsync::gpu {
-class Worker;
-}
-
 namespace gsync {
+
+class Worker;
 
 class ClientSink {
  public:
@@ -47,7 +45,7 @@ class ClientListener {
   // gpu_worker: where clients' device memory is imported and unmapped
   // (outlives every session and op; null: on the event thread).
   ClientListener(const DaemonConfig& cfg, EventLoop& loop, ClientSink& sink,
-                 gpu::Worker* gpu_worker = nullptr);
+                 Worker* gpu_worker = nullptr);
   ~ClientListener();
   ClientListener(const ClientListener&) = delete;
   ClientListener& operator=(const ClientListener&) = delete;
@@ -83,7 +81,7 @@ class ClientListener {
   const DaemonConfig& cfg_;
   EventLoop& loop_;
   ClientSink& sink_;
-  gpu::Worker* gpu_worker_;
+  Worker* gpu_worker_;
   int listen_fd_ = -1;
   uint64_t next_session_ = 1;
   std::map<uint64_t, std::shared_ptr<Session>> sessions_;

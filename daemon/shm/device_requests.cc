@@ -13,7 +13,7 @@
 
 #include "daemon/core/text.h"
 #include "daemon/gpu/imported.h"
-#include "daemon/gpu/worker.h"
+#include "daemon/core/worker.h"
 
 namespace gsync {
 
@@ -76,7 +76,7 @@ namespace {
 // The session's reference to an allocation: its unmap, when the last
 // holder (the session, or an op) lets go, runs on the worker's thread.
 std::shared_ptr<const gpu::ImportedMemory> held(std::unique_ptr<gpu::ImportedMemory> m,
-                                                gpu::Worker* worker) {
+                                                Worker* worker) {
   auto unmap = [worker](const gpu::ImportedMemory* p) {
     if (worker == nullptr) {
       delete p;
@@ -90,7 +90,7 @@ std::shared_ptr<const gpu::ImportedMemory> held(std::unique_ptr<gpu::ImportedMem
 }  // namespace
 
 void handle_device_request(const std::shared_ptr<Session>& s, const proto::DeviceRequest& r,
-                           int fd, gpu::Worker* worker, DeviceReplyFn reply) {
+                           int fd, Worker* worker, DeviceReplyFn reply) {
   const uint64_t id = r.alloc_id;
   if (static_cast<proto::DeviceRequestKind>(r.kind) == proto::DeviceRequestKind::kRelease) {
     if (s->device_memory.erase(id) == 0)

@@ -16,11 +16,9 @@
 #include "daemon/shm/session.h"
 #include "protocol/device.h"
 
-namespace gsync::gpu {
-class Worker;
-}
-
 namespace gsync {
+
+class Worker;
 
 // The most allocations one session may have mapped at once.
 constexpr size_t kMaxDeviceAllocations = 1024;
@@ -42,7 +40,7 @@ Status parse_device_request(const void* msg, size_t n, proto::DeviceRequest* out
 // over it keep theirs); the last reference's unmap runs on worker's thread.
 using DeviceReplyFn = std::function<void(const proto::DeviceReply&)>;
 void handle_device_request(const std::shared_ptr<Session>& s, const proto::DeviceRequest& r,
-                           int fd, gpu::Worker* worker, DeviceReplyFn reply);
+                           int fd, Worker* worker, DeviceReplyFn reply);
 
 // The reply to a request with this id and seq (of a message too short to
 // have them: 0).

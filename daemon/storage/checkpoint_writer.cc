@@ -3,7 +3,6 @@
 
 #include <fcntl.h>
 #include <liburing.h>
-#include <sys/eventfd.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -11,6 +10,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -102,10 +102,15 @@ int write_and_sync(io_uring* ring, int fd, const uint8_t* image, uint64_t image_
   return res < 0 ? -res : 0;
 }
 
-WriteResult write_with(io_uring* ring, const WriteJob& job) {
+// ring_init: io_uring_queue_init's result for ring.
+WriteResult write_with(int ring_init, io_uring* ring, const WriteJob& job) {
   WriteResult r;
   r.tag = job.tag;
   r.clock = job.clock;
+  if (ring_init < 0) {
+    r.error = fmt::format("io_uring_queue_init failed: {}", errno_text(-ring_init));
+    return r;
+  }
   const auto t0 = Clock::now();
   Snapshot& snap = *job.snapshot;
   if (!snap.ok()) {
@@ -163,78 +168,36 @@ WriteResult write_with(io_uring* ring, const WriteJob& job) {
 
 }  // namespace
 
-CheckpointWriter::CheckpointWriter() {
-  done_fd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-  thread_ = std::thread([this] { run(); });
-}
+CheckpointWriter::CheckpointWriter() = default;
+CheckpointWriter::~CheckpointWriter() = default;
 
-CheckpointWriter::~CheckpointWriter() {
-  {
-    std::lock_guard<std::mutex> g(mu_);
-    stop_ = true;
-  }
-  cv_.notify_all();
-  thread_.join();
-  if (done_fd_ >= 0) close(done_fd_);
+CheckpointWriter::Ring::~Ring() {
+  if (init == 0) io_uring_queue_exit(&ring);
 }
 
 void CheckpointWriter::submit(WriteJob job) {
-  {
-    std::lock_guard<std::mutex> g(mu_);
-    queue_.push_back(std::move(job));
-  }
-  cv_.notify_one();
+  auto result = std::make_shared<WriteResult>();
+  result->tag = job.tag;
+  result->clock = job.clock;
+  result->error = "the checkpoint writer failed";  // what a throw leaves
+  worker_.then([this, job = std::move(job), result] { *result = write_on_thread(job); },
+               [this, result] { done_.push_back(std::move(*result)); });
 }
 
 std::vector<WriteResult> CheckpointWriter::take() {
-  uint64_t v;
-  [[maybe_unused]] ssize_t n = read(done_fd_, &v, sizeof v);
-  std::lock_guard<std::mutex> g(mu_);
+  worker_.run_done();
   return std::exchange(done_, {});
 }
 
 WriteResult CheckpointWriter::write_now(const WriteJob& job) {
-  io_uring ring;
-  if (int rc = io_uring_queue_init(kRingEntries, &ring, 0); rc < 0) {
-    WriteResult r;
-    r.tag = job.tag;
-    r.clock = job.clock;
-    r.error = fmt::format("io_uring_queue_init failed: {}", errno_text(-rc));
-    return r;
-  }
-  WriteResult r = write_with(&ring, job);
-  io_uring_queue_exit(&ring);
-  return r;
+  Ring r;
+  r.init = io_uring_queue_init(kRingEntries, &r.ring, 0);
+  return write_with(r.init, &r.ring, job);
 }
 
-void CheckpointWriter::run() {
-  io_uring ring;
-  int init = io_uring_queue_init(kRingEntries, &ring, 0);
-  for (;;) {
-    WriteJob job;
-    {
-      std::unique_lock<std::mutex> g(mu_);
-      cv_.wait(g, [&] { return stop_ || !queue_.empty(); });
-      if (queue_.empty()) break;  // stopping, nothing left
-      job = std::move(queue_.front());
-      queue_.pop_front();
-    }
-    WriteResult r;
-    if (init < 0) {
-      r.tag = job.tag;
-      r.clock = job.clock;
-      r.error = fmt::format("io_uring_queue_init failed: {}", errno_text(-init));
-    } else {
-      r = write_with(&ring, job);
-    }
-    {
-      std::lock_guard<std::mutex> g(mu_);
-      done_.push_back(std::move(r));
-    }
-    uint64_t one = 1;
-    [[maybe_unused]] ssize_t n = write(done_fd_, &one, sizeof one);
-  }
-  if (init >= 0) io_uring_queue_exit(&ring);
+WriteResult CheckpointWriter::write_on_thread(const WriteJob& job) {
+  if (ring_.init == 1) ring_.init = io_uring_queue_init(kRingEntries, &ring_.ring, 0);
+  return write_with(ring_.init, &ring_.ring, job);
 }
 
 }  // namespace gsync::storage

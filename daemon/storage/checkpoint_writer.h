@@ -8,19 +8,19 @@
 // One checkpoint at a time, in the order given. A failure (a full or
 // read-only disk, a folder that cannot be made) removes the temporary
 // file, leaves every earlier checkpoint as it was, and comes back with the
-// error naming the file and the call. Results come back through an
-// eventfd the event loop watches; the thread never touches daemon state.
+// error naming the file and the call. The thread is a Worker's
+// (core/worker.h); results come back through its eventfd, which the event
+// loop watches; the thread never touches daemon state.
 #pragma once
 
-#include <condition_variable>
+#include <liburing.h>
+
 #include <cstdint>
-#include <deque>
 #include <memory>
-#include <mutex>
 #include <string>
-#include <thread>
 #include <vector>
 
+#include "daemon/core/worker.h"
 #include "daemon/storage/checkpoint_format.h"
 #include "daemon/storage/snapshot.h"
 
@@ -54,22 +54,26 @@ class CheckpointWriter {
   CheckpointWriter& operator=(const CheckpointWriter&) = delete;
 
   void submit(WriteJob job);
-  // Readable when take() has results.
-  int done_fd() const { return done_fd_; }
+  // Readable when take() has results (-1: no eventfd could be made, and
+  // submit() writes on the calling thread).
+  int done_fd() const { return worker_.done_fd(); }
   std::vector<WriteResult> take();
   // Runs one job on the calling thread (tests, tools).
   static WriteResult write_now(const WriteJob& job);
 
  private:
-  void run();
+  // The writing thread's io_uring, made at its first job; gone after the
+  // thread (declared before the worker).
+  struct Ring {
+    io_uring ring{};
+    int init = 1;  // io_uring_queue_init's result; 1: not tried yet
+    ~Ring();
+  };
+  WriteResult write_on_thread(const WriteJob& job);
 
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<WriteJob> queue_;
-  std::vector<WriteResult> done_;
-  bool stop_ = false;
-  int done_fd_ = -1;
-  std::thread thread_;
+  Ring ring_;
+  std::vector<WriteResult> done_;  // event thread
+  Worker worker_{"gsync-ckpt"};
 };
 
 }  // namespace gsync::storage

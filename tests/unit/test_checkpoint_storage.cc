@@ -145,5 +145,39 @@ TEST(CheckpointWriter, ResultsComeBackThroughItsFd) {
   std::system(("rm -rf " + root).c_str());
 }
 
+// Several checkpoints queued at once are written one at a time, in the
+// order given, and come back in that order; one that fails (its folder
+// cannot be made) leaves the next written.
+TEST(CheckpointWriter, QueuedCheckpointsComeBackInTheirOrder) {
+  const std::string root = temp_dir();
+  std::vector<float> v(500, 3.0f);
+  CheckpointWriter w;
+  for (uint64_t c = 1; c <= 6; c++) {
+    WriteJob j;
+    j.tag = 100 + c;
+    j.folder = c == 3 ? "/proc/gsync-no/such" : root;
+    j.id = shard();
+    j.clock = c;
+    j.keep = 10;
+    j.snapshot = std::make_shared<Snapshot>(std::vector<const float*>{v.data()}, v.size());
+    w.submit(j);
+  }
+  std::vector<WriteResult> got;
+  while (got.size() < 6) {
+    pollfd p{w.done_fd(), POLLIN, 0};
+    ASSERT_EQ(poll(&p, 1, 30000), 1) << "no result in 30 s";
+    for (WriteResult& r : w.take()) got.push_back(std::move(r));
+  }
+  ASSERT_EQ(got.size(), 6u);
+  for (uint64_t c = 1; c <= 6; c++) {
+    const WriteResult& r = got[c - 1];
+    EXPECT_EQ(r.tag, 100 + c);
+    EXPECT_EQ(r.clock, c);
+    EXPECT_EQ(r.ok, c != 3) << r.error;
+  }
+  EXPECT_EQ(valid_clocks(root, shard(), 10), (std::vector<uint64_t>{6, 5, 4, 2, 1}));
+  std::system(("rm -rf " + root).c_str());
+}
+
 }  // namespace
 }  // namespace gsync::storage

@@ -1,16 +1,16 @@
 // SPDX-License-Identifier: Apache-2.0
 //
-// Runs the driver calls that may wait on a thread of its own, so the event
-// thread never waits for the driver: importing and mapping a client's
-// allocation (the first one on a GPU also makes the daemon's context there,
-// hundreds of milliseconds), and unmapping it when the last op over it ends
-// or the client goes (cuMemUnmap may wait for the device). No CUDA in it: a
-// queue of closures and the thread that runs them in order, started at the
-// first one, and a queue of results the event thread picks up when
-// done_fd() is readable. Destroyed after every holder of what it releases
-// (gsyncd.h declares it before the event loop): it runs what is queued,
-// joins, then destroys the results never picked up; what is released
-// after that runs inline.
+// A thread of its own for calls that may wait, so the event thread never
+// does: the GPU's (importing and mapping a client's allocation - the first
+// one on a GPU also makes the daemon's context there, hundreds of
+// milliseconds -, pinning staging memory, unmapping when the last op over
+// an allocation ends: cuMemUnmap may wait for the device) and the
+// checkpoints' (hash, write, fsync). A queue of closures and the thread
+// that runs them in order, started at the first one, and a queue of
+// results the event thread picks up when done_fd() is readable. Destroyed
+// after every holder of what it releases (gsyncd.h declares the GPU's
+// before the event loop): it runs what is queued, joins, then destroys the
+// results never picked up; what is queued after that runs inline.
 #pragma once
 
 #include <condition_variable>
@@ -19,11 +19,12 @@
 #include <mutex>
 #include <thread>
 
-namespace gsync::gpu {
+namespace gsync {
 
 class Worker {
  public:
-  Worker();
+  // name: the thread's, as top and gdb show it (15 characters at most).
+  explicit Worker(const char* name);
   ~Worker();
   Worker(const Worker&) = delete;
   Worker& operator=(const Worker&) = delete;
@@ -48,6 +49,7 @@ class Worker {
  private:
   void run();
   void signal();
+  const char* name_;
   std::mutex mu_;
   std::condition_variable cv_, idle_;
   std::deque<std::function<void()>> queue_;
@@ -59,4 +61,4 @@ class Worker {
   std::deque<std::function<void()>> done_;
 };
 
-}  // namespace gsync::gpu
+}  // namespace gsync

@@ -1,10 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 //
-// gpu::Worker (daemon/gpu/worker.h): what imports and releases a client's
-// device memory runs off the calling thread, in order; a result comes back
-// to the thread that waits on done_fd(), in order; everything queued has
-// run by the time the worker is gone. No GPU needed: the closures are
-// plain code.
+// Worker (daemon/core/worker.h): what imports and releases a client's
+// device memory, or writes a checkpoint, runs off the calling thread, in
+// order; a result comes back to the thread that waits on done_fd(), in
+// order; everything queued has run by the time the worker is gone. No GPU
+// needed: the closures are plain code.
 #include <gtest/gtest.h>
 
 #include <poll.h>
@@ -14,13 +14,13 @@
 #include <thread>
 #include <vector>
 
-#include "daemon/gpu/worker.h"
+#include "daemon/core/worker.h"
 
-namespace gsync::gpu {
+namespace gsync {
 namespace {
 
-TEST(GpuWorker, RunsInOrderOffTheCallingThread) {
-  Worker r;
+TEST(Worker, RunsInOrderOffTheCallingThread) {
+  Worker r("test-worker");
   std::vector<int> order;
   std::thread::id ran_on;
   for (int i = 0; i < 100; i++)
@@ -34,10 +34,10 @@ TEST(GpuWorker, RunsInOrderOffTheCallingThread) {
   EXPECT_NE(ran_on, std::this_thread::get_id());
 }
 
-TEST(GpuWorker, EverythingQueuedRunsBeforeItIsGone) {
+TEST(Worker, EverythingQueuedRunsBeforeItIsGone) {
   std::atomic<int> ran{0};
   {
-    Worker r;
+    Worker r("test-worker");
     // The first blocks until the rest are queued: the destructor finds a
     // backlog, and must run it before it joins.
     std::atomic<bool> go{false};
@@ -57,8 +57,8 @@ bool done_ready(const Worker& w) {
   return poll(&p, 1, 10000) == 1;
 }
 
-TEST(GpuWorker, ThenHandsEachResultBackInOrderToTheThreadThatAsks) {
-  Worker w;
+TEST(Worker, ThenHandsEachResultBackInOrderToTheThreadThatAsks) {
+  Worker w("test-worker");
   ASSERT_GE(w.done_fd(), 0);
   std::vector<std::thread::id> worked_on;
   std::vector<int> done;
@@ -88,8 +88,8 @@ TEST(GpuWorker, ThenHandsEachResultBackInOrderToTheThreadThatAsks) {
   EXPECT_EQ(poll(&p, 1, 0), 0);
 }
 
-TEST(GpuWorker, AResultComesBackEvenWhenTheWorkThrows) {
-  Worker w;
+TEST(Worker, AResultComesBackEvenWhenTheWorkThrows) {
+  Worker w("test-worker");
   bool answered = false;
   w.then([] { throw std::runtime_error("a driver wrapper's bug"); },
          [&answered] { answered = true; });
@@ -101,10 +101,10 @@ TEST(GpuWorker, AResultComesBackEvenWhenTheWorkThrows) {
 // A result the event thread never picked up (the daemon stopping) holds
 // what releases device memory through the worker when it goes: it runs,
 // inline, rather than on a thread started in the destructor.
-TEST(GpuWorker, WhatAResultNeverPickedUpReleasesRunsWhenTheWorkerGoes) {
+TEST(Worker, WhatAResultNeverPickedUpReleasesRunsWhenTheWorkerGoes) {
   std::atomic<int> released{0};
   {
-    Worker w;
+    Worker w("test-worker");
     struct Holder {
       Worker* w;
       std::atomic<int>* released;
@@ -121,8 +121,8 @@ TEST(GpuWorker, WhatAResultNeverPickedUpReleasesRunsWhenTheWorkerGoes) {
   EXPECT_EQ(released.load(), 1);
 }
 
-TEST(GpuWorker, AResultThatThrowsLeavesTheRestSignalled) {
-  Worker w;
+TEST(Worker, AResultThatThrowsLeavesTheRestSignalled) {
+  Worker w("test-worker");
   int ran = 0;
   w.then([] {}, [] { throw std::runtime_error("a bug in an answer"); });
   w.then([] {}, [&ran] { ran++; });
@@ -134,5 +134,16 @@ TEST(GpuWorker, AResultThatThrowsLeavesTheRestSignalled) {
   EXPECT_EQ(ran, 1);
 }
 
+// A closure given to later() that throws (a bug) is logged; the thread
+// goes on with the rest of the queue.
+TEST(Worker, AThrowingCallLeavesTheThreadServing) {
+  Worker w("test-worker");
+  int ran = 0;
+  w.later([] { throw std::runtime_error("a bug in a release"); });
+  w.later([&ran] { ran++; });
+  w.drain();
+  EXPECT_EQ(ran, 1);
+}
+
 }  // namespace
-}  // namespace gsync::gpu
+}  // namespace gsync

@@ -1,15 +1,19 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "daemon/gpu/worker.h"
+#include "daemon/core/worker.h"
 
 #include <pthread.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
 #include <cstdint>
+#include <exception>
 
-namespace gsync::gpu {
+#include <spdlog/spdlog.h>
 
-Worker::Worker() : done_fd_(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {}
+namespace gsync {
+
+Worker::Worker(const char* name)
+    : name_(name), done_fd_(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {}
 
 Worker::~Worker() {
   {
@@ -97,7 +101,7 @@ void Worker::drain() {
 }
 
 void Worker::run() {
-  pthread_setname_np(pthread_self(), "gsync-gpu");
+  pthread_setname_np(pthread_self(), name_);
   std::unique_lock lock(mu_);
   for (;;) {
     cv_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
@@ -106,11 +110,19 @@ void Worker::run() {
     queue_.pop_front();
     running_ = true;
     lock.unlock();
-    fn();  // driver calls return codes; nothing in them throws
+    try {
+      fn();
+    } catch (const std::exception& e) {
+      // Only later()'s can get here (then()'s catch their own): a bug, but
+      // not one to end the daemon over.
+      spdlog::error("{}: a queued call threw: {}", name_, e.what());
+    } catch (...) {
+      spdlog::error("{}: a queued call threw", name_);
+    }
     lock.lock();
     running_ = false;
     if (queue_.empty()) idle_.notify_all();
   }
 }
 
-}  // namespace gsync::gpu
+}  // namespace gsync
