@@ -59,6 +59,9 @@ void Worker::then(std::function<void()> work, std::function<void()> done) {
       work();
     } catch (...) {
     }
+    // What the work held goes here, before its answer is seen: the event
+    // thread finds nothing of it still alive on this one.
+    work = nullptr;
     {
       std::lock_guard lock(done_mu_);
       done_.push_back(std::move(done));

@@ -10,6 +10,7 @@
 #include <poll.h>
 
 #include <atomic>
+#include <memory>
 #include <stdexcept>
 #include <thread>
 #include <vector>
@@ -132,6 +133,21 @@ TEST(Worker, AResultThatThrowsLeavesTheRestSignalled) {
   ASSERT_TRUE(done_ready(w)) << "the second result was left without a signal";
   w.run_done();
   EXPECT_EQ(ran, 1);
+}
+
+// What a work held is gone by the time its answer runs: nothing of it is
+// left alive on the worker's thread once the event thread sees the answer.
+TEST(Worker, WhatTheWorkHeldIsGoneBeforeItsAnswerRuns) {
+  Worker w("test-worker");
+  for (int i = 0; i < 200; i++) {
+    auto token = std::make_shared<int>(i);
+    std::weak_ptr<int> seen = token;
+    bool expired = false;
+    w.then([token = std::move(token)] {}, [&expired, seen] { expired = seen.expired(); });
+    ASSERT_TRUE(done_ready(w));
+    w.run_done();
+    ASSERT_TRUE(expired) << "round " << i << ": the work's capture was still alive";
+  }
 }
 
 // A closure given to later() that throws (a bug) is logged; the thread
