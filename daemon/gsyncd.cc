@@ -97,7 +97,9 @@ Status Gsyncd::start() {
 
   jobs_ = std::make_unique<JobManager>(cfg_, *pipeline_, control_.get());
   clients_ = std::make_unique<ClientListener>(cfg_, loop_, *jobs_, &gpu_worker_);
-  // Device memory imported off the event thread is answered on it.
+  pipeline_->staging().make_on(&gpu_worker_);
+  // Device memory imported (and pinned staging made) off the event thread
+  // is answered on it.
   if (gpu_worker_.done_fd() >= 0)
     loop_.add(gpu_worker_.done_fd(), EPOLLIN, [this](uint32_t) { gpu_worker_.run_done(); });
   // Closing a session from inside a completion would pull jobs out from

@@ -6,17 +6,16 @@
 #include <algorithm>
 
 #include <fmt/format.h>
-#include <spdlog/spdlog.h>
 
 #include "daemon/cluster/control_plane.h"
 #include "daemon/collective/engine.h"
-#include "daemon/gpu/launch.h"
 #include "daemon/pipeline/copy_stage.h"
 #include "daemon/pipeline/cross_stage.h"
 #include "daemon/pipeline/gpu_work.h"
 #include "daemon/pipeline/guard_stage.h"
 #include "daemon/pipeline/plan_cache.h"
 #include "daemon/pipeline/local_stages.h"
+#include "daemon/pipeline/op_record.h"
 #include "daemon/pipeline/ps_stages.h"
 #include "daemon/ps/service.h"
 
@@ -27,47 +26,6 @@ namespace {
 // turn of the loop; more in flight at once take fresh ones.
 constexpr size_t kSpareWireLogs = 64;
 }  // namespace
-
-// The pipeline's record of one op.
-class Op {
- public:
-  enum class State : uint8_t { kIdle, kActive, kFinished, kAborting, kQuiet };
-  struct StageState {
-    State state = State::kIdle;
-    StageTimes times;
-  };
-
-  Op(Pipeline& p, uint64_t serial, OpRequest req, Pipeline::Done done)
-      : pipeline(p), serial(serial), req(std::move(req)), done(std::move(done)),
-        started(Clock::now()) {}
-
-  Pipeline& pipeline;
-  const uint64_t serial;
-  const OpRequest req;
-  Pipeline::Done done;
-  std::vector<std::unique_ptr<Stage>> stages;
-  std::vector<StageState> states;
-  Status status;
-  bool failing = false, ended = false;
-  double weight_total = 0;
-  uint64_t value = 0;
-  OpRoute route;
-  Clock::time_point started;
-  std::string plan;  // OpTimes::plan
-  WireLog wire;      // OpTimes::wire; the cross-host stage records into it
-  HostArrivals hosts;  // OpTimes::hosts; the cross-host stage records into it
-
-  // Stages built after a first one of their own (CopyStage through host
-  // memory) count from link_offset.
-  StageLink link(int index) { return StageLink(*this, index + link_offset); }
-  int link_offset = 0;
-  // The first stage not finished; -1 when all are.
-  int current() const {
-    for (size_t i = 0; i < states.size(); i++)
-      if (states[i].state != State::kFinished) return static_cast<int>(i);
-    return -1;
-  }
-};
 
 std::string OpRequest::describe() const {
   return fmt::format("job {} {} key {} step {}", job, proto::name(shape.opcode), id.key, id.step);
@@ -121,85 +79,19 @@ uint64_t Pipeline::start(OpRequest request, Done done) {
   // never 0.
   uint64_t serial = next_serial_++;
   if (op_token(serial) == 0) serial = next_serial_++;
-  Status staged = stage_device_memory(&request);
   auto owned = std::make_unique<Op>(*this, serial, std::move(request), std::move(done));
   Op& op = *owned;
   ops_.emplace(serial, std::move(owned));
-  if (!staged) {
-    op.failing = true;
-    op.status = Status(staged.code(), fmt::format("{}: {}", op.req.describe(), staged.message()));
-  } else {
-    build_stages(op);
-  }
-  run(op);
+  op.staging = 1;
+  stage_device_memory(op);
+  staging_arrived(op);
   return serial;
 }
 
-std::string Pipeline::gpu_path_refusal(const OpRequest& r) const {
-  uint64_t gpus = 0;  // the op's GPUs (bit d: GPU d)
-  for (const auto& c : r.locals) {
-    if (c.buf.kind == MemoryKind::kHost) return "host and device memory in one op";
-    if (c.buf.device >= 0 && c.buf.device < 64) gpus |= uint64_t{1} << c.buf.device;
-  }
-  // Buffers on several GPUs are folded by kernels on each of them, each
-  // reading every buffer: every GPU of the op must reach every buffer.
-  for (const auto& c : r.locals) {
-    if ((c.buf.device_access & gpus) == gpus) continue;
-    int lacking = 0;
-    while (!((gpus & ~c.buf.device_access) >> lacking & 1)) lacking++;
-    return fmt::format("GPU {} cannot reach rank {}'s buffer on GPU {} (no peer access)", lacking,
-                       c.rank, c.buf.device);
-  }
-  if (proto::is_ps(r.shape.opcode)) return "a parameter-server op";
-  if (r.locals.size() > gpu::kMaxTensors)
-    return fmt::format("{} local ranks, more than a kernel takes ({})", r.locals.size(),
-                       gpu::kMaxTensors);
-  if (GuardStage::wanted(r)) return "the anomaly guard reads host memory";
-  // A broadcast only copies; an allreduce runs the kernels (fp32, fp16
-  // and bf16 have them; the host's take the rest).
-  if (r.shape.opcode == proto::Opcode::kAllreduce &&
-      !gpu::supported(r.shape.dtype, reduce::Op::kSum))
-    return fmt::format("no GPU kernel for {}", proto::name(r.shape.dtype));
-  return "";
-}
-
-Status Pipeline::stage_device_memory(OpRequest* r) {
-  bool device = false;
-  for (const auto& c : r->locals) device |= c.buf.kind == MemoryKind::kDevice;
-  if (!device || r->shape.count == 0) return Status::ok();
-  const uint64_t bytes = r->shape.bytes();
-  if (std::string why = gpu_path_refusal(*r); !why.empty()) {
-    // Through host memory: each device buffer gets a pinned stand-in, the
-    // host stages run on those, the copy stages move the bytes.
-    spdlog::debug("{}: through host memory ({})", r->describe(), why);
-    r->device_locals.resize(r->locals.size());
-    for (size_t i = 0; i < r->locals.size(); i++) {
-      Buffer& b = r->locals[i].buf;
-      if (b.kind != MemoryKind::kDevice) continue;
-      Buffer stand_in;
-      if (Status st = staging_.lease(r->job, r->id.key, static_cast<int>(i), bytes, &stand_in); !st)
-        return st;
-      stand_in.arena = b.arena;  // its plans go with the client's session
-      r->device_locals[i] = std::move(b);
-      b = std::move(stand_in);
-    }
-    return Status::ok();
-  }
-  if (!r->multi_host()) return Status::ok();
-  // The GPU path across hosts: the wire moves the host buffer's pinned staging.
-  Buffer staging;
-  if (Status st = staging_.lease(r->job, r->id.key, StagingPool::kWireSlot, bytes, &staging); !st)
-    return st;
-  staging.arena = host_buffer(*r).arena;
-  r->staging = std::move(staging);
-  return Status::ok();
-}
-
-void Pipeline::release_staging(const OpRequest& r) {
-  if (r.staging.ptr != nullptr) staging_.release(r.job, r.id.key, StagingPool::kWireSlot, r.staging);
-  for (size_t i = 0; i < r.device_locals.size(); i++)
-    if (r.device_locals[i].kind == MemoryKind::kDevice)
-      staging_.release(r.job, r.id.key, static_cast<int>(i), r.locals[i].buf);
+void Pipeline::staging_arrived(Op& op) {
+  if (--op.staging > 0) return;
+  if (!op.failing) build_stages(op);
+  run(op);
 }
 
 void Pipeline::build_stages(Op& op) {
@@ -412,7 +304,7 @@ void Pipeline::stage_quiet(Op& op, int stage) {
 }
 
 void Pipeline::maybe_end(Op& op) {
-  if (op.ended) return;
+  if (op.ended || op.staging > 0) return;  // staging_arrived() runs it later
   for (const auto& s : op.states) {
     if (op.failing ? s.state == Op::State::kActive || s.state == Op::State::kAborting
                    : s.state != Op::State::kFinished)
@@ -478,6 +370,7 @@ bool Pipeline::waits_on_peers(uint64_t serial) const {
 std::string Pipeline::waiting_for(uint64_t serial) const {
   Op* op = find(serial);
   if (!op) return "";
+  if (op->staging > 0) return "pinned host memory";
   int c = op->current();
   return c < 0 ? "nothing" : op->stages[size_t(c)]->waiting_for();
 }
@@ -496,8 +389,13 @@ OpView Pipeline::view(uint64_t serial) const {
   v.serial = serial;
   v.started = op->started;
   int c = op->current();
-  v.stage = op->failing ? "failing" : c < 0 ? "done" : op->stages[size_t(c)]->name();
-  v.waiting_for = c < 0 ? "" : op->stages[size_t(c)]->waiting_for();
+  v.stage = op->failing ? "failing"
+            : op->staging > 0 ? "staging"
+            : c < 0 ? "done"
+                    : op->stages[size_t(c)]->name();
+  v.waiting_for = op->staging > 0 ? "pinned host memory"
+                  : c < 0         ? ""
+                                  : op->stages[size_t(c)]->waiting_for();
   return v;
 }
 

@@ -163,6 +163,9 @@ class Pipeline {
   void job_closed(const std::string& job);
 
   size_t in_flight() const { return ops_.size(); }
+  // Where ops over device memory get their pinned memory (gsyncd: made on
+  // its GPU worker).
+  StagingPool& staging() { return staging_; }
   PlanCache* plans() { return plans_.get(); }
   // What compressed plans of the job hold as error feedback (gsyncctl jobs).
   uint64_t error_feedback_bytes(const std::string& job) const;
@@ -182,8 +185,16 @@ class Pipeline {
   // it then goes through host memory (docs/gpu.md).
   std::string gpu_path_refusal(const OpRequest& r) const;
   // An op over device memory: its pinned staging (the wire's, or a stand-in
-  // per device buffer), set in r.
-  Status stage_device_memory(OpRequest* r);
+  // per device buffer), set in its request now or when made (op.staging
+  // counts those still being made).
+  void stage_device_memory(Op& op);
+  // One pinned buffer of the op: slot (StagingPool's) says which.
+  void lease_staging(Op& op, int slot, uint64_t bytes);
+  // A pinned buffer made for the op (or why not): set where slot says.
+  void staging_made(uint64_t serial, int slot, const Status& st, Buffer b);
+  // One of the op's pinned buffers is there (or the asking is done): with
+  // none left to wait for, its stages are built and run.
+  void staging_arrived(Op& op);
   // The op over it is over: its kept staging may serve the next one.
   void release_staging(const OpRequest& r);
   void add_cross_stage(Op& op);

@@ -3,39 +3,87 @@
 
 #include <iterator>
 
+#include "daemon/core/worker.h"
 #include "daemon/gpu/device.h"
 
 namespace gsync::pipeline {
 
-StagingPool::StagingPool() = default;
+namespace {
+
+Status pinned(uint64_t bytes, Buffer* out) {
+  std::unique_ptr<gpu::PinnedBuffer> made;
+  if (Status st = gpu::PinnedBuffer::allocate(bytes, &made); !st) return st;
+  out->ptr = static_cast<uint8_t*>(made->get());
+  out->bytes = bytes;
+  out->owner = std::shared_ptr<const gpu::PinnedBuffer>(std::move(made));
+  return Status::ok();
+}
+
+}  // namespace
+
+StagingPool::StagingPool()
+    : allocate_(pinned), self_(std::make_shared<StagingPool*>(this)) {}
 StagingPool::~StagingPool() = default;
 
-Status StagingPool::lease(const std::string& job, uint64_t key, int slot, uint64_t bytes,
-                          Buffer* out) {
-  Kept& kept = kept_[Key{job, key, slot}];
-  std::shared_ptr<gpu::PinnedBuffer> use;
-  if (kept.buf && !kept.leased && kept.buf->bytes() == bytes) {
-    use = kept.buf;
-    kept.leased = true;
+StagingPool::Kept& StagingPool::entry(const Key& k) {
+  auto [it, fresh] = kept_.try_emplace(k, Kept{Buffer{}, false, 0});
+  if (fresh) it->second.generation = next_generation_++;
+  return it->second;
+}
+
+bool StagingPool::lease_kept(const std::string& job, uint64_t key, int slot, uint64_t bytes,
+                             Buffer* out) {
+  auto it = kept_.find(Key{job, key, slot});
+  if (it == kept_.end()) return false;
+  Kept& kept = it->second;
+  if (kept.buf.ptr == nullptr || kept.leased || kept.buf.bytes != bytes) return false;
+  kept.leased = true;
+  *out = kept.buf;
+  return true;
+}
+
+void StagingPool::lease_new(const std::string& job, uint64_t key, int slot, uint64_t bytes,
+                            Leased done) {
+  Key k{job, key, slot};
+  const uint64_t generation = entry(k).generation;
+  making_++;
+  auto result = std::make_shared<std::pair<Status, Buffer>>();
+  auto work = [allocate = allocate_, bytes, result] {
+    result->first = allocate(bytes, &result->second);
+  };
+  auto answer = [self = std::weak_ptr<StagingPool*>(self_), k = std::move(k), generation, result,
+                 done = std::move(done)] {
+    if (auto pool = self.lock())
+      (*pool)->made(k, generation, result->first, std::move(result->second), done);
+  };
+  // A throw from the allocator leaves the result's status, which says so.
+  result->first = Status(GSYNC_ERR_INTERNAL, "the pinned allocation failed");
+  if (worker_ == nullptr) {
+    work();
+    answer();
   } else {
-    std::unique_ptr<gpu::PinnedBuffer> made;
-    if (Status st = gpu::PinnedBuffer::allocate(bytes, &made); !st) return st;
-    use = std::move(made);
-    if (!kept.leased) {
-      kept.buf = use;
-      kept.leased = true;
+    worker_->then(std::move(work), std::move(answer));
+  }
+}
+
+void StagingPool::made(const Key& k, uint64_t generation, const Status& st, Buffer b,
+                       const Leased& done) {
+  making_--;
+  if (st) {
+    b.kind = MemoryKind::kHost;
+    b.arena = 0;
+    auto it = kept_.find(k);
+    if (it != kept_.end() && it->second.generation == generation && !it->second.leased) {
+      it->second.buf = b;
+      it->second.leased = true;
     }
   }
-  out->kind = MemoryKind::kHost;
-  out->ptr = static_cast<uint8_t*>(use->get());
-  out->bytes = bytes;
-  out->owner = std::move(use);
-  return Status::ok();
+  done(st, std::move(b));
 }
 
 void StagingPool::release(const std::string& job, uint64_t key, int slot, const Buffer& b) {
   auto it = kept_.find(Key{job, key, slot});
-  if (it != kept_.end() && it->second.buf && it->second.buf->get() == b.ptr)
+  if (it != kept_.end() && it->second.buf.ptr != nullptr && it->second.buf.ptr == b.ptr)
     it->second.leased = false;
 }
 

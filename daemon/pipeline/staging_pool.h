@@ -6,11 +6,17 @@
 // uses it, so a plan's registered data region stays where it is step after
 // step (its idle plan holds a reference too: the lease is tracked, not read
 // off the reference count). A second op of the tensor in flight at once
-// gets a buffer of its own; a new size replaces the kept one. Event thread
-// only; no CUDA in this header.
+// gets a buffer of its own; a new size replaces the kept one.
+//
+// New memory is made off the event thread (cudaHostAlloc of a large
+// buffer takes tens of milliseconds, and the first one on a GPU makes the
+// runtime's context): on the daemon's GPU worker, the answer back on the
+// event thread, while the op waits (Pipeline: its "staging"). A kept
+// buffer is leased at once. Event thread only; no CUDA in this header.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -18,8 +24,8 @@
 #include "daemon/core/status.h"
 #include "daemon/pipeline/op.h"
 
-namespace gsync::gpu {
-class PinnedBuffer;
+namespace gsync {
+class Worker;
 }
 
 namespace gsync::pipeline {
@@ -28,19 +34,38 @@ class StagingPool {
  public:
   // The slot of the wire's staging; a stand-in's is its local rank.
   static constexpr int kWireSlot = -1;
+  // Makes `bytes` of pinned memory as a host Buffer that owns it (ptr,
+  // bytes, owner); may take long. Runs on the worker's thread.
+  using Allocate = std::function<Status(uint64_t bytes, Buffer* out)>;
+  // A new buffer (or why there is none), on the event thread.
+  using Leased = std::function<void(const Status&, Buffer)>;
 
+  // Pinned memory (gpu::PinnedBuffer), made inline until make_on().
   StagingPool();
   ~StagingPool();
   StagingPool(const StagingPool&) = delete;
   StagingPool& operator=(const StagingPool&) = delete;
 
-  // bytes of pinned memory for (job, key, slot), as a host Buffer that
-  // owns it (its arena left for the caller).
-  Status lease(const std::string& job, uint64_t key, int slot, uint64_t bytes, Buffer* out);
+  // New memory is made on worker's thread (its done_fd watched by the
+  // event loop); null: inline.
+  void make_on(Worker* worker) { worker_ = worker; }
+  // New memory is made by allocate (tests: host memory).
+  void make_with(Allocate allocate) { allocate_ = std::move(allocate); }
+
+  // The kept buffer of (job, key, slot) when it is free and `bytes` long:
+  // leased, as a host Buffer that owns it (its arena left for the caller).
+  bool lease_kept(const std::string& job, uint64_t key, int slot, uint64_t bytes, Buffer* out);
+  // Otherwise a new one: done gets it on the event thread (inline without
+  // a worker; never once the pool is gone). It becomes the kept buffer
+  // unless the kept one is leased meanwhile or the job has closed.
+  void lease_new(const std::string& job, uint64_t key, int slot, uint64_t bytes, Leased done);
   // The op that leased b is over: the kept buffer (if b is it) may serve
   // the next one.
   void release(const std::string& job, uint64_t key, int slot, const Buffer& b);
   void job_closed(const std::string& job);
+
+  // Buffers being made now (tests, gsyncctl).
+  size_t making() const { return making_; }
 
  private:
   struct Key {
@@ -50,10 +75,21 @@ class StagingPool {
     auto operator<=>(const Key&) const = default;
   };
   struct Kept {
-    std::shared_ptr<gpu::PinnedBuffer> buf;
+    Buffer buf;           // ptr null: none kept yet
     bool leased = false;
+    uint64_t generation;  // a new entry's: what is made for a closed job's is not kept
   };
+  Kept& entry(const Key& k);
+  void made(const Key& k, uint64_t generation, const Status& st, Buffer b, const Leased& done);
+
+  Allocate allocate_;
+  Worker* worker_ = nullptr;
   std::map<Key, Kept> kept_;
+  uint64_t next_generation_ = 1;
+  size_t making_ = 0;
+  // Answers from the worker hold it weakly: one that comes after the pool
+  // (and the pipeline) is gone is dropped.
+  std::shared_ptr<StagingPool*> self_;
 };
 
 }  // namespace gsync::pipeline

@@ -1,0 +1,310 @@
+// SPDX-License-Identifier: Apache-2.0
+//
+// The pinned staging of ops over device memory (daemon/pipeline/
+// staging_pool.h) is made off the event thread: a kept buffer is leased at
+// once, a new one is made on the worker and answered on the thread that
+// runs the worker's results, and the op waits for it ("staging") without
+// ending early when aborted meanwhile. No GPU needed: the allocator here is
+// a fake - plain host memory in place of cudaHostAlloc's pinned memory,
+// which cannot be made on a machine without a GPU - and the ops below
+// never reach a stage that would touch device memory.
+#include <gtest/gtest.h>
+
+#include <poll.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+
+#include "daemon/core/event_loop.h"
+#include "daemon/core/worker.h"
+#include "daemon/pipeline/pipeline.h"
+#include "daemon/pipeline/staging_pool.h"
+#include "daemon/pipeline/work_pool.h"
+
+namespace gsync::pipeline {
+namespace {
+
+// Host memory standing in for pinned memory; counts what is alive and
+// where it was made, and can hold each allocation until opened.
+struct FakePinned {
+  std::atomic<int> alive{0};
+  std::atomic<int> made{0};
+  std::thread::id made_on;
+  std::mutex mu;
+  std::condition_variable cv;
+  bool gated = false;
+  Status fail = Status::ok();
+
+  StagingPool::Allocate allocator() {
+    return [this](uint64_t bytes, Buffer* out) {
+      {
+        std::unique_lock lock(mu);
+        cv.wait(lock, [this] { return !gated; });
+        made_on = std::this_thread::get_id();
+      }
+      if (!fail) return fail;
+      auto* mem = new uint8_t[bytes];
+      alive++;
+      made++;
+      out->ptr = mem;
+      out->bytes = bytes;
+      out->owner = std::shared_ptr<const void>(mem, [this](const void* p) {
+        delete[] static_cast<const uint8_t*>(p);
+        alive--;
+      });
+      return Status::ok();
+    };
+  }
+  void open() {
+    {
+      std::lock_guard lock(mu);
+      gated = false;
+    }
+    cv.notify_all();
+  }
+};
+
+// Waits (with a deadline) for the worker's next result and runs it.
+void answer(Worker& w) {
+  pollfd p{w.done_fd(), POLLIN, 0};
+  ASSERT_EQ(poll(&p, 1, 10000), 1) << "no answer from the worker within 10 s";
+  w.run_done();
+}
+
+struct Got {
+  bool called = false;
+  Status st;
+  Buffer buf;
+  std::thread::id on;
+};
+
+StagingPool::Leased into(Got* g) {
+  return [g](const Status& st, Buffer b) {
+    g->called = true;
+    g->st = st;
+    g->buf = std::move(b);
+    g->on = std::this_thread::get_id();
+  };
+}
+
+TEST(StagingPool, ANewBufferIsMadeOnTheWorkerAndTheKeptOneLeasedAtOnce) {
+  FakePinned fake;
+  Worker w("test-worker");
+  StagingPool pool;
+  pool.make_with(fake.allocator());
+  pool.make_on(&w);
+  Buffer b;
+  EXPECT_FALSE(pool.lease_kept("j", 1, 0, 4096, &b)) << "nothing is kept yet";
+
+  Got first;
+  pool.lease_new("j", 1, 0, 4096, into(&first));
+  EXPECT_FALSE(first.called) << "answered before the worker's result was run";
+  EXPECT_EQ(pool.making(), 1u);
+  answer(w);
+  ASSERT_TRUE(first.called);
+  ASSERT_TRUE(first.st) << first.st.message();
+  EXPECT_EQ(first.on, std::this_thread::get_id());
+  EXPECT_NE(fake.made_on, std::this_thread::get_id()) << "made on the event thread";
+  EXPECT_EQ(first.buf.bytes, 4096u);
+  EXPECT_EQ(first.buf.kind, MemoryKind::kHost);
+  EXPECT_EQ(pool.making(), 0u);
+
+  // Leased: a second op in flight gets one of its own, not kept.
+  EXPECT_FALSE(pool.lease_kept("j", 1, 0, 4096, &b));
+  Got second;
+  pool.lease_new("j", 1, 0, 4096, into(&second));
+  answer(w);
+  ASSERT_TRUE(second.st);
+  EXPECT_NE(second.buf.ptr, first.buf.ptr);
+  pool.release("j", 1, 0, second.buf);  // not the kept one: changes nothing
+  EXPECT_FALSE(pool.lease_kept("j", 1, 0, 4096, &b));
+
+  // Released, the kept one serves the next op at once; another size or
+  // slot does not take it.
+  pool.release("j", 1, 0, first.buf);
+  EXPECT_FALSE(pool.lease_kept("j", 1, 0, 8192, &b));
+  EXPECT_FALSE(pool.lease_kept("j", 1, 1, 4096, &b));
+  ASSERT_TRUE(pool.lease_kept("j", 1, 0, 4096, &b));
+  EXPECT_EQ(b.ptr, first.buf.ptr);
+  EXPECT_EQ(fake.made.load(), 2);
+
+  second = {};
+  b = {};
+  first = {};
+  pool.job_closed("j");
+  EXPECT_EQ(fake.alive.load(), 0) << "the closed job's memory is still held";
+}
+
+TEST(StagingPool, WhatIsMadeForAJobThatClosedMeanwhileIsNotKept) {
+  FakePinned fake;
+  Worker w("test-worker");
+  StagingPool pool;
+  pool.make_with(fake.allocator());
+  pool.make_on(&w);
+  Got got;
+  pool.lease_new("j", 1, 0, 4096, into(&got));
+  pool.job_closed("j");
+  answer(w);
+  ASSERT_TRUE(got.st);  // the op that asked still gets it
+  pool.release("j", 1, 0, got.buf);
+  Buffer b;
+  EXPECT_FALSE(pool.lease_kept("j", 1, 0, 4096, &b)) << "kept for a job that had closed";
+  got = {};
+  EXPECT_EQ(fake.alive.load(), 0);
+}
+
+TEST(StagingPool, AnAnswerAfterThePoolIsGoneIsDropped) {
+  FakePinned fake;
+  Worker w("test-worker");
+  Got got;
+  {
+    StagingPool pool;
+    pool.make_with(fake.allocator());
+    pool.make_on(&w);
+    pool.lease_new("j", 1, 0, 4096, into(&got));
+  }
+  answer(w);
+  EXPECT_FALSE(got.called) << "answered into a pool that is gone";
+  EXPECT_EQ(fake.made.load(), 1);
+  EXPECT_EQ(fake.alive.load(), 0) << "the dropped answer's memory was not freed";
+}
+
+TEST(StagingPool, AFailedAllocationIsAnsweredWithItsReason) {
+  FakePinned fake;
+  fake.fail = Status(GSYNC_ERR_NOMEM, "cudaHostAlloc: out of memory");
+  Worker w("test-worker");
+  StagingPool pool;
+  pool.make_with(fake.allocator());
+  pool.make_on(&w);
+  Got got;
+  pool.lease_new("j", 1, 0, 4096, into(&got));
+  answer(w);
+  ASSERT_TRUE(got.called);
+  EXPECT_EQ(got.st.code(), GSYNC_ERR_NOMEM);
+  EXPECT_EQ(got.st.message(), "cudaHostAlloc: out of memory");
+  EXPECT_EQ(got.buf.ptr, nullptr);
+  Buffer b;
+  EXPECT_FALSE(pool.lease_kept("j", 1, 0, 4096, &b));
+}
+
+// ------------------------------------------------------ the op that waits
+
+// A pipeline on one host whose ops over device memory go through host
+// memory (float64 has no GPU kernel): each device buffer needs a pinned
+// stand-in, made by the fake on a worker whose results the loop runs.
+class StagingOp : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    pipe.staging().make_with(fake.allocator());
+    pipe.staging().make_on(&worker);
+    loop.add(worker.done_fd(), EPOLLIN, [this](uint32_t) { worker.run_done(); });
+    // A loop stops from a timer (a deferred stop would leave it asleep in
+    // epoll_wait with nothing to wake it).
+    loop.every(std::chrono::milliseconds(1), [this] {
+      if (stop_when()) loop.stop();
+    }, "test stop");
+  }
+
+  // An allreduce over two ranks' device buffers. Their addresses are
+  // never read: the ops here end before any stage that would.
+  OpRequest request() {
+    OpRequest r;
+    r.job = "j";
+    r.id = {3, 7};
+    r.shape.dtype = proto::DType::kF64;
+    r.shape.count = 1024;
+    for (int rank = 0; rank < 2; rank++) {
+      Contribution c;
+      c.rank = rank;
+      c.buf.kind = MemoryKind::kDevice;
+      c.buf.device = 0;
+      c.buf.device_access = 1;
+      c.buf.ptr = reinterpret_cast<uint8_t*>(uintptr_t{0x10000} * (rank + 1));
+      c.buf.bytes = r.shape.bytes();
+      c.buf.arena = 40 + rank;
+      r.locals.push_back(std::move(c));
+    }
+    return r;
+  }
+
+  uint64_t start() {
+    return pipe.start(request(), [this](uint64_t, const Status& st, const OpTimes&) {
+      done = st;
+    });
+  }
+
+  // Runs the loop until the op is done (or 10 s went by).
+  void run_until_done() {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    stop_when = [this, deadline] {
+      return done.has_value() || std::chrono::steady_clock::now() > deadline;
+    };
+    loop.run();
+  }
+
+  // A turn of the loop: whatever was deferred (an ended op's report) runs.
+  void one_turn() {
+    stop_when = [] { return true; };
+    loop.run();
+  }
+
+  FakePinned fake;
+  Worker worker{"test-worker"};
+  EventLoop loop;
+  WorkPool pool{1};
+  Pipeline pipe{loop, pool, PipelineOptions{}, nullptr, nullptr};
+  std::optional<Status> done;
+  std::function<bool()> stop_when = [] { return true; };
+};
+
+TEST_F(StagingOp, AnOpWaitsForItsStagingAndAnAbortEndsItOnceItIsThere) {
+  fake.gated = true;
+  const uint64_t serial = start();
+  OpView v = pipe.view(serial);
+  EXPECT_EQ(v.stage, "staging");
+  EXPECT_EQ(v.waiting_for, "pinned host memory");
+  EXPECT_EQ(pipe.waiting_for(serial), "pinned host memory");
+  EXPECT_FALSE(pipe.waits_on_peers(serial));
+  EXPECT_EQ(pipe.staging().making(), 2u);
+
+  pipe.abort(serial, Status(GSYNC_ERR_TIMEOUT, "test abort"));
+  one_turn();
+  EXPECT_FALSE(done.has_value()) << "reported while its pinned memory was still being made";
+  EXPECT_EQ(pipe.in_flight(), 1u);
+
+  fake.open();
+  run_until_done();
+  ASSERT_TRUE(done.has_value()) << "not reported within 10 s of its staging";
+  EXPECT_EQ(done->code(), GSYNC_ERR_TIMEOUT);
+  EXPECT_EQ(done->message(), "test abort");
+  EXPECT_EQ(pipe.in_flight(), 0u);
+  EXPECT_EQ(pipe.staging().making(), 0u);
+  // Made, released with the op, kept for the tensor's next step: the next
+  // op finds both stand-ins at once.
+  EXPECT_EQ(fake.alive.load(), 2);
+  Buffer b;
+  EXPECT_TRUE(pipe.staging().lease_kept("j", 3, 0, 8192, &b));
+  EXPECT_TRUE(pipe.staging().lease_kept("j", 3, 1, 8192, &b));
+}
+
+TEST_F(StagingOp, StagingThatCannotBeMadeFailsTheOpNamingIt) {
+  fake.fail = Status(GSYNC_ERR_NOMEM, "cudaHostAlloc: out of memory (8192 bytes of pinned memory)");
+  start();
+  run_until_done();
+  ASSERT_TRUE(done.has_value());
+  EXPECT_EQ(done->code(), GSYNC_ERR_NOMEM);
+  EXPECT_EQ(done->message(),
+            "job j allreduce key 3 step 7: cudaHostAlloc: out of memory (8192 bytes of pinned "
+            "memory)");
+  EXPECT_EQ(pipe.in_flight(), 0u);
+}
+
+}  // namespace
+}  // namespace gsync::pipeline
