@@ -85,6 +85,19 @@ struct Got {
   std::thread::id on;
 };
 
+// A pool whose new memory the fake makes on a worker; the test thread
+// runs the worker's results (answer()).
+class PoolOnWorker : public ::testing::Test {
+ protected:
+  PoolOnWorker() {
+    pool->make_with(fake.allocator());
+    pool->make_on(&w);
+  }
+  FakePinned fake;  // outlives the worker, which may still run its calls
+  Worker w{"test-worker"};
+  std::unique_ptr<StagingPool> pool = std::make_unique<StagingPool>();
+};
+
 StagingPool::Leased into(Got* g) {
   return [g](const Status& st, Buffer b) {
     g->called = true;
@@ -94,19 +107,14 @@ StagingPool::Leased into(Got* g) {
   };
 }
 
-TEST(StagingPool, ANewBufferIsMadeOnTheWorkerAndTheKeptOneLeasedAtOnce) {
-  FakePinned fake;
-  Worker w("test-worker");
-  StagingPool pool;
-  pool.make_with(fake.allocator());
-  pool.make_on(&w);
+TEST_F(PoolOnWorker, ANewBufferIsMadeOnTheWorkerAndTheKeptOneLeasedAtOnce) {
   Buffer b;
-  EXPECT_FALSE(pool.lease_kept("j", 1, 0, 4096, &b)) << "nothing is kept yet";
+  EXPECT_FALSE(pool->lease_kept("j", 1, 0, 4096, &b)) << "nothing is kept yet";
 
   Got first;
-  pool.lease_new("j", 1, 0, 4096, into(&first));
+  pool->lease_new("j", 1, 0, 4096, into(&first));
   EXPECT_FALSE(first.called) << "answered before the worker's result was run";
-  EXPECT_EQ(pool.making(), 1u);
+  EXPECT_EQ(pool->making(), 1u);
   answer(w);
   ASSERT_TRUE(first.called);
   ASSERT_TRUE(first.st) << first.st.message();
@@ -114,84 +122,68 @@ TEST(StagingPool, ANewBufferIsMadeOnTheWorkerAndTheKeptOneLeasedAtOnce) {
   EXPECT_NE(fake.made_on, std::this_thread::get_id()) << "made on the event thread";
   EXPECT_EQ(first.buf.bytes, 4096u);
   EXPECT_EQ(first.buf.kind, MemoryKind::kHost);
-  EXPECT_EQ(pool.making(), 0u);
+  EXPECT_EQ(pool->making(), 0u);
 
   // Leased: a second op in flight gets one of its own, not kept.
-  EXPECT_FALSE(pool.lease_kept("j", 1, 0, 4096, &b));
+  EXPECT_FALSE(pool->lease_kept("j", 1, 0, 4096, &b));
   Got second;
-  pool.lease_new("j", 1, 0, 4096, into(&second));
+  pool->lease_new("j", 1, 0, 4096, into(&second));
   answer(w);
   ASSERT_TRUE(second.st);
   EXPECT_NE(second.buf.ptr, first.buf.ptr);
-  pool.release("j", 1, 0, second.buf);  // not the kept one: changes nothing
-  EXPECT_FALSE(pool.lease_kept("j", 1, 0, 4096, &b));
+  pool->release("j", 1, 0, second.buf);  // not the kept one: changes nothing
+  EXPECT_FALSE(pool->lease_kept("j", 1, 0, 4096, &b));
 
   // Released, the kept one serves the next op at once; another size or
   // slot does not take it.
-  pool.release("j", 1, 0, first.buf);
-  EXPECT_FALSE(pool.lease_kept("j", 1, 0, 8192, &b));
-  EXPECT_FALSE(pool.lease_kept("j", 1, 1, 4096, &b));
-  ASSERT_TRUE(pool.lease_kept("j", 1, 0, 4096, &b));
+  pool->release("j", 1, 0, first.buf);
+  EXPECT_FALSE(pool->lease_kept("j", 1, 0, 8192, &b));
+  EXPECT_FALSE(pool->lease_kept("j", 1, 1, 4096, &b));
+  ASSERT_TRUE(pool->lease_kept("j", 1, 0, 4096, &b));
   EXPECT_EQ(b.ptr, first.buf.ptr);
   EXPECT_EQ(fake.made.load(), 2);
 
   second = {};
   b = {};
   first = {};
-  pool.job_closed("j");
+  pool->job_closed("j");
   EXPECT_EQ(fake.alive.load(), 0) << "the closed job's memory is still held";
 }
 
-TEST(StagingPool, WhatIsMadeForAJobThatClosedMeanwhileIsNotKept) {
-  FakePinned fake;
-  Worker w("test-worker");
-  StagingPool pool;
-  pool.make_with(fake.allocator());
-  pool.make_on(&w);
+TEST_F(PoolOnWorker, WhatIsMadeForAJobThatClosedMeanwhileIsNotKept) {
   Got got;
-  pool.lease_new("j", 1, 0, 4096, into(&got));
-  pool.job_closed("j");
+  pool->lease_new("j", 1, 0, 4096, into(&got));
+  pool->job_closed("j");
   answer(w);
   ASSERT_TRUE(got.st);  // the op that asked still gets it
-  pool.release("j", 1, 0, got.buf);
+  pool->release("j", 1, 0, got.buf);
   Buffer b;
-  EXPECT_FALSE(pool.lease_kept("j", 1, 0, 4096, &b)) << "kept for a job that had closed";
+  EXPECT_FALSE(pool->lease_kept("j", 1, 0, 4096, &b)) << "kept for a job that had closed";
   got = {};
   EXPECT_EQ(fake.alive.load(), 0);
 }
 
-TEST(StagingPool, AnAnswerAfterThePoolIsGoneIsDropped) {
-  FakePinned fake;
-  Worker w("test-worker");
+TEST_F(PoolOnWorker, AnAnswerAfterThePoolIsGoneIsDropped) {
   Got got;
-  {
-    StagingPool pool;
-    pool.make_with(fake.allocator());
-    pool.make_on(&w);
-    pool.lease_new("j", 1, 0, 4096, into(&got));
-  }
+  pool->lease_new("j", 1, 0, 4096, into(&got));
+  pool.reset();
   answer(w);
   EXPECT_FALSE(got.called) << "answered into a pool that is gone";
   EXPECT_EQ(fake.made.load(), 1);
   EXPECT_EQ(fake.alive.load(), 0) << "the dropped answer's memory was not freed";
 }
 
-TEST(StagingPool, AFailedAllocationIsAnsweredWithItsReason) {
-  FakePinned fake;
+TEST_F(PoolOnWorker, AFailedAllocationIsAnsweredWithItsReason) {
   fake.fail = Status(GSYNC_ERR_NOMEM, "cudaHostAlloc: out of memory");
-  Worker w("test-worker");
-  StagingPool pool;
-  pool.make_with(fake.allocator());
-  pool.make_on(&w);
   Got got;
-  pool.lease_new("j", 1, 0, 4096, into(&got));
+  pool->lease_new("j", 1, 0, 4096, into(&got));
   answer(w);
   ASSERT_TRUE(got.called);
   EXPECT_EQ(got.st.code(), GSYNC_ERR_NOMEM);
   EXPECT_EQ(got.st.message(), "cudaHostAlloc: out of memory");
   EXPECT_EQ(got.buf.ptr, nullptr);
   Buffer b;
-  EXPECT_FALSE(pool.lease_kept("j", 1, 0, 4096, &b));
+  EXPECT_FALSE(pool->lease_kept("j", 1, 0, 4096, &b));
 }
 
 // ------------------------------------------------------ the op that waits
