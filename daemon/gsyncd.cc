@@ -70,6 +70,13 @@ Status Gsyncd::start_cluster() {
 }
 
 Status Gsyncd::start() {
+  // Their answers come back by eventfd; without one a checkpoint, an
+  // import or pinned memory would be made on the event thread and never
+  // answered. Only a process out of file descriptors gets here.
+  if (writer_.done_fd() < 0 || gpu_worker_.done_fd() < 0)
+    return Status(GSYNC_ERR_INTERNAL,
+                  "cannot make the eventfds of the checkpoint and GPU threads "
+                  "(out of file descriptors?)");
   sigset_t mask = stop_signals();
   signal_fd_ = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
   loop_.add(signal_fd_, EPOLLIN, [this](uint32_t) {
@@ -100,8 +107,7 @@ Status Gsyncd::start() {
   pipeline_->staging().make_on(&gpu_worker_);
   // Device memory imported (and pinned staging made) off the event thread
   // is answered on it.
-  if (gpu_worker_.done_fd() >= 0)
-    loop_.add(gpu_worker_.done_fd(), EPOLLIN, [this](uint32_t) { gpu_worker_.run_done(); });
+  loop_.add(gpu_worker_.done_fd(), EPOLLIN, [this](uint32_t) { gpu_worker_.run_done(); });
   // Closing a session from inside a completion would pull jobs out from
   // under the loop that is completing ops: defer it to the next iteration.
   jobs_->on_broken_session = [this](const std::shared_ptr<Session>& s, const Status& err) {

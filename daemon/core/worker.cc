@@ -25,13 +25,19 @@ Worker::~Worker() {
   // Results never picked up (the loop has stopped) go now: what they hold
   // (a session, an import) may release device memory, through later(),
   // which runs it inline from here on.
-  std::deque<std::function<void()>> left;
-  {
-    std::lock_guard lock(done_mu_);
-    left.swap(done_);
-  }
-  left.clear();
+  // From here on then() runs inline too (no fd to signal). A result that
+  // goes may queue more: taken until none is left.
   if (done_fd_ >= 0) close(done_fd_);
+  done_fd_ = -1;
+  for (;;) {
+    std::deque<std::function<void()>> left;
+    {
+      std::lock_guard lock(done_mu_);
+      left.swap(done_);
+    }
+    if (left.empty()) break;
+    left.clear();
+  }
 }
 
 void Worker::later(std::function<void()> fn) {
@@ -49,16 +55,13 @@ void Worker::later(std::function<void()> fn) {
 
 void Worker::then(std::function<void()> work, std::function<void()> done) {
   if (done_fd_ < 0) {
-    work();
+    run_work(work);
     done();
     return;
   }
   later([this, work = std::move(work), done = std::move(done)]() mutable {
     // done runs either way: it is what answers whoever waits.
-    try {
-      work();
-    } catch (...) {
-    }
+    run_work(work);
     // What the work held goes here, before its answer is seen: the event
     // thread finds nothing of it still alive on this one.
     work = nullptr;
@@ -68,6 +71,16 @@ void Worker::then(std::function<void()> work, std::function<void()> done) {
     }
     signal();
   });
+}
+
+void Worker::run_work(const std::function<void()>& work) const {
+  try {
+    work();
+  } catch (const std::exception& e) {
+    spdlog::error("{}: a call threw: {}", name_, e.what());
+  } catch (...) {
+    spdlog::error("{}: a call threw", name_);
+  }
 }
 
 void Worker::run_done() {
@@ -113,15 +126,9 @@ void Worker::run() {
     queue_.pop_front();
     running_ = true;
     lock.unlock();
-    try {
-      fn();
-    } catch (const std::exception& e) {
-      // Only later()'s can get here (then()'s catch their own): a bug, but
-      // not one to end the daemon over.
-      spdlog::error("{}: a queued call threw: {}", name_, e.what());
-    } catch (...) {
-      spdlog::error("{}: a queued call threw", name_);
-    }
+    // A later() call that throws is a bug, but not one to end the daemon
+    // over (then()'s catch their own, to answer anyway).
+    run_work(fn);
     lock.lock();
     running_ = false;
     if (queue_.empty()) idle_.notify_all();

@@ -34,6 +34,8 @@ class Worker {
   void later(std::function<void()> fn);
   // Runs work there, after everything queued before it, then done on the
   // thread that calls run_done() (the event thread), in the same order.
+  // done runs even if work throws (logged); what work holds is gone before
+  // done runs. Without an eventfd both run inline.
   void then(std::function<void()> work, std::function<void()> done);
 
   // Readable while a done is waiting (an eventfd; -1 if none could be
@@ -49,6 +51,9 @@ class Worker {
  private:
   void run();
   void signal();
+  // Runs a queued call or a then()'s work; what it throws is logged (a
+  // then()'s done still runs and answers).
+  void run_work(const std::function<void()>& work) const;
   const char* name_;
   std::mutex mu_;
   std::condition_variable cv_, idle_;

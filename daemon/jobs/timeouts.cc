@@ -40,6 +40,14 @@ void JobManager::expire(Job& job, Clock::time_point now) {
   for (const auto& [id, op] : job.ops) {
     if (now < op->deadline) continue;
     if (op->running()) {
+      if (pipeline_.waits_for_staging(op->serial)) {
+        cross_expired.emplace_back(
+            op->serial, Status(GSYNC_ERR_TIMEOUT,
+                               fmt::format("{} timed out after {} ms waiting for pinned host "
+                                           "memory (made on the GPU thread)",
+                                           op->describe(job.id), op->timeout_ms)));
+        continue;
+      }
       // Only a stage that waits on other hosts can hang; fold and store end
       // on their own. The host that knows who is missing speaks first.
       if (!pipeline_.waits_on_peers(op->serial) ||

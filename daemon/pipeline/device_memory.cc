@@ -81,25 +81,30 @@ void Pipeline::lease_staging(Op& op, int slot, uint64_t bytes) {
   }
   // Made off the event thread; the op waits (its view says "staging").
   op.staging++;
+  op.waited = true;
   staging_.lease_new(r.job, r.id.key, slot, bytes,
-                     [this, serial = op.serial, slot](const Status& st, Buffer b) {
-                       staging_made(serial, slot, st, std::move(b));
+                     [this, serial = op.serial, job = r.job, key = r.id.key, slot](
+                         const Status& st, Buffer b) {
+                       if (!staging_made(serial, slot, st, b) && st)
+                         staging_.release(job, key, slot, b);  // its op ended meanwhile
                      });
 }
 
-void Pipeline::staging_made(uint64_t serial, int slot, const Status& st, Buffer b) {
-  Op* op = find(serial);  // there: an op waiting for staging does not end
-  if (op == nullptr) return;
+bool Pipeline::staging_made(uint64_t serial, int slot, const Status& st, const Buffer& b) {
+  Op* op = find(serial);  // gone: aborted while it waited, and reported
+  if (op == nullptr) return false;
   OpRequest& r = op->req;
   Buffer& into = slot == StagingPool::kWireSlot ? r.staging : r.locals[size_t(slot)].buf;
   if (st) {
-    b.arena = into.arena;
-    into = std::move(b);
+    const uint64_t arena = into.arena;
+    into = b;  // released with the op (release_staging)
+    into.arena = arena;
   } else if (!op->failing) {
     op->failing = true;
     op->status = Status(st.code(), fmt::format("{}: {}", r.describe(), st.message()));
   }
   staging_arrived(*op);
+  return true;
 }
 
 void Pipeline::release_staging(const OpRequest& r) {

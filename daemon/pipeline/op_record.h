@@ -40,6 +40,7 @@ class Op {
   // Pinned buffers the op waits for (and 1 while they are being asked
   // for): its stages are built once none are left.
   int staging = 0;
+  bool waited = false;  // for any: its stages begin when they were built
   double weight_total = 0;
   uint64_t value = 0;
   OpRoute route;

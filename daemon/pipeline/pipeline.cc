@@ -249,8 +249,11 @@ void Pipeline::add_cross_stage(Op& op) {
 void Pipeline::run(Op& op) {
   // Last first: each stage's downstream is ready before it produces (the
   // cross-host stage's rendezvous goes out before the fold starts). The
-  // stages begin when the pipeline took the op: its start time, read once.
-  const Clock::time_point now = options_.record ? op.started : Clock::time_point{};
+  // stages begin when the pipeline took the op: its start time, read once
+  // (now, for an op that waited for its pinned memory).
+  const Clock::time_point now = !options_.record ? Clock::time_point{}
+                                : op.waited     ? Clock::now()
+                                                : op.started;
   for (int i = static_cast<int>(op.stages.size()) - 1; i >= 0 && !op.failing; i--) {
     op.states[size_t(i)].state = Op::State::kActive;
     op.states[size_t(i)].times.begun = now;
@@ -304,7 +307,9 @@ void Pipeline::stage_quiet(Op& op, int stage) {
 }
 
 void Pipeline::maybe_end(Op& op) {
-  if (op.ended || op.staging > 0) return;  // staging_arrived() runs it later
+  // An op waiting for pinned memory ends then (staging_arrived), unless it
+  // fails first: nothing of it runs yet, and what comes later is released.
+  if (op.ended || (op.staging > 0 && !op.failing)) return;
   for (const auto& s : op.states) {
     if (op.failing ? s.state == Op::State::kActive || s.state == Op::State::kAborting
                    : s.state != Op::State::kFinished)
@@ -365,6 +370,11 @@ bool Pipeline::waits_on_peers(uint64_t serial) const {
   if (!op || op->failing) return false;
   int c = op->current();
   return c >= 0 && op->stages[size_t(c)]->waits_on_peers();
+}
+
+bool Pipeline::waits_for_staging(uint64_t serial) const {
+  Op* op = find(serial);
+  return op && !op->failing && op->staging > 0;
 }
 
 std::string Pipeline::waiting_for(uint64_t serial) const {

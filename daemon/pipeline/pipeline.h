@@ -147,6 +147,10 @@ class Pipeline {
   // While the op's current stage waits on other hosts it may be timed
   // out; a local stage ends on its own.
   bool waits_on_peers(uint64_t serial) const;
+  // While the op waits for its pinned memory (made on the GPU worker,
+  // which may be held up behind the driver) it may be timed out too: an
+  // abort then ends it at once.
+  bool waits_for_staging(uint64_t serial) const;
   std::string waiting_for(uint64_t serial) const;
   std::chrono::milliseconds timeout_grace(uint64_t serial) const;
   OpView view(uint64_t serial) const;
@@ -191,7 +195,8 @@ class Pipeline {
   // One pinned buffer of the op: slot (StagingPool's) says which.
   void lease_staging(Op& op, int slot, uint64_t bytes);
   // A pinned buffer made for the op (or why not): set where slot says.
-  void staging_made(uint64_t serial, int slot, const Status& st, Buffer b);
+  // False when the op is gone (b is then its caller's to release).
+  bool staging_made(uint64_t serial, int slot, const Status& st, const Buffer& b);
   // One of the op's pinned buffers is there (or the asking is done): with
   // none left to wait for, its stages are built and run.
   void staging_arrived(Op& op);

@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "daemon/pipeline/staging_pool.h"
 
+#include <exception>
 #include <iterator>
+#include <string>
 
 #include "daemon/core/worker.h"
 #include "daemon/gpu/device.h"
@@ -10,19 +12,26 @@ namespace gsync::pipeline {
 
 namespace {
 
-Status pinned(uint64_t bytes, Buffer* out) {
+// cudaHostAlloc'd memory, freed (cudaFreeHost waits for the device) on
+// worker's thread when there is one: never on the event thread.
+Status pinned(uint64_t bytes, Buffer* out, Worker* worker) {
   std::unique_ptr<gpu::PinnedBuffer> made;
   if (Status st = gpu::PinnedBuffer::allocate(bytes, &made); !st) return st;
   out->ptr = static_cast<uint8_t*>(made->get());
   out->bytes = bytes;
-  out->owner = std::shared_ptr<const gpu::PinnedBuffer>(std::move(made));
+  out->owner = std::shared_ptr<const void>(made.release(), [worker](gpu::PinnedBuffer* b) {
+    if (worker == nullptr) {
+      delete b;
+      return;
+    }
+    worker->later([b] { delete b; });
+  });
   return Status::ok();
 }
 
 }  // namespace
 
-StagingPool::StagingPool()
-    : allocate_(pinned), self_(std::make_shared<StagingPool*>(this)) {}
+StagingPool::StagingPool() : self_(std::make_shared<StagingPool*>(this)) {}
 StagingPool::~StagingPool() = default;
 
 StagingPool::Kept& StagingPool::entry(const Key& k) {
@@ -48,16 +57,22 @@ void StagingPool::lease_new(const std::string& job, uint64_t key, int slot, uint
   const uint64_t generation = entry(k).generation;
   making_++;
   auto result = std::make_shared<std::pair<Status, Buffer>>();
-  auto work = [allocate = allocate_, bytes, result] {
-    result->first = allocate(bytes, &result->second);
+  result->first = Status(GSYNC_ERR_INTERNAL, "pinned memory: not made");
+  std::weak_ptr<StagingPool*> self = self_;
+  auto work = [allocate = allocate_, worker = worker_, bytes, result, self] {
+    // A pool gone meanwhile (the daemon stopping) takes nothing: none made.
+    if (self.expired()) return;
+    try {
+      result->first = allocate ? allocate(bytes, &result->second)
+                               : pinned(bytes, &result->second, worker);
+    } catch (const std::exception& e) {
+      result->first = Status(GSYNC_ERR_INTERNAL, std::string("pinned memory: ") + e.what());
+    }
   };
-  auto answer = [self = std::weak_ptr<StagingPool*>(self_), k = std::move(k), generation, result,
-                 done = std::move(done)] {
+  auto answer = [self, k = std::move(k), generation, result, done = std::move(done)] {
     if (auto pool = self.lock())
       (*pool)->made(k, generation, result->first, std::move(result->second), done);
   };
-  // A throw from the allocator leaves the result's status, which says so.
-  result->first = Status(GSYNC_ERR_INTERNAL, "the pinned allocation failed");
   if (worker_ == nullptr) {
     work();
     answer();

@@ -40,31 +40,35 @@ class StagingPool {
   // A new buffer (or why there is none), on the event thread.
   using Leased = std::function<void(const Status&, Buffer)>;
 
-  // Pinned memory (gpu::PinnedBuffer), made inline until make_on().
+  // Pinned memory (gpu::PinnedBuffer), made and freed inline until
+  // make_on().
   StagingPool();
   ~StagingPool();
   StagingPool(const StagingPool&) = delete;
   StagingPool& operator=(const StagingPool&) = delete;
 
-  // New memory is made on worker's thread (its done_fd watched by the
-  // event loop); null: inline.
+  // New memory is made, and pinned memory freed, on worker's thread (its
+  // done_fd watched by the event loop; it outlives every buffer); null:
+  // inline.
   void make_on(Worker* worker) { worker_ = worker; }
-  // New memory is made by allocate (tests: host memory).
+  // New memory is made by allocate (tests: host memory; what it throws
+  // is an error status).
   void make_with(Allocate allocate) { allocate_ = std::move(allocate); }
 
   // The kept buffer of (job, key, slot) when it is free and `bytes` long:
   // leased, as a host Buffer that owns it (its arena left for the caller).
   bool lease_kept(const std::string& job, uint64_t key, int slot, uint64_t bytes, Buffer* out);
   // Otherwise a new one: done gets it on the event thread (inline without
-  // a worker; never once the pool is gone). It becomes the kept buffer
-  // unless the kept one is leased meanwhile or the job has closed.
+  // a worker; never once the pool is gone), leased. It becomes the kept
+  // buffer unless the kept one is leased meanwhile or the job has closed;
+  // whoever takes it releases it as any other.
   void lease_new(const std::string& job, uint64_t key, int slot, uint64_t bytes, Leased done);
   // The op that leased b is over: the kept buffer (if b is it) may serve
   // the next one.
   void release(const std::string& job, uint64_t key, int slot, const Buffer& b);
   void job_closed(const std::string& job);
 
-  // Buffers being made now (tests, gsyncctl).
+  // Buffers being made now (tests).
   size_t making() const { return making_; }
 
  private:
@@ -82,7 +86,7 @@ class StagingPool {
   Kept& entry(const Key& k);
   void made(const Key& k, uint64_t generation, const Status& st, Buffer b, const Leased& done);
 
-  Allocate allocate_;
+  Allocate allocate_;  // null: pinned memory
   Worker* worker_ = nullptr;
   std::map<Key, Kept> kept_;
   uint64_t next_generation_ = 1;

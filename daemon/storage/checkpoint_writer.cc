@@ -168,18 +168,25 @@ WriteResult write_with(int ring_init, io_uring* ring, const WriteJob& job) {
 
 }  // namespace
 
+struct CheckpointWriter::Ring {
+  io_uring ring{};
+  int init = 0;  // io_uring_queue_init's result
+  Ring() { init = io_uring_queue_init(kRingEntries, &ring, 0); }
+  ~Ring() {
+    if (init == 0) io_uring_queue_exit(&ring);
+  }
+};
+
+void CheckpointWriter::RingDeleter::operator()(Ring* r) const { delete r; }
+
 CheckpointWriter::CheckpointWriter() = default;
 CheckpointWriter::~CheckpointWriter() = default;
-
-CheckpointWriter::Ring::~Ring() {
-  if (init == 0) io_uring_queue_exit(&ring);
-}
 
 void CheckpointWriter::submit(WriteJob job) {
   auto result = std::make_shared<WriteResult>();
   result->tag = job.tag;
   result->clock = job.clock;
-  result->error = "the checkpoint writer failed";  // what a throw leaves
+  result->error = "the checkpoint writer failed";  // what a throw leaves (logged)
   worker_.then([this, job = std::move(job), result] { *result = write_on_thread(job); },
                [this, result] { done_.push_back(std::move(*result)); });
 }
@@ -191,13 +198,12 @@ std::vector<WriteResult> CheckpointWriter::take() {
 
 WriteResult CheckpointWriter::write_now(const WriteJob& job) {
   Ring r;
-  r.init = io_uring_queue_init(kRingEntries, &r.ring, 0);
   return write_with(r.init, &r.ring, job);
 }
 
 WriteResult CheckpointWriter::write_on_thread(const WriteJob& job) {
-  if (ring_.init == 1) ring_.init = io_uring_queue_init(kRingEntries, &ring_.ring, 0);
-  return write_with(ring_.init, &ring_.ring, job);
+  if (!ring_) ring_.reset(new Ring());
+  return write_with(ring_->init, &ring_->ring, job);
 }
 
 }  // namespace gsync::storage

@@ -13,8 +13,6 @@
 // loop watches; the thread never touches daemon state.
 #pragma once
 
-#include <liburing.h>
-
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -55,23 +53,22 @@ class CheckpointWriter {
 
   void submit(WriteJob job);
   // Readable when take() has results (-1: no eventfd could be made, and
-  // submit() writes on the calling thread).
+  // submit() writes on the calling thread; gsyncd does not start then).
   int done_fd() const { return worker_.done_fd(); }
   std::vector<WriteResult> take();
   // Runs one job on the calling thread (tests, tools).
   static WriteResult write_now(const WriteJob& job);
 
  private:
-  // The writing thread's io_uring, made at its first job; gone after the
-  // thread (declared before the worker).
-  struct Ring {
-    io_uring ring{};
-    int init = 1;  // io_uring_queue_init's result; 1: not tried yet
-    ~Ring();
+  // The writing thread's io_uring (checkpoint_writer.cc), made at its
+  // first job; gone after the thread (declared before the worker).
+  struct Ring;
+  struct RingDeleter {
+    void operator()(Ring* r) const;
   };
   WriteResult write_on_thread(const WriteJob& job);
 
-  Ring ring_;
+  std::unique_ptr<Ring, RingDeleter> ring_;  // the worker's thread only
   std::vector<WriteResult> done_;  // event thread
   Worker worker_{"gsync-ckpt"};
 };

@@ -19,6 +19,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <thread>
 
@@ -166,11 +167,45 @@ TEST_F(PoolOnWorker, WhatIsMadeForAJobThatClosedMeanwhileIsNotKept) {
 TEST_F(PoolOnWorker, AnAnswerAfterThePoolIsGoneIsDropped) {
   Got got;
   pool->lease_new("j", 1, 0, 4096, into(&got));
+  w.drain();  // made
   pool.reset();
   answer(w);
   EXPECT_FALSE(got.called) << "answered into a pool that is gone";
   EXPECT_EQ(fake.made.load(), 1);
   EXPECT_EQ(fake.alive.load(), 0) << "the dropped answer's memory was not freed";
+}
+
+// The daemon stopping: what is still queued for a pool that is gone makes
+// nothing (pinned memory nobody would use).
+TEST_F(PoolOnWorker, NothingIsMadeForAPoolThatIsGone) {
+  std::atomic<bool> go{false};
+  w.later([&go] {
+    while (!go.load()) std::this_thread::yield();
+  });  // holds the queue: the lease below waits behind it
+  Got got;
+  pool->lease_new("j", 1, 0, 4096, into(&got));
+  pool.reset();
+  go = true;
+  answer(w);
+  EXPECT_FALSE(got.called);
+  EXPECT_EQ(fake.made.load(), 0) << "pinned memory made for a pool that was gone";
+}
+
+// On the worker, and inline (no worker): the same error, and an answer.
+TEST_F(PoolOnWorker, AnAllocatorThatThrowsIsAnErrorNotACrash) {
+  pool->make_with([](uint64_t, Buffer*) -> Status { throw std::runtime_error("a driver bug"); });
+  for (Worker* on : {&w, static_cast<Worker*>(nullptr)}) {
+    pool->make_on(on);
+    Got got;
+    pool->lease_new("j", 1, 0, 4096, into(&got));
+    if (on != nullptr) {
+      EXPECT_FALSE(got.called);
+      answer(w);
+    }
+    ASSERT_TRUE(got.called);
+    EXPECT_EQ(got.st.code(), GSYNC_ERR_INTERNAL);
+    EXPECT_EQ(got.st.message(), "pinned memory: a driver bug");
+  }
 }
 
 TEST_F(PoolOnWorker, AFailedAllocationIsAnsweredWithItsReason) {
@@ -204,6 +239,10 @@ class StagingOp : public ::testing::Test {
     }, "test stop");
   }
 
+  // A test that stops early leaves nothing gated: the worker's thread,
+  // joined when it goes, would wait on the gate for ever.
+  ~StagingOp() override { fake.open(); }
+
   // An allreduce over two ranks' device buffers. Their addresses are
   // never read: the ops here end before any stage that would.
   OpRequest request() {
@@ -232,13 +271,15 @@ class StagingOp : public ::testing::Test {
     });
   }
 
-  // Runs the loop until the op is done (or 10 s went by).
-  void run_until_done() {
+  // Runs the loop until pred holds (or 10 s went by); whether it does.
+  bool run_until(std::function<bool()> pred) {
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-    stop_when = [this, deadline] {
-      return done.has_value() || std::chrono::steady_clock::now() > deadline;
-    };
+    stop_when = [pred, deadline] { return pred() || std::chrono::steady_clock::now() > deadline; };
     loop.run();
+    return pred();
+  }
+  bool run_until_done() {
+    return run_until([this] { return done.has_value(); });
   }
 
   // A turn of the loop: whatever was deferred (an ended op's report) runs.
@@ -256,7 +297,7 @@ class StagingOp : public ::testing::Test {
   std::function<bool()> stop_when = [] { return true; };
 };
 
-TEST_F(StagingOp, AnOpWaitsForItsStagingAndAnAbortEndsItOnceItIsThere) {
+TEST_F(StagingOp, AnOpWaitsForItsStagingAndAnAbortEndsItAtOnce) {
   fake.gated = true;
   const uint64_t serial = start();
   OpView v = pipe.view(serial);
@@ -264,22 +305,25 @@ TEST_F(StagingOp, AnOpWaitsForItsStagingAndAnAbortEndsItOnceItIsThere) {
   EXPECT_EQ(v.waiting_for, "pinned host memory");
   EXPECT_EQ(pipe.waiting_for(serial), "pinned host memory");
   EXPECT_FALSE(pipe.waits_on_peers(serial));
+  EXPECT_TRUE(pipe.waits_for_staging(serial));
   EXPECT_EQ(pipe.staging().making(), 2u);
-
-  pipe.abort(serial, Status(GSYNC_ERR_TIMEOUT, "test abort"));
   one_turn();
   EXPECT_FALSE(done.has_value()) << "reported while its pinned memory was still being made";
-  EXPECT_EQ(pipe.in_flight(), 1u);
 
-  fake.open();
-  run_until_done();
-  ASSERT_TRUE(done.has_value()) << "not reported within 10 s of its staging";
+  // A timeout (the GPU thread held up): the op ends now, not when its
+  // memory comes.
+  pipe.abort(serial, Status(GSYNC_ERR_TIMEOUT, "test abort"));
+  EXPECT_FALSE(pipe.waits_for_staging(serial));
+  ASSERT_TRUE(run_until_done()) << "an op aborted while it waited was not reported";
   EXPECT_EQ(done->code(), GSYNC_ERR_TIMEOUT);
   EXPECT_EQ(done->message(), "test abort");
   EXPECT_EQ(pipe.in_flight(), 0u);
-  EXPECT_EQ(pipe.staging().making(), 0u);
-  // Made, released with the op, kept for the tensor's next step: the next
-  // op finds both stand-ins at once.
+  EXPECT_EQ(pipe.staging().making(), 2u);
+
+  // Its memory, made after it ended, is kept for the tensor's next step:
+  // not left leased (every later step would make its own).
+  fake.open();
+  EXPECT_TRUE(run_until([this] { return pipe.staging().making() == 0; }));
   EXPECT_EQ(fake.alive.load(), 2);
   Buffer b;
   EXPECT_TRUE(pipe.staging().lease_kept("j", 3, 0, 8192, &b));
@@ -289,8 +333,7 @@ TEST_F(StagingOp, AnOpWaitsForItsStagingAndAnAbortEndsItOnceItIsThere) {
 TEST_F(StagingOp, StagingThatCannotBeMadeFailsTheOpNamingIt) {
   fake.fail = Status(GSYNC_ERR_NOMEM, "cudaHostAlloc: out of memory (8192 bytes of pinned memory)");
   start();
-  run_until_done();
-  ASSERT_TRUE(done.has_value());
+  ASSERT_TRUE(run_until_done()) << "not reported within 10 s";
   EXPECT_EQ(done->code(), GSYNC_ERR_NOMEM);
   EXPECT_EQ(done->message(),
             "job j allreduce key 3 step 7: cudaHostAlloc: out of memory (8192 bytes of pinned "
