@@ -128,6 +128,9 @@ void Gsyncd::metrics_ops(metrics::Exposition& m) const {
   m.family("gsync_device_bytes", "gauge",
            "GPU memory the connected clients shared with the daemon (gsync_alloc_device)");
   m.sample({}, double(device));
+  m.family("gsync_pinned_bytes", "gauge",
+           "Pinned host memory the daemon holds for ops over device memory (their staging)");
+  m.sample({}, double(pipeline_->pinned_bytes()));
   m.family("gsync_event_loop_exceptions_total", "counter",
            "Exceptions the event loop caught from a handler (a bug each)");
   m.sample({}, double(loop_.exceptions_caught()));

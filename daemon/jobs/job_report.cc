@@ -128,6 +128,9 @@ nlohmann::json JobManager::jobs_report() const {
                     // What compression's error feedback holds for the job
                     // (docs/compression.md, "The engine").
                     {"error_feedback_bytes", pipeline_.error_feedback_bytes(name)},
+                    // Pinned host memory kept for its ops over device
+                    // memory (docs/gpu.md, "Across hosts from device memory").
+                    {"pinned_bytes", pipeline_.pinned_bytes(name)},
                     {"sync_mode", proto::describe(job->sync)},
                     {"parameters", ps_keys(pipeline_.ps(), name)},
                     // Batch leases (docs/fault-tolerance.md): this host's

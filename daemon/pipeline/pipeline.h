@@ -173,6 +173,10 @@ class Pipeline {
   PlanCache* plans() { return plans_.get(); }
   // What compressed plans of the job hold as error feedback (gsyncctl jobs).
   uint64_t error_feedback_bytes(const std::string& job) const;
+  // Pinned host memory of ops over device memory: kept for the job's next
+  // steps (gsyncctl jobs), and alive in all (the metrics).
+  uint64_t pinned_bytes(const std::string& job) const { return staging_.kept_bytes(job); }
+  uint64_t pinned_bytes() const { return staging_.pinned_bytes(); }
   // The parameter server (gsyncctl jobs reads its keys); null when none.
   const ps::Service* ps() const { return ps_; }
 

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "daemon/pipeline/staging_pool.h"
 
+#include <climits>
 #include <exception>
 #include <iterator>
 #include <string>
@@ -87,6 +88,14 @@ void StagingPool::made(const Key& k, uint64_t generation, const Status& st, Buff
   if (st) {
     b.kind = MemoryKind::kHost;
     b.arena = 0;
+    // Counted while anyone holds it: the count goes down with the last
+    // owner, before the memory itself is freed.
+    pinned_->fetch_add(b.bytes, std::memory_order_relaxed);
+    b.owner = std::shared_ptr<const void>(
+        b.ptr, [inner = std::move(b.owner), pinned = pinned_, bytes = b.bytes](const void*) mutable {
+          pinned->fetch_sub(bytes, std::memory_order_relaxed);
+          inner.reset();
+        });
     auto it = kept_.find(k);
     if (it != kept_.end() && it->second.generation == generation && !it->second.leased) {
       it->second.buf = b;
@@ -100,6 +109,14 @@ void StagingPool::release(const std::string& job, uint64_t key, int slot, const 
   auto it = kept_.find(Key{job, key, slot});
   if (it != kept_.end() && it->second.buf.ptr != nullptr && it->second.buf.ptr == b.ptr)
     it->second.leased = false;
+}
+
+uint64_t StagingPool::kept_bytes(const std::string& job) const {
+  uint64_t sum = 0;
+  for (auto it = kept_.lower_bound(Key{job, 0, INT_MIN}); it != kept_.end() && it->first.job == job;
+       ++it)
+    sum += it->second.buf.bytes;
+  return sum;
 }
 
 void StagingPool::job_closed(const std::string& job) {

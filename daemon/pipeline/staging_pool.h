@@ -15,6 +15,7 @@
 // buffer is leased at once. Event thread only; no CUDA in this header.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -70,6 +71,11 @@ class StagingPool {
 
   // Buffers being made now (tests).
   size_t making() const { return making_; }
+  // Pinned bytes alive: every buffer this pool made that someone (the
+  // pool, an op, a plan) still holds, whichever thread frees it.
+  uint64_t pinned_bytes() const { return pinned_->load(std::memory_order_relaxed); }
+  // What the pool keeps for the job's next steps (gsyncctl jobs).
+  uint64_t kept_bytes(const std::string& job) const;
 
  private:
   struct Key {
@@ -91,6 +97,8 @@ class StagingPool {
   std::map<Key, Kept> kept_;
   uint64_t next_generation_ = 1;
   size_t making_ = 0;
+  // Shared with every buffer's owner, which may go after the pool.
+  std::shared_ptr<std::atomic<uint64_t>> pinned_ = std::make_shared<std::atomic<uint64_t>>(0);
   // Answers from the worker hold it weakly: one that comes after the pool
   // (and the pipeline) is gone is dropped.
   std::shared_ptr<StagingPool*> self_;

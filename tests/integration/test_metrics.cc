@@ -194,6 +194,9 @@ TEST(Metrics, ScrapedUnderLoadMatchTheOpsDriven) {
   EXPECT_EQ(s["gsync_job_ops_failed_total" + label], 1);
   EXPECT_EQ(s["gsync_job_ranks" + label], 2);
   EXPECT_EQ(s["gsync_clients"], 2);
+  // Host memory only: no pinned staging (docs/gpu.md).
+  ASSERT_TRUE(s.count("gsync_pinned_bytes"));
+  EXPECT_EQ(s["gsync_pinned_bytes"], 0);
   // Histogram buckets only go up.
   std::vector<double> buckets;
   for (double le : {1e-4, 3e-4, 1e-3, 3e-3, 0.01, 0.03, 0.1, 0.3, 1.0, 3.0, 10.0, 30.0}) {

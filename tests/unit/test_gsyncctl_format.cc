@@ -137,17 +137,18 @@ TEST(RenderJobs, TableWithRanks) {
               {"rank":1,"local_rank":1,"pid":124,"uid":0,"state":"connected"},
               {"rank":2,"local_rank":2,"pid":125,"uid":null,"state":"dead"}],
      "ops_completed":10,"ops_failed":0,"ops_in_flight":1,"bytes_reduced":1234,
-     "throughput_gbps":2.5,"error_feedback_bytes":8388608,"last_error":""},
+     "throughput_gbps":2.5,"error_feedback_bytes":8388608,"pinned_bytes":67108864,
+     "last_error":""},
     {"job":"b","world_size":16,"local_size":2,"ranks":[],"ops_completed":0,"ops_failed":3,
      "ops_in_flight":0,"bytes_reduced":0,"throughput_gbps":0,"last_error":"rank 3 timed out"}]})json");
   std::string out = render_jobs(reply);
   EXPECT_EQ(out,
             "JOB      WORLD  LOCAL UP  DEAD  OPS DONE  FAILED  IN FLIGHT  REDUCED  THROUGHPUT  "
-            "EF HELD  LAST ERROR\n"
+            "EF HELD    PINNED  LAST ERROR\n"
             "train-1      4       2/4  2           10       0          1  1.2 KiB   2.50 GB/s  "
-            "8.0 MiB  -\n"
+            "8.0 MiB  64.0 MiB  -\n"
             "b           16       0/2  -            0       3          0      0 B   0.00 GB/s  "
-            "      -  rank 3 timed out\n");
+            "      -         -  rank 3 timed out\n");
 }
 
 TEST(RenderJobs, ParameterServerKeysGetALineEach) {

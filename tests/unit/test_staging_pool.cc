@@ -124,6 +124,9 @@ TEST_F(PoolOnWorker, ANewBufferIsMadeOnTheWorkerAndTheKeptOneLeasedAtOnce) {
   EXPECT_EQ(first.buf.bytes, 4096u);
   EXPECT_EQ(first.buf.kind, MemoryKind::kHost);
   EXPECT_EQ(pool->making(), 0u);
+  EXPECT_EQ(pool->pinned_bytes(), 4096u);
+  EXPECT_EQ(pool->kept_bytes("j"), 4096u);
+  EXPECT_EQ(pool->kept_bytes("k"), 0u);
 
   // Leased: a second op in flight gets one of its own, not kept.
   EXPECT_FALSE(pool->lease_kept("j", 1, 0, 4096, &b));
@@ -132,6 +135,8 @@ TEST_F(PoolOnWorker, ANewBufferIsMadeOnTheWorkerAndTheKeptOneLeasedAtOnce) {
   answer(w);
   ASSERT_TRUE(second.st);
   EXPECT_NE(second.buf.ptr, first.buf.ptr);
+  EXPECT_EQ(pool->pinned_bytes(), 8192u) << "the op's own buffer is pinned too";
+  EXPECT_EQ(pool->kept_bytes("j"), 4096u) << "the op's own buffer is not kept";
   pool->release("j", 1, 0, second.buf);  // not the kept one: changes nothing
   EXPECT_FALSE(pool->lease_kept("j", 1, 0, 4096, &b));
 
@@ -145,10 +150,13 @@ TEST_F(PoolOnWorker, ANewBufferIsMadeOnTheWorkerAndTheKeptOneLeasedAtOnce) {
   EXPECT_EQ(fake.made.load(), 2);
 
   second = {};
+  EXPECT_EQ(pool->pinned_bytes(), 4096u) << "the op's own buffer went with the op";
   b = {};
   first = {};
   pool->job_closed("j");
   EXPECT_EQ(fake.alive.load(), 0) << "the closed job's memory is still held";
+  EXPECT_EQ(pool->pinned_bytes(), 0u);
+  EXPECT_EQ(pool->kept_bytes("j"), 0u);
 }
 
 TEST_F(PoolOnWorker, WhatIsMadeForAJobThatClosedMeanwhileIsNotKept) {
@@ -325,6 +333,8 @@ TEST_F(StagingOp, AnOpWaitsForItsStagingAndAnAbortEndsItAtOnce) {
   fake.open();
   EXPECT_TRUE(run_until([this] { return pipe.staging().making() == 0; }));
   EXPECT_EQ(fake.alive.load(), 2);
+  EXPECT_EQ(pipe.pinned_bytes(), 16384u);
+  EXPECT_EQ(pipe.pinned_bytes("j"), 16384u);
   Buffer b;
   EXPECT_TRUE(pipe.staging().lease_kept("j", 3, 0, 8192, &b));
   EXPECT_TRUE(pipe.staging().lease_kept("j", 3, 1, 8192, &b));

@@ -381,6 +381,7 @@ std::string render_jobs(const json& reply) {
         bytes(field(job, "bytes_reduced")),
         gbps(field(job, "throughput_gbps")),
         bytes(field(job, "error_feedback_bytes")),
+        bytes(field(job, "pinned_bytes")),
         last_error.empty() ? std::string(kMissing) : last_error,
     });
   }
@@ -396,6 +397,7 @@ std::string render_jobs(const json& reply) {
           {"REDUCED", Align::kRight},
           {"THROUGHPUT", Align::kRight},
           {"EF HELD", Align::kRight},
+          {"PINNED", Align::kRight},
           {"LAST ERROR"},
       },
       rows);
