@@ -56,6 +56,7 @@ void Worker::later(std::function<void()> fn) {
 void Worker::then(std::function<void()> work, std::function<void()> done) {
   if (done_fd_ < 0) {
     run_work(work);
+    work = nullptr;
     done();
     return;
   }
@@ -129,6 +130,9 @@ void Worker::run() {
     // A later() call that throws is a bug, but not one to end the daemon
     // over (then()'s catch their own, to answer anyway).
     run_work(fn);
+    // What it held goes before the lock is taken: a release it held may
+    // queue more (later() takes the lock).
+    fn = nullptr;
     lock.lock();
     running_ = false;
     if (queue_.empty()) idle_.notify_all();

@@ -68,6 +68,7 @@ void JobManager::world_changed(const std::string& job_id, const cluster::Elastic
   const int self = control_ ? control_->self() : 0;
   job.world_epoch = w.epoch;
   job.world_reason = w.reason;
+  if (!job.world_name.empty()) pipeline_.world_closed(job.world_name);
   job.world_name = cluster::ElasticBook::world_name(job.id, w.epoch);
   job.worlds_used.push_back(job.world_name);
   job.remote_broken = Status::ok();  // a loss before this world is behind it

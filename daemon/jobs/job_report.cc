@@ -106,6 +106,14 @@ nlohmann::json JobManager::jobs_report() const {
     }
     size_t running = 0;
     for (const auto& [id, op] : job->ops) running += op->running();
+    // What the pipeline holds for the job, under each name its ops went
+    // by (an elastic job's: one per world).
+    uint64_t ef_bytes = pipeline_.error_feedback_bytes(name);
+    uint64_t pinned = pipeline_.pinned_bytes(name);
+    for (const auto& w : job->worlds_used) {
+      ef_bytes += pipeline_.error_feedback_bytes(w);
+      pinned += pipeline_.pinned_bytes(w);
+    }
     list.push_back({{"job", name},
                     {"world_size", job->world_size},
                     {"local_size", job->local_size},
@@ -127,10 +135,10 @@ nlohmann::json JobManager::jobs_report() const {
                     {"throughput_gbps", job->meter.rate(now) / 1e9},
                     // What compression's error feedback holds for the job
                     // (docs/compression.md, "The engine").
-                    {"error_feedback_bytes", pipeline_.error_feedback_bytes(name)},
+                    {"error_feedback_bytes", ef_bytes},
                     // Pinned host memory kept for its ops over device
                     // memory (docs/gpu.md, "Across hosts from device memory").
-                    {"pinned_bytes", pipeline_.pinned_bytes(name)},
+                    {"pinned_bytes", pinned},
                     {"sync_mode", proto::describe(job->sync)},
                     {"parameters", ps_keys(pipeline_.ps(), name)},
                     // Batch leases (docs/fault-tolerance.md): this host's

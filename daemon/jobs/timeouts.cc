@@ -83,13 +83,16 @@ void JobManager::expire(Job& job, Clock::time_point now) {
   // An elastic job's ops of an earlier world that were crossing when it
   // changed run on (elastic_jobs.cc), under the same deadline.
   for (const auto& [serial, op] : job.old_ops)
-    if (now >= op->deadline && pipeline_.waits_on_peers(serial) &&
-        now >= op->deadline + pipeline_.timeout_grace(serial))
+    if (now >= op->deadline && (pipeline_.waits_for_staging(serial) ||
+                                (pipeline_.waits_on_peers(serial) &&
+                                 now >= op->deadline + pipeline_.timeout_grace(serial))))
       cross_expired.emplace_back(
           serial, Status(GSYNC_ERR_TIMEOUT,
-                         fmt::format("{} (of an earlier world) timed out after {} ms in the "
-                                     "cross-host step: {}",
+                         fmt::format("{} (of an earlier world) timed out after {} ms {}: {}",
                                      op->describe(job.id), op->timeout_ms,
+                                     pipeline_.waits_for_staging(serial)
+                                         ? "waiting for its staging"
+                                         : "in the cross-host step",
                                      pipeline_.waiting_for(serial))));
   for (auto& [id, st] : expired) {
     spdlog::warn("{}", st.message());

@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "daemon/collective/engine.h"
 #include "daemon/gpu/launch.h"
 #include "daemon/pipeline/guard_stage.h"
 #include "daemon/pipeline/local_stages.h"
@@ -99,12 +100,21 @@ bool Pipeline::staging_made(uint64_t serial, int slot, const Status& st, const B
     const uint64_t arena = into.arena;
     into = b;  // released with the op (release_staging)
     into.arena = arena;
-  } else if (!op->failing) {
-    op->failing = true;
-    op->status = Status(st.code(), fmt::format("{}: {}", r.describe(), st.message()));
+  } else {
+    fail_staging(*op, Status(st.code(), fmt::format("{}: {}", r.describe(), st.message())));
   }
   staging_arrived(*op);
   return true;
+}
+
+void Pipeline::fail_staging(Op& op, const Status& st) {
+  if (op.failing) return;
+  op.failing = true;
+  op.status = st;
+  // No stage of it has begun here: the hosts that began it hear now
+  // rather than at their timeout (which would blame this host's ranks).
+  if (op.req.multi_host() && engine_) engine_->abort_unbegun(op.req.job, op.req.id, st);
+  maybe_end(op);
 }
 
 void Pipeline::release_staging(const OpRequest& r) {

@@ -89,7 +89,7 @@ uint64_t Pipeline::start(OpRequest request, Done done) {
 }
 
 void Pipeline::staging_arrived(Op& op) {
-  if (--op.staging > 0) return;
+  if (--op.staging > 0 || op.ended) return;  // ended: failed while it waited
   if (!op.failing) build_stages(op);
   run(op);
 }
@@ -358,7 +358,12 @@ void Pipeline::reap() {
 }
 
 void Pipeline::abort(uint64_t serial, const Status& why) {
-  if (Op* op = find(serial)) stage_failed(*op, -1, why);
+  Op* op = find(serial);
+  if (op == nullptr) return;
+  if (op->staging > 0)
+    fail_staging(*op, why);
+  else
+    stage_failed(*op, -1, why);
 }
 
 void Pipeline::abort_unbegun(const std::string& job, const proto::OpId& id, const Status& why) {

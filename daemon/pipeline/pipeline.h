@@ -165,6 +165,9 @@ class Pipeline {
   // The mapping named arena (a session's) goes: plans over it are evicted.
   void arena_closed(uint64_t arena);
   void job_closed(const std::string& job);
+  // An elastic job's world changed: what the pool kept for the old one
+  // (its ops still running hold theirs) goes now, not with the job.
+  void world_closed(const std::string& old_world) { staging_.job_closed(old_world); }
 
   size_t in_flight() const { return ops_.size(); }
   // Where ops over device memory get their pinned memory (gsyncd: made on
@@ -204,6 +207,9 @@ class Pipeline {
   // One of the op's pinned buffers is there (or the asking is done): with
   // none left to wait for, its stages are built and run.
   void staging_arrived(Op& op);
+  // The op fails while it waits for pinned memory: it ends now (what
+  // comes later goes back to the pool), its peers are told.
+  void fail_staging(Op& op, const Status& st);
   // The op over it is over: its kept staging may serve the next one.
   void release_staging(const OpRequest& r);
   void add_cross_stage(Op& op);

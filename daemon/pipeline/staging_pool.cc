@@ -68,6 +68,8 @@ void StagingPool::lease_new(const std::string& job, uint64_t key, int slot, uint
                                : pinned(bytes, &result->second, worker);
     } catch (const std::exception& e) {
       result->first = Status(GSYNC_ERR_INTERNAL, std::string("pinned memory: ") + e.what());
+    } catch (...) {
+      result->first = Status(GSYNC_ERR_INTERNAL, "pinned memory: the allocator threw");
     }
   };
   auto answer = [self, k = std::move(k), generation, result, done = std::move(done)] {

@@ -42,15 +42,19 @@ struct FakePinned {
   std::condition_variable cv;
   bool gated = false;
   Status fail = Status::ok();
+  int fail_call = -1;  // >= 0: only that call (from 0) fails, at once
+  int calls = 0;       // the worker's thread only
 
   StagingPool::Allocate allocator() {
     return [this](uint64_t bytes, Buffer* out) {
+      const int call = calls++;
+      if (!fail && call == fail_call) return fail;
       {
         std::unique_lock lock(mu);
         cv.wait(lock, [this] { return !gated; });
         made_on = std::this_thread::get_id();
       }
-      if (!fail) return fail;
+      if (!fail && fail_call < 0) return fail;
       auto* mem = new uint8_t[bytes];
       alive++;
       made++;
@@ -337,6 +341,42 @@ TEST_F(StagingOp, AnOpWaitsForItsStagingAndAnAbortEndsItAtOnce) {
   EXPECT_EQ(pipe.pinned_bytes("j"), 16384u);
   Buffer b;
   EXPECT_TRUE(pipe.staging().lease_kept("j", 3, 0, 8192, &b));
+  EXPECT_TRUE(pipe.staging().lease_kept("j", 3, 1, 8192, &b));
+}
+
+// The op ends (aborted) and its memory is answered before the op is
+// reaped: the memory goes with the op, back to the pool.
+TEST_F(StagingOp, MemoryThatComesBetweenTheEndAndTheReportGoesBackToThePool) {
+  fake.gated = true;
+  const uint64_t serial = start();
+  pipe.abort(serial, Status(GSYNC_ERR_TIMEOUT, "test abort"));
+  fake.open();
+  worker.drain();
+  worker.run_done();  // both answers, before the loop reports the op
+  EXPECT_EQ(pipe.staging().making(), 0u);
+  EXPECT_FALSE(done.has_value());
+  ASSERT_TRUE(run_until_done());
+  EXPECT_EQ(done->code(), GSYNC_ERR_TIMEOUT);
+  EXPECT_EQ(pipe.in_flight(), 0u);
+  Buffer b;
+  EXPECT_TRUE(pipe.staging().lease_kept("j", 3, 0, 8192, &b)) << "left leased";
+  EXPECT_TRUE(pipe.staging().lease_kept("j", 3, 1, 8192, &b)) << "left leased";
+}
+
+// One rank's memory cannot be made while the other's is held up: the op
+// fails at once, naming why, without waiting for the other.
+TEST_F(StagingOp, OneFailedBufferEndsTheOpWithoutWaitingForTheOther) {
+  fake.fail = Status(GSYNC_ERR_NOMEM, "cudaHostAlloc: out of memory");
+  fake.fail_call = 0;
+  fake.gated = true;
+  const uint64_t serial = start();
+  ASSERT_TRUE(run_until_done()) << "waited for the other rank's memory";
+  EXPECT_EQ(done->code(), GSYNC_ERR_NOMEM);
+  EXPECT_FALSE(pipe.waits_for_staging(serial));
+  EXPECT_EQ(pipe.staging().making(), 1u);
+  fake.open();
+  EXPECT_TRUE(run_until([this] { return pipe.staging().making() == 0; }));
+  Buffer b;
   EXPECT_TRUE(pipe.staging().lease_kept("j", 3, 1, 8192, &b));
 }
 

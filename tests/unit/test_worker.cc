@@ -150,6 +150,28 @@ TEST(Worker, WhatTheWorkHeldIsGoneBeforeItsAnswerRuns) {
   }
 }
 
+// A result never picked up may, as it goes with the worker, ask for more
+// work (a release that answers): it runs, inline, work and answer both.
+TEST(Worker, WhatAResultQueuesAsItGoesRunsInline) {
+  int ran = 0;
+  {
+    Worker w("test-worker");
+    struct Requeue {
+      Worker* w;
+      int* ran;
+      ~Requeue() {
+        w->then([r = ran] { (*r)++; }, [r = ran] { (*r)++; });
+      }
+    };
+    std::shared_ptr<Requeue> held(new Requeue{&w, &ran});
+    w.then([] {}, [held] {});
+    held.reset();
+    w.drain();
+    EXPECT_EQ(ran, 0);
+  }
+  EXPECT_EQ(ran, 2) << "the work or its answer queued while the worker went never ran";
+}
+
 // A closure given to later() that throws (a bug) is logged; the thread
 // goes on with the rest of the queue.
 TEST(Worker, AThrowingCallLeavesTheThreadServing) {
