@@ -14,7 +14,7 @@
 # kernels it compares against need nothing else); device memory end to end
 # needs the daemon and so meson.
 set -uo pipefail
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../.." || exit 1
 out=${OUT:-device-check-out}
 mkdir -p "$out"
 if ! command -v nvcc >/dev/null && [ -x /usr/local/cuda/bin/nvcc ]; then
@@ -41,7 +41,7 @@ else
   mkdir -p "$dir"
   # The flags of daemon/gpu/meson.build and daemon/reduce/meson.build.
   nvflags=(-std=c++20 -O3 -fmad=false -ftz=false -prec-div=true -I. -Iinclude
-    -gencode=arch=compute_90,code=[sm_90,compute_90])
+    '-gencode=arch=compute_90,code=[sm_90,compute_90]')
   gpu=(daemon/gpu/device_cuda.cu daemon/gpu/reduce_kernels.cu daemon/gpu/launch.cc)
   bench=$dir/bench_gpu_reduce
   nvcc "${nvflags[@]}" "${gpu[@]}" tools/bench/bench_gpu_reduce.cc -o "$bench" \
@@ -70,11 +70,19 @@ if [ -n "${buffers_exe:-}" ] && [ -x "$buffers_exe" ]; then
   GSYNCD="$build/daemon/gsyncd" "$buffers_exe" 2>&1 | tee "$out/test_gpu_buffers.txt"
   buffers_rc=${PIPESTATUS[0]}
   # PyTorch's CUDA buckets through the hook: SKIPPED unless the machine's
-  # python has a CUDA build of torch (and the test bed is built).
+  # python has a CUDA build of torch (and the test bed is built). The
+  # first python on PATH may not be the one with torch (a pyenv's).
+  py=python3
+  for cand in python3 /usr/bin/python3; do
+    if command -v "$cand" >/dev/null && "$cand" -c 'import torch' 2>/dev/null; then
+      py=$cand
+      break
+    fi
+  done
   ninja -C "$build" libclient/libgsync.so tools/testbed/gsync-testbed >>"$out/build.txt" 2>&1
   GSYNC_LIB="$build/libclient/libgsync.so" GSYNCD="$build/daemon/gsyncd" \
     GSYNC_TESTBED="$build/tools/testbed/gsync-testbed" \
-    timeout 300 python3 tests/torch/test_cuda.py 2>&1 | tee "$out/test_torch_cuda.txt"
+    timeout 300 "$py" tests/torch/test_cuda.py 2>&1 | tee "$out/test_torch_cuda.txt"
   echo "device-check: test_torch_cuda rc=${PIPESTATUS[0]} (77: skipped)" | tee -a "$out/summary.txt"
 fi
 "$bench" --inputs 4 16 64 256 1024 2>&1 | tee "$out/bench_gpu_reduce.txt"
