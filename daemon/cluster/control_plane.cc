@@ -87,6 +87,8 @@ Status ControlPlane::start() {
   o.dpdk.payload = cfg_.dpdk_payload;
   o.dpdk.idle_poll_us = cfg_.dpdk_idle_poll_us;
   o.dpdk.drop_ppm = cfg_.dpdk_drop_ppm;
+  static_assert(kDpdkRxOff == transport::ContextOptions::Dpdk::kRxOff &&
+                kDpdkRxAnyCpu == transport::ContextOptions::Dpdk::kRxAnyCpu);
   o.dpdk.rx_lcore = dpdk_rx_cpu(cfg_);
   Status err;
   // Membership on etcd changes the hosts table while running, which only

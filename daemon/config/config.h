@@ -120,8 +120,10 @@ Status load_config_file(const std::string& path, bool required, DaemonConfig* cf
 Status load_config_text(std::string_view text, const std::string& name, DaemonConfig* cfg);
 // Checks cross-field rules (ring_entries a power of two, default <= max ...).
 Status validate_config(const DaemonConfig& cfg);
-// [dpdk] rx_lcore of a validated config as the transport takes it: -2
-// off, -1 any CPU, else the CPU.
+// [dpdk] rx_lcore of a validated config as the transport takes it
+// (ContextOptions::Dpdk::rx_lcore, the same values): off, any CPU, or the
+// CPU.
+constexpr int kDpdkRxOff = -2, kDpdkRxAnyCpu = -1;
 int dpdk_rx_cpu(const DaemonConfig& cfg);
 // The config in force as TOML text (gsyncctl status, --print-config).
 std::string config_to_toml(const DaemonConfig& cfg);

@@ -199,8 +199,8 @@ constexpr int kRxLcoreBad = -3;
 
 int dpdk_rx_cpu(const DaemonConfig& cfg) {
   const std::string& w = cfg.dpdk_rx_lcore;
-  if (w == "off") return -2;
-  if (w == "any") return -1;
+  if (w == "off") return kDpdkRxOff;
+  if (w == "any") return kDpdkRxAnyCpu;
   int cpu = 0;
   auto [end, ec] = std::from_chars(w.data(), w.data() + w.size(), cpu);
   if (w.empty() || ec != std::errc() || end != w.data() + w.size() || cpu < 0 || cpu >= CPU_SETSIZE)

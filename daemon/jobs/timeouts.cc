@@ -2,13 +2,20 @@
 //
 // Ops that outlive their timeout, and what their error names: the local
 // ranks that have not arrived, the ranks no host has announced, or what the
-// cross-host stage still waits for. Checked every tick.
+// cross-host stage (or an op's pinned memory) still waits for. Checked
+// every tick.
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
 #include "daemon/jobs/job_manager.h"
 
 namespace gsync {
+
+namespace {
+std::chrono::milliseconds late(Clock::time_point now, Clock::time_point deadline) {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(now - deadline);
+}
+}  // namespace
 
 std::string JobManager::missing_ranks(const Job& job, const JobOp& op) const {
   std::string out;
@@ -40,24 +47,15 @@ void JobManager::expire(Job& job, Clock::time_point now) {
   for (const auto& [id, op] : job.ops) {
     if (now < op->deadline) continue;
     if (op->running()) {
-      if (pipeline_.waits_for_staging(op->serial)) {
+      // Only what waits on other hosts (or on the GPU thread) can hang;
+      // fold and store end on their own. The host that knows who is
+      // missing speaks first (the stage's grace).
+      std::string what = pipeline_.overdue(op->serial, late(now, op->deadline));
+      if (!what.empty())
         cross_expired.emplace_back(
             op->serial, Status(GSYNC_ERR_TIMEOUT,
-                               fmt::format("{} timed out after {} ms waiting for pinned host "
-                                           "memory (made on the GPU thread)",
-                                           op->describe(job.id), op->timeout_ms)));
-        continue;
-      }
-      // Only a stage that waits on other hosts can hang; fold and store end
-      // on their own. The host that knows who is missing speaks first.
-      if (!pipeline_.waits_on_peers(op->serial) ||
-          now < op->deadline + pipeline_.timeout_grace(op->serial))
-        continue;
-      cross_expired.emplace_back(
-          op->serial, Status(GSYNC_ERR_TIMEOUT,
-                             fmt::format("{} timed out after {} ms in the cross-host step: {}",
-                                         op->describe(job.id), op->timeout_ms,
-                                         pipeline_.waiting_for(op->serial))));
+                               fmt::format("{} timed out after {} ms {}", op->describe(job.id),
+                                           op->timeout_ms, what)));
       continue;
     }
     const int expected = job.expected_ranks();
@@ -82,18 +80,15 @@ void JobManager::expire(Job& job, Clock::time_point now) {
   }
   // An elastic job's ops of an earlier world that were crossing when it
   // changed run on (elastic_jobs.cc), under the same deadline.
-  for (const auto& [serial, op] : job.old_ops)
-    if (now >= op->deadline && (pipeline_.waits_for_staging(serial) ||
-                                (pipeline_.waits_on_peers(serial) &&
-                                 now >= op->deadline + pipeline_.timeout_grace(serial))))
+  for (const auto& [serial, op] : job.old_ops) {
+    if (now < op->deadline) continue;
+    std::string what = pipeline_.overdue(serial, late(now, op->deadline));
+    if (!what.empty())
       cross_expired.emplace_back(
           serial, Status(GSYNC_ERR_TIMEOUT,
-                         fmt::format("{} (of an earlier world) timed out after {} ms {}: {}",
-                                     op->describe(job.id), op->timeout_ms,
-                                     pipeline_.waits_for_staging(serial)
-                                         ? "waiting for its staging"
-                                         : "in the cross-host step",
-                                     pipeline_.waiting_for(serial))));
+                         fmt::format("{} (of an earlier world) timed out after {} ms {}",
+                                     op->describe(job.id), op->timeout_ms, what)));
+  }
   for (auto& [id, st] : expired) {
     spdlog::warn("{}", st.message());
     finish(job, id, st);

@@ -16,6 +16,24 @@
 
 namespace gsync::pipeline {
 
+namespace {
+
+// Where the pinned buffer of slot (StagingPool's) goes in the request: the
+// wire's staging, or a rank's stand-in.
+Buffer& slot_buffer(OpRequest& r, int slot) {
+  return slot == StagingPool::kWireSlot ? r.staging : r.locals[size_t(slot)].buf;
+}
+
+// A pinned buffer into its place, which keeps its arena (the session its
+// plans go with).
+void place(Buffer& into, const Buffer& pinned) {
+  const uint64_t arena = into.arena;
+  into = pinned;
+  into.arena = arena;
+}
+
+}  // namespace
+
 std::string Pipeline::gpu_path_refusal(const OpRequest& r) const {
   uint64_t gpus = 0;  // the op's GPUs (bit d: GPU d)
   for (const auto& c : r.locals) {
@@ -74,10 +92,8 @@ void Pipeline::stage_device_memory(Op& op) {
 
 void Pipeline::lease_staging(Op& op, int slot, uint64_t bytes) {
   OpRequest& r = op.req;
-  Buffer& into = slot == StagingPool::kWireSlot ? r.staging : r.locals[size_t(slot)].buf;
-  const uint64_t arena = into.arena;
-  if (staging_.lease_kept(r.job, r.id.key, slot, bytes, &into)) {
-    into.arena = arena;
+  if (Buffer kept; staging_.lease_kept(r.job, r.id.key, slot, bytes, &kept)) {
+    place(slot_buffer(r, slot), kept);
     return;
   }
   // Made off the event thread; the op waits (its view says "staging").
@@ -95,11 +111,8 @@ bool Pipeline::staging_made(uint64_t serial, int slot, const Status& st, const B
   Op* op = find(serial);  // gone: aborted while it waited, and reported
   if (op == nullptr) return false;
   OpRequest& r = op->req;
-  Buffer& into = slot == StagingPool::kWireSlot ? r.staging : r.locals[size_t(slot)].buf;
   if (st) {
-    const uint64_t arena = into.arena;
-    into = b;  // released with the op (release_staging)
-    into.arena = arena;
+    place(slot_buffer(r, slot), b);  // released with the op (release_staging)
   } else {
     fail_staging(*op, Status(st.code(), fmt::format("{}: {}", r.describe(), st.message())));
   }

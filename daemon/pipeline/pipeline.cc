@@ -25,6 +25,8 @@ namespace {
 // Wire logs kept for reuse: as many as cross-host ops usually end in one
 // turn of the loop; more in flight at once take fresh ones.
 constexpr size_t kSpareWireLogs = 64;
+// What an op waits for before its stages are built (device_memory.cc).
+constexpr const char* kStagingWait = "pinned host memory";
 }  // namespace
 
 std::string OpRequest::describe() const {
@@ -385,16 +387,18 @@ bool Pipeline::waits_for_staging(uint64_t serial) const {
 std::string Pipeline::waiting_for(uint64_t serial) const {
   Op* op = find(serial);
   if (!op) return "";
-  if (op->staging > 0) return "pinned host memory";
+  if (op->staging > 0) return kStagingWait;
   int c = op->current();
   return c < 0 ? "nothing" : op->stages[size_t(c)]->waiting_for();
 }
 
-std::chrono::milliseconds Pipeline::timeout_grace(uint64_t serial) const {
-  Op* op = find(serial);
-  if (!op) return {};
-  int c = op->current();
-  return c < 0 ? std::chrono::milliseconds(0) : op->stages[size_t(c)]->timeout_grace();
+std::string Pipeline::overdue(uint64_t serial, std::chrono::milliseconds late) const {
+  if (waits_for_staging(serial))
+    return fmt::format("waiting for {} (made on the GPU thread)", kStagingWait);
+  if (!waits_on_peers(serial)) return "";
+  const Op& op = *find(serial);
+  const Stage& s = *op.stages[size_t(op.current())];
+  return late < s.timeout_grace() ? "" : "in the cross-host step: " + s.waiting_for();
 }
 
 OpView Pipeline::view(uint64_t serial) const {
@@ -408,7 +412,7 @@ OpView Pipeline::view(uint64_t serial) const {
             : op->staging > 0 ? "staging"
             : c < 0 ? "done"
                     : op->stages[size_t(c)]->name();
-  v.waiting_for = op->staging > 0 ? "pinned host memory"
+  v.waiting_for = op->staging > 0 ? kStagingWait
                   : c < 0         ? ""
                                   : op->stages[size_t(c)]->waiting_for();
   return v;

@@ -144,15 +144,17 @@ class Pipeline {
   // An op this host fails before starting it (a remote rank had left):
   // the hosts that began it hear of it now rather than at their timeout.
   void abort_unbegun(const std::string& job, const proto::OpId& id, const Status& why);
-  // While the op's current stage waits on other hosts it may be timed
-  // out; a local stage ends on its own.
+  // Whether the op's current stage waits on other hosts.
   bool waits_on_peers(uint64_t serial) const;
-  // While the op waits for its pinned memory (made on the GPU worker,
-  // which may be held up behind the driver) it may be timed out too: an
-  // abort then ends it at once.
+  // Whether it waits for its pinned memory (made on the GPU worker, which
+  // may be held up behind the driver): an abort then ends it at once.
   bool waits_for_staging(uint64_t serial) const;
   std::string waiting_for(uint64_t serial) const;
-  std::chrono::milliseconds timeout_grace(uint64_t serial) const;
+  // An op `late` past its deadline: what it hangs on, when it may be
+  // timed out for it ("in the cross-host step: ...", after the stage's
+  // grace; "waiting for pinned host memory ..."); "" when not (a local
+  // stage ends on its own).
+  std::string overdue(uint64_t serial, std::chrono::milliseconds late) const;
   OpView view(uint64_t serial) const;
 
   // The work pool's done fd is readable.

@@ -177,8 +177,6 @@ struct CheckpointWriter::Ring {
   }
 };
 
-void CheckpointWriter::RingDeleter::operator()(Ring* r) const { delete r; }
-
 CheckpointWriter::CheckpointWriter() = default;
 CheckpointWriter::~CheckpointWriter() = default;
 
@@ -202,7 +200,7 @@ WriteResult CheckpointWriter::write_now(const WriteJob& job) {
 }
 
 WriteResult CheckpointWriter::write_on_thread(const WriteJob& job) {
-  if (!ring_) ring_.reset(new Ring());
+  if (!ring_) ring_ = std::make_unique<Ring>();
   return write_with(ring_->init, &ring_->ring, job);
 }
 

@@ -63,12 +63,9 @@ class CheckpointWriter {
   // The writing thread's io_uring (checkpoint_writer.cc), made at its
   // first job; gone after the thread (declared before the worker).
   struct Ring;
-  struct RingDeleter {
-    void operator()(Ring* r) const;
-  };
   WriteResult write_on_thread(const WriteJob& job);
 
-  std::unique_ptr<Ring, RingDeleter> ring_;  // the worker's thread only
+  std::unique_ptr<Ring> ring_;  // the worker's thread only
   std::vector<WriteResult> done_;  // event thread
   Worker worker_{"gsync-ckpt"};
 };

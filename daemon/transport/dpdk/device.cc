@@ -73,9 +73,6 @@ void remove_stale_runtime_dirs() {
 std::once_flag eal_once;
 Status eal_status;
 
-}  // namespace
-
-namespace {
 // eal_args split on blanks, as the EAL gets them.
 std::vector<std::string> split_blanks(const std::string& text) {
   std::istringstream in(text);
@@ -83,6 +80,7 @@ std::vector<std::string> split_blanks(const std::string& text) {
   for (std::string w; in >> w;) words.push_back(w);
   return words;
 }
+
 }  // namespace
 
 std::optional<MemifVdev> memif_vdev(const std::string& eal_args, const std::string& port) {
