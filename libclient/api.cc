@@ -484,6 +484,19 @@ int gsync_ps_resume_clock(gsync_request_t* req, uint64_t* clock) {
   });
 }
 
+int gsync_ps_rolled_back(gsync_request_t* req, const char** why) {
+  return guarded("gsync_ps_rolled_back", [&] {
+    if (req == nullptr) return null_arg("gsync_ps_rolled_back", "req");
+    bool rolled = false;
+    const char* text = "";
+    if (!req->session->rolled_back(*req->state, &rolled, &text))
+      return gc::fail(GSYNC_ERR_INVALID, "gsync_ps_rolled_back: the request is not a completed "
+                                         "gsync_ps_push or gsync_ps_push_pull");
+    if (why != nullptr) *why = text;
+    return rolled ? 1 : 0;
+  });
+}
+
 int gsync_world(gsync_comm_t* comm, gsync_world_t* out, int timeout_ms) {
   return guarded("gsync_world", [&] {
     if (comm == nullptr || out == nullptr)

@@ -544,7 +544,7 @@ void Session::complete_locked(uint64_t tag, int32_t status, std::string message,
   st->done = true;
   st->status = status;
   st->value = value;
-  if (status == GSYNC_OK && st->opcode == proto::Opcode::kWorld) st->text = std::move(message);
+  if (status == GSYNC_OK) st->text = std::move(message);
   if (status != GSYNC_OK) {
     st->error = !message.empty() ? std::move(message)
                                  : format("%s: %s (%s)", op_name(*st).c_str(), error_name(status),
@@ -764,6 +764,15 @@ bool Session::declared_clock(RequestState& st, uint64_t* clock) {
   std::lock_guard lk(mu_);
   if (!st.done || st.status != GSYNC_OK || st.opcode != proto::Opcode::kPsDeclare) return false;
   *clock = st.value;
+  return true;
+}
+
+bool Session::rolled_back(RequestState& st, bool* rolled, const char** why) {
+  std::lock_guard lk(mu_);
+  if (!st.done || st.status != GSYNC_OK || !proto::is_push(st.opcode)) return false;
+  // value 1 and the verdict's text (daemon/ps/guard.cc).
+  *rolled = st.value == 1;
+  *why = *rolled ? st.text.c_str() : "";
   return true;
 }
 

@@ -81,6 +81,9 @@ class Session {
   // A completed lease's batch (or GSYNC_LEASE_WAIT / GSYNC_LEASE_END);
   // false for any other request.
   bool leased_batch(RequestState& st, uint64_t* batch);
+  // A completed push or push_pull: whether the anomaly guard rolled its
+  // clock back, and why (valid while st is); false for any other request.
+  bool rolled_back(RequestState& st, bool* rolled, const char** why);
   void release(RequestState& st);
   // gsync_world: asks the daemon and waits; learns this rank's number.
   int world(gsync_world_t* out, int timeout_ms);

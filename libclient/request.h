@@ -28,7 +28,7 @@ struct RequestState {
   int status = 0;          // valid once done
   uint32_t value = 0;      // valid once done: a declaration's resume clock
   std::string error;       // valid once done with status != 0
-  std::string text;        // a world query's answer (protocol/world.h), once done
+  std::string text;        // a successful answer's text: a world query's (protocol/world.h), a rolled-back push's
 
   // Copy path: the tensor lives outside the arena and travels through a
   // staging block. The copy out happens in the caller's gsync_test/wait,

@@ -465,7 +465,12 @@ void JobManager::finish_op(Job& job, std::unique_ptr<JobOp> op, const Status& st
     counts.failed++;
     if (st.code() == GSYNC_ERR_ANOMALY) job.anomalies++;
     job.last_error = st.message();
-    remember_failure(job, id, st, op->world);
+    // A parameter server's refusal (a clock out of order, a key not
+    // declared yet) reached every rank of the op and sent nothing: the same
+    // (key, clock) is their next right request, not a straggler of this one.
+    const bool refused = st.code() == GSYNC_ERR_INVALID && proto::is_ps(op->shape.opcode) &&
+                         op->arrived == job.local_size;
+    if (!refused) remember_failure(job, id, st, op->world);
   }
 }
 

@@ -7,7 +7,7 @@
 #include <spdlog/spdlog.h>
 
 #include "daemon/pipeline/local_stages.h"
-#include "daemon/pipeline/nonfinite.h"
+#include "daemon/reduce/nonfinite.h"
 #include "daemon/pipeline/op.h"
 #include "daemon/reduce/optimizer.h"
 
@@ -46,6 +46,15 @@ bool GuardStage::wanted(const OpRequest& r) {
           s.redop == proto::RedOp::kWeightedAvg);
 }
 
+bool GuardStage::marks_ranks(const OpRequest& r) {
+  if (wanted(r)) return true;
+  const proto::OpShape& s = r.shape;
+  return r.guard.on && proto::is_push(s.opcode) && r.sync.mode == proto::SyncMode::kBsp &&
+         s.count > 0 &&
+         (s.dtype == proto::DType::kF32 || s.dtype == proto::DType::kF16 ||
+          s.dtype == proto::DType::kBF16);
+}
+
 void GuardStage::input_done() {
   const OpRequest& r = link_.request();
   const uint64_t n = r.shape.count;
@@ -82,10 +91,8 @@ void GuardStage::decide() {
     // same bits on every host. A multi-host op only: one host's reduce
     // writes the sum over its ranks' own tensors.
     if (!std::isfinite(norm) && r.multi_host()) {
-      const int64_t rank = marked_rank(host_buffer(r).ptr, r.shape.dtype, r.shape.count);
-      from = rank >= 0 ? fmt::format("; the first non-finite value is rank {}'s", rank)
-                       : std::string("; no rank's gradient was non-finite itself (the sum "
-                                     "overflowed)");
+      from = reduce::nonfinite_origin(
+          reduce::marked_rank(host_buffer(r).ptr, r.shape.dtype, r.shape.count));
     }
     Status named(st.code(), fmt::format("{}: {}{}", r.describe(), st.message(), from));
     spdlog::warn("{}", named.message());

@@ -34,6 +34,10 @@ class GuardStage final : public Stage {
   // Whether an op is guarded: a job with the guard on, an allreduce that
   // sums or averages floating-point values.
   static bool wanted(const OpRequest& r);
+  // Whether the fold marks a local rank's non-finite values with the rank
+  // (reduce/nonfinite.h): for this stage's verdict, and for a guarded bsp
+  // parameter server's (ps/guard.cc), which reads the marks of a push.
+  static bool marks_ranks(const OpRequest& r);
 
  private:
   void decide();

@@ -7,7 +7,7 @@
 #include <fmt/format.h>
 
 #include "daemon/pipeline/guard_stage.h"
-#include "daemon/pipeline/nonfinite.h"
+#include "daemon/reduce/nonfinite.h"
 
 namespace gsync::pipeline {
 
@@ -58,9 +58,9 @@ uint64_t LocalWork::run(const reduce::ReduceArgs& a, const void* copy_src, uint6
     // output is rank 0's tensor); the scan leaves them in cache for it.
     fn = [a, begin, ranks = std::move(mark_ranks)](size_t b, size_t e) {
       std::vector<std::pair<size_t, size_t>> hits;
-      find_nonfinite(a, begin + b, begin + e, &hits);
+      reduce::find_nonfinite(a, begin + b, begin + e, &hits);
       reduce::reduce_range(a, begin + b, begin + e);
-      if (!hits.empty()) mark_nonfinite(a, ranks, hits);
+      if (!hits.empty()) reduce::mark_nonfinite(a, ranks, hits);
     };
   } else {
     fn = [a, begin](size_t b, size_t e) { reduce::reduce_range(a, begin + b, begin + e); };
@@ -202,7 +202,7 @@ void FoldStage::input_done() {
   if (aborting_) return;
   uint64_t count = link_.request().shape.count;
   std::vector<int> ranks;
-  if (GuardStage::wanted(link_.request()))
+  if (GuardStage::marks_ranks(link_.request()))
     for (const auto& c : link_.request().locals) ranks.push_back(c.rank);
   if (work_.run(args_, nullptr, 0, count, unit_, link_.pool_tag(), std::move(ranks)) == 0)
     on_task_done();

@@ -40,6 +40,9 @@ uint64_t StageLink::serial() const { return op_.serial; }
 double StageLink::weight_total() const { return op_.weight_total; }
 void StageLink::set_weight_total(double w) { op_.weight_total = w; }
 void StageLink::set_value(uint64_t v) { op_.value = v; }
+void StageLink::note(std::string text) {
+  if (!op_.failing) op_.status = Status(GSYNC_OK, std::move(text));
+}
 uint64_t StageLink::pool_tag() const { return (op_.serial << 8) | static_cast<uint64_t>(index_); }
 GpuWork* StageLink::gpu() const { return op_.pipeline.gpu_work(); }
 void StageLink::emit(uint64_t begin, uint64_t end) { op_.pipeline.emit(op_, index_, begin, end); }

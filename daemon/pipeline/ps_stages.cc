@@ -124,6 +124,11 @@ void PsRequestStage::input_done() {
 void PsRequestStage::on_done(const Status& st) {
   ended_ = true;
   if (ended_early(link_, aborting_, st)) return;
+  if (!st.message().empty()) {
+    // The clock was rolled back (ps/guard.cc): gsync_ps_rolled_back.
+    link_.set_value(1);
+    link_.note(st.message());
+  }
   if (link_.request().shape.opcode != proto::Opcode::kPush)
     link_.emit(0, link_.request().shape.count);
   link_.finished();

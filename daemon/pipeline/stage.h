@@ -52,6 +52,9 @@ class StageLink {
   // The op's result beside its data, in its completion (a declaration's
   // resume clock).
   void set_value(uint64_t v);
+  // A word beside a completion that is not a failure (a push whose clock
+  // the anomaly guard rolled back): the client's text of the request.
+  void note(std::string text);
   // The pool tag of this stage's tasks (Pipeline::on_pool_events, and
   // on_gpu_events for the GPU's).
   uint64_t pool_tag() const;

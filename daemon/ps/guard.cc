@@ -12,27 +12,46 @@
 // to the state before the clock, from memory; the clock passes without an
 // update. Then the clock's answers go.
 #include <chrono>
+#include <climits>
 #include <cmath>
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
 #include "daemon/ps/service_key.h"
+#include "daemon/reduce/nonfinite.h"
 
 namespace gsync::ps {
+
+namespace {
+// The rolled-back clocks a key remembers for its requests' answers.
+constexpr size_t kRolledBackKept = 64;
+}  // namespace
+
+// A clock's norms as they come. A participant whose shard of the key is
+// empty (a key of fewer than 16 elements a host) applies nothing and sends
+// none: its sum is 0, known from the start.
+std::vector<Service::Norm>& Service::norms_of(Key& k, uint64_t clock) {
+  auto& at = k.norms[clock];
+  if (at.empty()) {
+    at.resize(k.hosts.size());
+    for (size_t p = 0; p < at.size(); p++) at[p].in = k.shard_bytes(int(p)) == 0;
+  }
+  return at;
+}
 
 void Service::on_clock_applied(Key& k) {
   const uint64_t clock = k.server->bsp_clock() - 1;  // the one just applied
   k.verdict_pending = true;
   k.verdict_clock = clock;
-  auto& mine = k.norms[clock];
-  mine.resize(k.hosts.size(), {false, 0.0});
-  mine[size_t(k.self)] = {true, k.server->clock_sum_squares()};
   PsNorm m;
   cluster::set_field(m.job, sizeof m.job, k.job);
   m.key = k.key;
   m.clock = clock;
   m.sum_squares = k.server->clock_sum_squares();
+  const int64_t marked = k.server->clock_marked_rank();
+  m.marked = marked >= 0 && marked < INT32_MAX ? static_cast<int32_t>(marked + 1) : 0;
+  norms_of(k, clock)[size_t(k.self)] = {true, m.sum_squares, marked};
   for (int h : k.hosts)
     if (h != self()) cp_->send(h, cluster::as_bytes(m));
   try_verdict(k);
@@ -55,9 +74,7 @@ void Service::on_norm(int peer, const PsNorm& m) {
                   k->describe(), host_id(peer), m.clock, here);
     return;
   }
-  auto& at = k->norms[m.clock];
-  at.resize(k->hosts.size(), {false, 0.0});
-  at[size_t(p)] = {true, m.sum_squares};
+  norms_of(*k, m.clock)[size_t(p)] = {true, m.sum_squares, int64_t{m.marked} - 1};
   if (k->verdict_pending && k->verdict_clock == m.clock) try_verdict(*k);
 }
 
@@ -65,18 +82,20 @@ void Service::try_verdict(Key& k) {
   auto it = k.norms.find(k.verdict_clock);
   if (it == k.norms.end()) return;
   double total = 0;
-  for (const auto& [in, s] : it->second) {
-    if (!in) return;  // a shard's sum is still on its way
-    total += s;
+  int64_t marked = -1;  // the first participant's mark: its shard comes first in the tensor
+  for (const Norm& n : it->second) {
+    if (!n.in) return;  // a shard's sum is still on its way
+    total += n.sum_squares;
+    if (marked < 0) marked = n.marked;
   }
   const uint64_t clock = k.verdict_clock;
   k.norms.erase(it);
   k.verdict_pending = false;
   // A clock without data (every push weighed 0) changed nothing; its norm
   // of 0 would only drag the rolling mean down.
-  Status st = k.server->last_clock_empty()
-                  ? Status::ok()
-                  : guards_.check(k.job, k.key, clock, k.guard, std::sqrt(total));
+  const double norm = std::sqrt(total);
+  Status st = k.server->last_clock_empty() ? Status::ok()
+                                           : guards_.check(k.job, k.key, clock, k.guard, norm);
   if (!st) {
     const auto t0 = std::chrono::steady_clock::now();
     k.server->rollback();
@@ -84,10 +103,13 @@ void Service::try_verdict(Key& k) {
     k.last_rollback_s =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     k.anomalies++;
-    k.last_anomaly = st.message();
-    spdlog::warn("{}: {}; the clock's update is not applied (this shard rolled back in "
-                 "{:.1f} ms)",
-                 k.describe(), st.message(), 1e3 * k.last_rollback_s);
+    k.last_anomaly =
+        st.message() + (std::isfinite(norm) ? std::string() : reduce::nonfinite_origin(marked));
+    k.rolled_back[clock] = fmt::format("{}: clock {} rolled back: {}", k.describe(), clock,
+                                       k.last_anomaly);
+    while (k.rolled_back.size() > kRolledBackKept) k.rolled_back.erase(k.rolled_back.begin());
+    spdlog::warn("{}; the clock's update is not applied (this shard rolled back in {:.1f} ms)",
+                 k.rolled_back[clock], 1e3 * k.last_rollback_s);
   }
   maybe_checkpoint(k);  // between clocks: the state the verdict left
   answer_ready(k);

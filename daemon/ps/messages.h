@@ -67,7 +67,10 @@ constexpr uint32_t kMaxResumeClocks = 8;
 // and summed, to every other server of the key once its update is applied.
 struct PsNorm {
   uint8_t type = cluster::kPsNorm;
-  uint8_t pad[7] = {};
+  uint8_t pad[3] = {};
+  // Whose gradient made the shard's sum not finite: the first rank a fold
+  // marked (reduce/nonfinite.h), plus one; 0: none (or a finite sum).
+  int32_t marked = 0;
   char job[cluster::kJobMax] = {};
   uint64_t key = 0;
   uint64_t clock = 0;

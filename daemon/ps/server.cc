@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include "daemon/reduce/nonfinite.h"
 #include "daemon/reduce/optimizer.h"
 
 namespace gsync::ps {
@@ -83,7 +84,12 @@ void ParamServer::guard_block(size_t at, size_t len, const float* g, float scale
     const double v = double(g[i] * scale);
     s[0] += v * v;
   }
-  for (double x : s) sumsq_ += x;
+  double block = 0;
+  for (double x : s) block += x;
+  sumsq_ += block;
+  // Whose gradient it was: the first rank a host's fold marked (its NaN's
+  // payload survives the sum over workers and the widening to fp32).
+  if (marked_ < 0 && !std::isfinite(block)) marked_ = reduce::marked_rank_widened(g, len, dtype_);
 }
 
 void ParamServer::rollback() {
@@ -177,6 +183,7 @@ void ParamServer::apply_upto(uint64_t end) {
     prev_t_ = t_;
     prev_updates_ = updates_;
     sumsq_ = 0;
+    marked_ = -1;
     t_++;
   }
   bsp_begun_ = true;
@@ -196,6 +203,7 @@ void ParamServer::empty_clock() {
   prev_t_ = t_;
   prev_updates_ = updates_;
   sumsq_ = 0;
+  marked_ = -1;
   for (auto& p : pending_) p = Pending{};
   bsp_applied_ = 0;
   bsp_begun_ = false;

@@ -104,6 +104,9 @@ class ParamServer {
   // clock stays counted: its pushes were taken).
   void set_guard(bool on);
   double clock_sum_squares() const { return sumsq_; }
+  // The rank whose mark (reduce/nonfinite.h) the clock's gradient holds
+  // first in this shard, when its sum is not finite; -1: none.
+  int64_t clock_marked_rank() const { return marked_; }
   // bsp: the last clock was one without data (every push weighed 0): it
   // changed nothing, and the guard has nothing to judge.
   bool last_clock_empty() const { return last_empty_; }
@@ -146,6 +149,7 @@ class ParamServer {
   std::vector<float> prev_p_, prev_m_, prev_v_;  // the state before the clock's update
   uint64_t prev_t_ = 0, prev_updates_ = 0;
   double sumsq_ = 0;  // the clock's gradient, squared and summed
+  int64_t marked_ = -1;
   bool last_empty_ = false;
   // Before the elements [begin, end) change: a snapshot's copy of them.
   void before_write(uint64_t begin, uint64_t end);

@@ -358,12 +358,51 @@ void Service::on_peer_lost(int peer, const Status& why) {
 
 void Service::on_peer_left_job(std::string_view job, int peer, std::vector<cluster::OpKey>,
                                const Status& why) {
-  // A rank of another host left: its host may still push (its other
-  // ranks), but a step of the job can no longer complete there; the jobs
-  // layer fails the job's ops. The keys stay until the job closes here.
-  (void)job;
-  (void)peer;
-  (void)why;
+  // A rank of another host left, and its host told the job's others: that
+  // host's worker pushes nothing more until the rank rejoins (and if it was
+  // the host's last rank, its shards go with the job once their answers
+  // are out). This host's ops of the job that wait for a push it never
+  // made end now, naming the rank, not at the op timeout
+  // (docs/fault-tolerance.md); the others complete (its pushes came before
+  // its JobLeave, on the same ordered link).
+  std::vector<uint32_t> hit;
+  for (const auto& [token, op] : ops_)
+    if (op->req.job == job && op->key->participant_of(peer) >= 0 &&
+        !pushed_enough(*op, op->key->participant_of(peer)))
+      hit.push_back(token);
+  // The queued ones first: ending the current op would start the next.
+  std::sort(hit.begin(), hit.end(),
+            [&](uint32_t a, uint32_t b) { return !ops_.at(a)->started && ops_.at(b)->started; });
+  for (uint32_t token : hit) {
+    auto it = ops_.find(token);
+    if (it == ops_.end()) continue;
+    abort(token, Status(why.code(), fmt::format("{}: {}", it->second->key->describe(),
+                                                why.message())));
+  }
+}
+
+// Whether worker w has pushed what op's answer waits for, as this host's
+// own server saw it: in bsp the op's clock (a pull: the clocks before it),
+// in ssp those beyond the bound; asp waits for nobody. A host without a
+// shard of the key cannot tell, and says no.
+bool Service::pushed_enough(const WorkerOp& op, int w) const {
+  const Key& k = *op.key;
+  const uint64_t c = op.req.clock;
+  const bool push = op.req.opcode != proto::Opcode::kPull;
+  uint64_t need = 0;  // w's next clock must be at least this
+  switch (k.sync.mode) {
+    case proto::SyncMode::kAsp: return true;
+    case proto::SyncMode::kBsp: need = push ? c + 1 : c; break;
+    case proto::SyncMode::kSsp: {
+      if (op.req.opcode == proto::Opcode::kPush) return true;  // applied at once
+      const uint64_t step = push ? c + 1 : c, s = k.sync.staleness;
+      need = step > s ? step - s : 0;
+      break;
+    }
+  }
+  if (need == 0) return true;
+  if (k.shard_bytes(k.self) == 0) return false;
+  return k.server->next_clock(w) >= need;
 }
 
 std::vector<cluster::OpKey> Service::open_ops(std::string_view job) const {

@@ -160,6 +160,7 @@ class Service final : public cluster::OpTraffic {
   struct Key;
   struct WorkerOp;
   struct Served;  // a worker's request at a server
+  struct Norm;    // a shard's sum of squares of a clock (the anomaly guard)
 
   // Declarations (service.cc).
   Key* find(std::string_view job, uint64_t key) const;
@@ -176,6 +177,7 @@ class Service final : public cluster::OpTraffic {
   void start(Key& k, std::unique_ptr<WorkerOp> op);
   void finish(WorkerOp& op, const Status& st);
   void check_done(WorkerOp& op);
+  bool pushed_enough(const WorkerOp& op, int w) const;
   void on_reply(Key& k, int participant, uint64_t imm, uint64_t offset, uint64_t len);
   void on_ack(int peer, const PsAck& m);
   void use_tensor(Key& k, const Request& r);
@@ -194,6 +196,8 @@ class Service final : public cluster::OpTraffic {
 
   // The anomaly guard (guard.cc).
   void on_clock_applied(Key& k);
+  std::vector<Norm>& norms_of(Key& k, uint64_t clock);
+
   void on_norm(int peer, const PsNorm& m);
   void try_verdict(Key& k);
 

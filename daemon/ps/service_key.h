@@ -47,6 +47,12 @@ struct Service::Served {
   double waited_s = 0;
 };
 
+struct Service::Norm {
+  bool in = false;
+  double sum_squares = 0;
+  int64_t marked = -1;  // ParamServer::clock_marked_rank
+};
+
 struct Service::WorkerOp {
   Request req;
   Done done;
@@ -54,6 +60,9 @@ struct Service::WorkerOp {
   bool started = false;
   int sends = 0;    // push writes from req.data not done yet
   int answers = 0;  // shards whose reply (pull) or ack (push) has not come
+  // Of those, the other hosts' shards not asked yet: this host's own shard
+  // is served first, and a refusal there ends the op with nothing sent.
+  int unasked = 0;
   std::vector<bool> answered;  // by participant
   std::vector<Pieces> got;     // by participant: the pieces of its reply landed
   Status failed;    // the first failure; the op ends once sends are done
@@ -125,9 +134,12 @@ struct Service::Key {
   proto::Guard guard;
   bool verdict_pending = false;
   uint64_t verdict_clock = 0;
-  std::map<uint64_t, std::vector<std::pair<bool, double>>> norms;
+  std::map<uint64_t, std::vector<Norm>> norms;
   uint64_t anomalies = 0;
   std::string last_anomaly;
+  // The clocks rolled back lately and why, for this host's own requests
+  // of the clock (their answer says so: gsync_ps_rolled_back).
+  std::map<uint64_t, std::string> rolled_back;
   double last_rollback_s = 0;
 
   // As a server of shards[self].

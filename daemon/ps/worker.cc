@@ -71,6 +71,7 @@ void Service::start(Key& k, std::unique_ptr<WorkerOp> owned) {
   for (int p = 0; p < n; p++)
     if (k.shard_bytes(p) > 0) op.answers++;
     else op.answered[size_t(p)] = true;  // an empty shard: nothing to send or to wait for
+  op.unasked = op.answers - (k.shard_bytes(k.self) > 0 ? 1 : 0);
   // This host's own shard first, in place. It may answer at once, and so
   // end the op (a refusal; or the only shard): op is gone then.
   const uint32_t token = r.token;
@@ -93,6 +94,7 @@ void Service::start(Key& k, std::unique_ptr<WorkerOp> owned) {
     Status st = serve(k, k.self);
     if (!st || !ops_.count(token)) return;
   }
+  op.unasked = 0;
   for (int p = 0; p < n; p++) {
     if (p == k.self || k.shard_bytes(p) == 0) continue;
     cp_->send(k.hosts[size_t(p)], cluster::as_bytes(m));
@@ -115,13 +117,20 @@ void Service::check_done(WorkerOp& op) {
 }
 
 void Service::finish(WorkerOp& op, const Status& result) {
-  const Status st = result;  // result may be op.failed, which goes with op below
+  Status st = result;  // result may be op.failed, which goes with op below
   op.ended = true;
   Key& k = *op.key;
+  // A push of a clock the anomaly guard rolled back: done, and it says so
+  // (this host's own server decided as every server did, before it
+  // answered the clock).
+  if (st.is_ok() && proto::is_push(op.req.opcode))
+    if (auto rb = k.rolled_back.find(op.req.clock); rb != k.rolled_back.end())
+      st = Status(GSYNC_OK, rb->second);
   std::unique_ptr<WorkerOp> owned = std::move(k.current);
   ops_.erase(op.req.token);
-  if (!st.is_ok() && op.answers > 0 && k.broken.is_ok())
-    // Answers still on their way would land where the next op's go.
+  if (!st.is_ok() && op.answers > op.unasked && k.broken.is_ok())
+    // Answers still on their way would land where the next op's go. (A
+    // refusal by this host's own shard asked no other host: none come.)
     k.broken = Status(st.code(), fmt::format("{}: an earlier {} (clock {}) ended before its "
                                              "answers came: {}",
                                              k.describe(), proto::name(op.req.opcode),

@@ -285,7 +285,12 @@ int gsync_compression_parse(const char *text, gsync_compression_t *out);
  * and fills buf with the parameters of step c + 1, as the job's sync mode
  * allows; gsync_ps_push sends without waiting for parameters;
  * gsync_ps_pull(key, c, out) fetches those of step c. A bad argument is
- * GSYNC_ERR_INVALID naming the field, with nothing sent. */
+ * GSYNC_ERR_INVALID naming the field, with nothing sent. A push that the
+ * daemon fails (a clock out of order is GSYNC_ERR_INVALID naming both
+ * clocks, and changes nothing on any server) leaves in local rank 0's
+ * buffer its host's fold of the gradients (the sum of weight x gradient
+ * over the host's ranks; with one rank, its gradient times its weight), in
+ * the other ranks' buffers what they held: fill it again before a retry. */
 void gsync_ps_opts_init(gsync_ps_opts_t *opts);
 void gsync_push_opts_init(gsync_push_opts_t *opts);
 int gsync_ps_declare(gsync_comm_t *comm, uint64_t key, void *buf, size_t count, int dtype,
@@ -302,6 +307,15 @@ int gsync_ps_push_pull(gsync_comm_t *comm, uint64_t key, uint64_t clock, void *b
  * checkpoint, and the worker's next push is at clock c. GSYNC_ERR_INVALID
  * for a request that is not a completed declaration. */
 int gsync_ps_resume_clock(gsync_request_t *req, uint64_t *clock);
+/* After a gsync_ps_push or gsync_ps_push_pull completed with 0: 1 when
+ * the job's anomaly guard rolled its clock back (every server dropped the
+ * clock's update: a push_pull's buf holds the parameters as they were
+ * before it; the worker's next clock is clock + 1 as usual), and *why (if
+ * not NULL; valid until gsync_request_free) names the job, key, clock, the
+ * norm and, for a NaN or Inf, whose gradient held the first one; 0 when
+ * the clock was applied (*why ""). GSYNC_ERR_INVALID for a request that is
+ * not a completed push. */
+int gsync_ps_rolled_back(gsync_request_t *req, const char **why);
 /* Batch leases (docs/fault-tolerance.md, "Batch leases"): a
  * parameter-server job may have the daemons hand out its data. Epoch
  * `epoch` is the batch ids 0 .. batches-1 (every rank says the same

@@ -178,6 +178,7 @@ def _declare(lib: ctypes.CDLL) -> None:
         "gsync_compression_parse": (c_int, [c_char_p, ctypes.POINTER(GsyncCompression)]),
         "gsync_ps_opts_init": (None, [ctypes.POINTER(GsyncPsOpts)]),
         "gsync_ps_resume_clock": (c_int, [c_void_p, ctypes.POINTER(ctypes.c_uint64)]),
+        "gsync_ps_rolled_back": (c_int, [c_void_p, ctypes.POINTER(c_char_p)]),
         "gsync_push_opts_init": (None, [ctypes.POINTER(GsyncPushOpts)]),
         "gsync_ps_declare": (c_int, [c_void_p, ctypes.c_uint64, c_void_p, ctypes.c_size_t, c_int,
                                      ctypes.POINTER(GsyncPsOpts), comm_pp]),

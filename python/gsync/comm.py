@@ -51,6 +51,15 @@ class Request:
         _lib.check(_lib.lib().gsync_ps_resume_clock(self._ptr, ctypes.byref(c)))
         return c.value
 
+    def rolled_back(self) -> Optional[str]:
+        """A completed push or push_pull: None when its clock was applied, or
+        the anomaly guard's text (job, key, clock, norm, whose gradient held
+        the first NaN or Inf) when every server rolled the clock back."""
+        why = ctypes.c_char_p()
+        rc = _lib.lib().gsync_ps_rolled_back(self._ptr, ctypes.byref(why))
+        _lib.check(rc)
+        return (why.value or b"").decode(errors="replace") if rc == 1 else None
+
     def lease_batch(self) -> int:
         """A completed lease's batch id, or _lib.LEASE_WAIT / _lib.LEASE_END."""
         c = ctypes.c_uint64()

@@ -74,7 +74,14 @@ class PSOptimizer:
     resume, a job started again under the same id resumes from the newest
     checkpoint every host holds, and `clock` says the step it resumed at.
     weight: the samples a rank's gradient
-    stands for (its batch size when they differ). sync: the job's mode,
+    stands for (its batch size when they differ). With the job's anomaly
+    guard on (bsp), a bucket whose clock the servers rolled back (a NaN, an
+    Inf or a norm spike in the step's gradient) loads the parameters as they
+    were: after step(), `rolled_back` lists the guard's text for each such
+    bucket of that step (empty when every update was applied), and
+    `rollbacks` counts them over the run. anomaly_guard turns the guard on
+    (every rank the same), judging each step's norm against anomaly_sigmas
+    deviations above its mean over anomaly_window steps. sync: the job's mode,
     "bsp", "asp" or "ssp:S" (every rank the same). The rank's identity comes
     from the arguments, else WORLD_SIZE, RANK, LOCAL_RANK, LOCAL_WORLD_SIZE.
     """
@@ -87,7 +94,8 @@ class PSOptimizer:
                  betas: tuple = (0.9, 0.999), eps: float = 1e-8, sync: str = "bsp",
                  weight: float = 1.0, bucket_cap_mb: float = 25.0, key_base: int = 0,
                  timeout_ms: int = 0, checkpoint_clocks: int = 0, checkpoint_ms: int = 0,
-                 resume: bool = True):
+                 resume: bool = True, anomaly_guard: bool = False, anomaly_sigmas: int = 6,
+                 anomaly_window: int = 128):
         from gsync.torch import _pick
         job = job or os.environ.get("GSYNC_JOB")
         if not job:
@@ -106,8 +114,11 @@ class PSOptimizer:
         total = sum(p.numel() * p.element_size() for p in self.params)
         self.comm = Comm(job, world_size, rank, local_rank, local_world_size, socket=socket,
                          timeout_ms=timeout_ms, sync=sync,
+                         guard=(anomaly_sigmas, anomaly_window) if anomaly_guard else None,
                          arena_bytes=max(2 * total + (64 << 20), 256 << 20))
         self.lr, self.weight, self.clock = lr, weight, 0
+        self.rolled_back: List[str] = []
+        self.rollbacks = 0
         self.buckets = self._make_buckets(bucket_cap_mb, key_base)
         # Rank 0's values are everyone's: declared, then copied into the model.
         reqs = []
@@ -177,7 +188,9 @@ class PSOptimizer:
         for b in self.buckets:
             if b.req is None:
                 self._push(b)  # a parameter without a gradient pushes zeros (below)
-        self._wait_all([b.req for b in self.buckets])
+        self.rolled_back = []
+        self._wait_all([b.req for b in self.buckets], rolled_back=self.rolled_back)
+        self.rollbacks += len(self.rolled_back)
         self._load()
         for b in self.buckets:
             b.req = None
@@ -221,7 +234,8 @@ class PSOptimizer:
                 continue
             yield batch
 
-    def _wait_all(self, reqs: List[Request], resume_clock: bool = False) -> List[int]:
+    def _wait_all(self, reqs: List[Request], resume_clock: bool = False,
+                  rolled_back: Optional[List[str]] = None) -> List[int]:
         error, clocks = None, []
         for r in reqs:
             rc = r.wait(-1)
@@ -229,6 +243,10 @@ class PSOptimizer:
                 error = r.error(rc)
             if rc == 0 and resume_clock:
                 clocks.append(r.resume_clock())
+            if rc == 0 and rolled_back is not None:
+                why = r.rolled_back()
+                if why is not None:
+                    rolled_back.append(why)
             r.free()
         if error is not None:
             raise error

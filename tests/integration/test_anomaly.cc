@@ -225,6 +225,8 @@ TEST(AnomalyGuard, RanksThatDisagreeOnTheGuardAreRefusedNamingBoth) {
 // clock is rolled back on every shard from memory, so the parameters the
 // workers pull are always finite and at the end they are bit for bit those
 // of the optimizer run over the clean clocks alone; each host counts 100.
+// Each worker's request says whether its clock was rolled back, and for a
+// NaN or an Inf whose gradient held it (gsync_ps_rolled_back).
 TEST(AnomalyGuard, ParameterServerRollsBackEveryFaultyClockExactly) {
   auto bed = make_bed({3}, "ring", 60000);
   ASSERT_TRUE(bed);
@@ -266,6 +268,23 @@ TEST(AnomalyGuard, ParameterServerRollsBackEveryFaultyClockExactly) {
       RANK_CHECK(gsync_ps_push_pull(comm, 9, c, buf, n, GSYNC_FLOAT32, &po, &req) == 0, "{}",
                  gsync_last_error());
       RANK_CHECK(gsync_wait(req, 60000) == 0, "clock {}: {}", c, gsync_request_error(req));
+      // The worker is told (issue #38, item 4), with whose gradient it was.
+      const char* why = nullptr;
+      const int rolled = gsync_ps_rolled_back(req, &why);
+      const std::string text = why ? why : "(null)";
+      RANK_CHECK(rolled == (faulty(c) ? 1 : 0), "clock {}: gsync_ps_rolled_back {} ({})", c,
+                 rolled, text);
+      if (rolled == 1) {
+        const std::string names = fmt::format("job ps-guard parameter key 9: clock {} rolled back", c);
+        RANK_CHECK(text.find(names) != std::string::npos, "'{}' not in '{}'", names, text);
+        if ((c - 20) / 2 % 3 < 2) {  // a NaN or an Inf: whose
+          const std::string whose =
+              fmt::format("the first non-finite value is rank {}'s", int(c / 2 % 3));
+          RANK_CHECK(text.find(whose) != std::string::npos, "'{}' not in '{}'", whose, text);
+        }
+      } else {
+        RANK_CHECK(text.empty(), "clock {}: applied, yet the text is '{}'", c, text);
+      }
       gsync_request_free(req);
       for (size_t i = 0; i < n; i++)
         RANK_CHECK(std::isfinite(buf[i]), "clock {}: element {} is {}", c, i, buf[i]);

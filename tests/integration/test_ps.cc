@@ -270,7 +270,14 @@ TEST(ParameterServer, ALostHostFailsTheRequestsNamingIt) {
     RANK_CHECK(rc == GSYNC_ERR_HOST_LOST, "got {} ({})", rc, gsync_request_error(req));
     RANK_CHECK(secs < 15, "took {} s", secs);
     gsync_request_free(req);
-    if (r == 0) [[maybe_unused]] ssize_t n = write(go[1], "g", 1);
+    // Rank 1 closes only once rank 0 has its answer too: its departure
+    // would otherwise reach host 1 as a rank that left (RANK_DEAD), maybe
+    // before host 1 sees host 3 gone.
+    if (r == 0) [[maybe_unused]] ssize_t n = write(go[1], "gg", 2);
+    if (r == 1) {
+      char c;
+      [[maybe_unused]] ssize_t n = read(go[0], &c, 1);
+    }
     gsync_close(comm);
     return 0;
   }, 120);
@@ -281,6 +288,153 @@ TEST(ParameterServer, ALostHostFailsTheRequestsNamingIt) {
     EXPECT_NE(res[size_t(r)].output.find(bed->host_id(2)), std::string::npos)
         << res[size_t(r)].output;
   }
+}
+
+// A clock out of order is refused by the pushing host's own shard, which
+// is served first, and sends nothing (issue #38, item 1): the key goes on
+// for every host, the refused clock is taken when it is due (the refusal
+// is not remembered as a failed op), and the parameters are the bits of a
+// run without the refusals. A refused push leaves the host's weighted
+// gradient in the buffer (item 5, gsync.h): the caller fills it again.
+TEST(ParameterServer, ARefusedClockLeavesTheKeyWorkingOnEveryHost) {
+  auto bed = make_bed({2}, "auto", 60000);
+  ASSERT_TRUE(bed);
+  const std::vector<int> per_host{1, 1};
+  auto p = places(per_host);
+  PsRun s = sgd();
+  const size_t n = 4096;
+  const uint64_t clocks = 4;
+  auto res = run_ranks(2, [&](int r) {
+    gsync_comm_t* comm;
+    RANK_CHECK(connect_ps(*bed, "ps-refused", p, r, s, &comm) == 0, "{}", gsync_last_error());
+    void* mem;
+    RANK_CHECK(gsync_alloc(comm, n * 4, &mem) == 0, "alloc");
+    auto* buf = static_cast<float*>(mem);
+    for (size_t i = 0; i < n; i++) buf[i] = r == 0 ? init(i) : -1.0f;
+    gsync_request_t* req;
+    RANK_CHECK(gsync_ps_declare(comm, 5, buf, n, GSYNC_FLOAT32, &s.opts, &req) == 0, "{}",
+               gsync_last_error());
+    RANK_CHECK(gsync_wait(req, 30000) == 0, "declare: {}", gsync_request_error(req));
+    gsync_request_free(req);
+    gsync_push_opts_t po;
+    gsync_push_opts_init(&po);
+    po.weight = weight_of(r);
+    auto push_pull = [&](uint64_t c, uint64_t as, std::string* err) {
+      for (size_t i = 0; i < n; i++) buf[i] = grad(r, c, i);
+      if (int rc = gsync_ps_push_pull(comm, 5, as, buf, n, GSYNC_FLOAT32, &po, &req); rc != 0) {
+        *err = gsync_last_error();
+        return rc;
+      }
+      int rc = gsync_wait(req, 30000);
+      *err = gsync_request_error(req);
+      gsync_request_free(req);
+      return rc;
+    };
+    std::string err;
+    for (uint64_t c = 0; c < clocks; c++) {
+      if (r == 0 && c == 2) {
+        for (uint64_t bad : {uint64_t{3}, uint64_t{1}}) {
+          int rc = push_pull(c, bad, &err);
+          RANK_CHECK(rc == GSYNC_ERR_INVALID, "clock {} when 2 is due: {} ({})", bad, rc, err);
+          const std::string want = fmt::format("clock {} {}; this worker's next clock is 2", bad,
+                                               bad > c ? "skips ahead" : "goes backwards");
+          RANK_CHECK(err.find(want) != std::string::npos, "'{}' not in '{}'", want, err);
+          for (size_t i = 0; i < n; i++) {
+            const float w = grad(r, c, i) * static_cast<float>(weight_of(r));
+            RANK_CHECK(std::memcmp(&buf[i], &w, 4) == 0, "element {}: {} after the refusal, "
+                       "not the weighted gradient {}", i, buf[i], w);
+          }
+        }
+      }
+      RANK_CHECK(push_pull(c, c, &err) == 0, "clock {}: {}", c, err);
+    }
+    std::vector<float> got(buf, buf + n), want = reference(s, per_host, n, clocks);
+    for (size_t i = 0; i < n; i++)
+      RANK_CHECK(std::memcmp(&got[i], &want[i], 4) == 0, "element {}: got {:.9g}, want {:.9g}", i,
+                 got[i], want[i]);
+    RANK_CHECK(gsync_barrier(comm, 1, 30000) == 0, "barrier: {}", gsync_last_error());
+    gsync_close(comm);
+    return 0;
+  }, 120);
+  for (size_t r = 0; r < res.size(); r++) EXPECT_EQ(res[r].code, 0) << "rank " << r << ": " << res[r].output;
+}
+
+// A host whose only rank is killed (issue #38, item 2): the job closes
+// there and its host tells the others, whose requests waiting in a bsp
+// clock fail at once with GSYNC_ERR_RANK_DEAD naming the rank and its
+// host, not at the op timeout; their next requests fail the same way.
+// With batch leases too: the host's shards went with its job, so the job
+// cannot go on without a restart (docs/fault-tolerance.md).
+void only_rank_killed(const std::string& job, bool leasing) {
+  auto bed = make_bed({2}, "auto", 60000);
+  ASSERT_TRUE(bed);
+  auto p = places({1, 1});
+  PsRun s = sgd();
+  constexpr size_t n = 4096;
+  auto res = run_ranks(2, [&](int r) {
+    gsync_comm_t* comm;
+    RANK_CHECK(connect_ps(*bed, job, p, r, s, &comm) == 0, "{}", gsync_last_error());
+    void* mem;
+    RANK_CHECK(gsync_alloc(comm, n * 4, &mem) == 0, "alloc");
+    gsync_request_t* req;
+    RANK_CHECK(gsync_ps_declare(comm, 3, mem, n, GSYNC_FLOAT32, &s.opts, &req) == 0, "{}",
+               gsync_last_error());
+    RANK_CHECK(gsync_wait(req, 30000) == 0, "declare: {}", gsync_request_error(req));
+    gsync_request_free(req);
+    auto submit = [&](uint64_t c) {
+      if (leasing) {
+        RANK_CHECK(gsync_lease(comm, 1, 8, c, &req) == 0, "{}", gsync_last_error());
+        RANK_CHECK(gsync_wait(req, 30000) == 0, "lease {}: {}", c, gsync_request_error(req));
+        gsync_request_free(req);
+      }
+      RANK_CHECK(gsync_ps_push_pull(comm, 3, c, mem, n, GSYNC_FLOAT32, nullptr, &req) == 0,
+                 "{}", gsync_last_error());
+      return 0;
+    };
+    RANK_CHECK(submit(0) == 0, "clock 0");
+    RANK_CHECK(gsync_wait(req, 30000) == 0, "clock 0: {}", gsync_request_error(req));
+    gsync_request_free(req);
+    if (r == 1) {
+      // Rank 0's clock 1 waits at this host's server for this rank's push.
+      RANK_CHECK(wait_until([&] {
+                   nlohmann::json j = admin_json(bed->admin_socket(1), "jobs");
+                   for (const auto& row : j.value("jobs", nlohmann::json::array()))
+                     for (const auto& k : row.value("parameters", nlohmann::json::array()))
+                       if (k.value("pulls_waiting", 0) >= 1) return true;
+                   return false;
+                 }),
+                 "rank 0's clock 1 never waited at host 2's server");
+      raise(SIGKILL);
+    }
+    RANK_CHECK(submit(1) == 0, "clock 1");
+    for (uint64_t c = 1; c <= 2; c++) {
+      if (c == 2) RANK_CHECK(submit(2) == 0, "clock 2");
+      auto t0 = Clock::now();
+      int rc = gsync_wait(req, 30000);
+      double secs = std::chrono::duration<double>(Clock::now() - t0).count();
+      std::string err = gsync_request_error(req);
+      gsync_request_free(req);
+      report(fmt::format("clock {}: {}\n", c, err));
+      RANK_CHECK(rc == GSYNC_ERR_RANK_DEAD, "clock {}: got {} ({})", c, rc, err);
+      RANK_CHECK(secs < 15, "clock {} took {} s", c, secs);
+      RANK_CHECK(err.find("rank 1 ") != std::string::npos &&
+                     err.find(bed->host_id(1)) != std::string::npos,
+                 "clock {}: the error names neither rank 1 nor host {}: {}", c, bed->host_id(1),
+                 err);
+    }
+    gsync_close(comm);
+    return 0;
+  }, 120);
+  EXPECT_EQ(res[0].code, 0) << res[0].output;
+  EXPECT_EQ(res[1].code, -SIGKILL) << res[1].output;
+}
+
+TEST(ParameterServer, AHostsOnlyRankKilledFailsTheOthersNamingIt) {
+  only_rank_killed("ps-only-rank", false);
+}
+
+TEST(ParameterServer, AHostsOnlyRankKilledFailsTheOthersWithLeasesToo) {
+  only_rank_killed("ps-only-rank-leased", true);
 }
 
 // --- The sync modes' guarantees ------------------------------------------

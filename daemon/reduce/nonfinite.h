@@ -15,22 +15,31 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <utility>
 #include <vector>
 
 #include "daemon/reduce/reduce.h"
 
-namespace gsync::pipeline {
+namespace gsync::reduce {
 
 // The non-finite elements of [b, e) of a's inputs, as (element, input),
 // the first input for an element; in element order. Scanned a block at a
 // time, element by element only in a block that has one.
-void find_nonfinite(const reduce::ReduceArgs& a, size_t b, size_t e,
+void find_nonfinite(const ReduceArgs& a, size_t b, size_t e,
                     std::vector<std::pair<size_t, size_t>>* hits);
 // Marks each hit's element of a's first output with its input's rank.
-void mark_nonfinite(const reduce::ReduceArgs& a, const std::vector<int>& ranks,
+void mark_nonfinite(const ReduceArgs& a, const std::vector<int>& ranks,
                     const std::vector<std::pair<size_t, size_t>>& hits);
 // The rank marked in the first marked NaN of data's n values, or -1.
 int64_t marked_rank(const void* data, proto::DType dtype, uint64_t n);
+// The same of n fp32 values widened from `from` (to_f32 keeps a NaN's
+// payload, shifted up by the mantissa bits fp32 has more: 13 from fp16,
+// 16 from bf16).
+int64_t marked_rank_widened(const float* data, uint64_t n, proto::DType from);
+// What a verdict on a non-finite sum says of its origin, from the rank
+// marked_rank found (-1: none): "; the first non-finite value is rank R's",
+// or that no rank's gradient was non-finite itself (the sum overflowed).
+std::string nonfinite_origin(int64_t rank);
 
-}  // namespace gsync::pipeline
+}  // namespace gsync::reduce

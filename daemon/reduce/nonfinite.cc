@@ -1,10 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "daemon/pipeline/nonfinite.h"
+#include "daemon/reduce/nonfinite.h"
 
 #include <algorithm>
 #include <cstring>
 
-namespace gsync::pipeline {
+namespace gsync::reduce {
 
 namespace {
 constexpr size_t kBlock = 1024;
@@ -97,4 +97,18 @@ int64_t marked_rank(const void* data, proto::DType dtype, uint64_t n) {
   return -1;
 }
 
-}  // namespace gsync::pipeline
+int64_t marked_rank_widened(const float* data, uint64_t n, proto::DType from) {
+  const int64_t r = marked_rank(data, proto::DType::kF32, n);
+  if (r < 0 || (from != proto::DType::kF16 && from != proto::DType::kBF16)) return r;
+  const int shift = from == proto::DType::kF16 ? 13 : 16;
+  const auto mark = static_cast<uint64_t>(r + 1);
+  if ((mark & ((uint64_t{1} << shift) - 1)) != 0) return -1;  // not a widened mark
+  return static_cast<int64_t>(mark >> shift) - 1;
+}
+
+std::string nonfinite_origin(int64_t rank) {
+  if (rank < 0) return "; no rank's gradient was non-finite itself (the sum overflowed)";
+  return "; the first non-finite value is rank " + std::to_string(rank) + "'s";
+}
+
+}  // namespace gsync::reduce
