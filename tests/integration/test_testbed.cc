@@ -531,6 +531,57 @@ TEST(TestbedLoopback, GsyncPerfRowsSayHowTheyWereSampled) {
   EXPECT_EQ(sizes, (std::vector<uint64_t>{4096, 65536, 1048576})) << out;
 }
 
+// A row that not every rank finished says so (issue #38, item 7): here no
+// rank can connect (the daemons' arena limit is below what gsync-perf asks
+// for), and every row is FAILED with the ranks' error, in the table and in
+// --json ("error", no time, no "wrong": 0), and the run exits 1.
+TEST(TestbedLoopback, GsyncPerfSaysAFailedRowFailed) {
+  const char* perf = getenv("GSYNC_PERF");
+  if (!perf) GTEST_SKIP() << "SKIPPED: GSYNC_PERF not set (run through meson test)";
+  char dir[] = "/tmp/gsync-perf-fail-XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  const std::string config = std::string(dir) + "/small-arena.toml";
+  {
+    std::ofstream f(config);
+    f << "[limits]\ndefault_arena = \"4M\"\nmax_arena = \"4M\"\n";
+  }
+  const std::string run = std::string(perf) +
+                          " --hosts 2 --racks 1 -n 1 --loopback -b 4K -e 64K -f 16 --iters 4"
+                          " --warmup 1 --daemon-arg=--config=" + config;
+  std::string out = shell(run + " --json 2>&1; echo exit=$?");
+  int rows = 0;
+  std::istringstream lines(out);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.rfind("{\"", 0) != 0) continue;
+    auto row = nlohmann::json::parse(line);
+    if (!row.contains("bytes")) {  // the run's summary
+      EXPECT_EQ(row.value("failed_rows", 0), 2) << line;
+      EXPECT_EQ(row.value("checked_ops", 1), 0) << line;
+      continue;
+    }
+    rows++;
+    EXPECT_NE(row.value("error", std::string()).find("2 of 2 ranks did not finish it"),
+              std::string::npos) << line;
+    EXPECT_NE(row.value("error", std::string()).find("max_arena"), std::string::npos) << line;
+    EXPECT_FALSE(row.contains("time_us")) << line;
+    EXPECT_FALSE(row.contains("wrong")) << line;
+  }
+  EXPECT_EQ(rows, 2) << out;
+  EXPECT_NE(out.find("exit=1"), std::string::npos) << out;
+  std::string table = shell(run + " 2>&1; echo exit=$?");
+  size_t failed = 0;
+  for (size_t at = table.find(" FAILED: 2 of 2 ranks did not finish it: "); at != std::string::npos;
+       at = table.find(" FAILED: 2 of 2 ranks did not finish it: ", at + 1))
+    failed++;
+  EXPECT_EQ(failed, 2u) << table;
+  EXPECT_NE(table.find("# FAILED: 2 rows did not finish on every rank"), std::string::npos)
+      << table;
+  EXPECT_NE(table.find("# wrong elements in total: 0 (every element of 0 checked ops"),
+            std::string::npos) << table;
+  EXPECT_NE(table.find("exit=1"), std::string::npos) << table;
+  std::filesystem::remove_all(dir);
+}
+
 // gsync-perf --ps runs each size as a parameter server's push_pull beside
 // the allreduce, on 3 hosts of 2 ranks: every element of the first
 // push_pull is minus the ranks' mean (SGD at learning rate 1 from zeros),

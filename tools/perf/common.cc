@@ -135,6 +135,19 @@ bool collect(const std::vector<tools::ChildResult>& res, const std::string& kind
   return ok;
 }
 
+std::vector<std::string> rank_errors(const std::vector<tools::ChildResult>& res) {
+  std::vector<std::string> out(res.size());
+  for (size_t r = 0; r < res.size(); r++) {
+    std::istringstream in(res[r].output);
+    std::string line;
+    while (out[r].empty() && std::getline(in, line))
+      if (line.rfind("error ", 0) == 0) out[r] = line.substr(6);
+    if (out[r].empty() && res[r].code != 0)
+      out[r] = fmt::format("rank {} exited with {}", r, res[r].code);
+  }
+  return out;
+}
+
 double bus_factor(int n) { return n > 1 ? 2.0 * (n - 1) / n : 0.0; }
 
 std::string daemon_isa(const std::string& admin_socket) {

@@ -112,6 +112,9 @@ bool barrier(gsync_comm_t* comm, uint64_t* step, int rank);
 // Per line kind, the ranks' reports as rows of numbers.
 bool collect(const std::vector<tools::ChildResult>& res, const std::string& kind,
              std::vector<std::vector<std::vector<double>>>* rows);
+// Each rank's first error line (its text after "error "), or how it
+// exited when it printed none; "" for a rank that ended well.
+std::vector<std::string> rank_errors(const std::vector<tools::ChildResult>& res);
 double bus_factor(int n);
 std::string daemon_isa(const std::string& admin_socket);
 

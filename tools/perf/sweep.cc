@@ -203,6 +203,7 @@ struct Row {
   double rel_error = 0;  // the worst rank's relative error (a codec's first op)
   bool same_bits = true;  // every rank got the same bits
   double wire = 0, logical = 0;  // bytes per host on the compressed hop, one op
+  int reported = 0;  // ranks that finished the row (and checked its first op)
 };
 
 // The reports' fields: bytes, codec, wrong, error, hash hi, hash lo, wire,
@@ -218,6 +219,7 @@ Row row_of(const Options& o, const std::vector<std::vector<std::vector<double>>>
   for (const auto& rank_rows : rows) {
     if (r >= rank_rows.size() || rank_rows[r].size() < kFirstTime) continue;
     const auto& v = rank_rows[r];
+    out.reported++;
     out.wrong += static_cast<uint64_t>(v[2]);
     out.rel_error = std::max(out.rel_error, v[3]);
     if (hash_hi < 0) {
@@ -258,7 +260,7 @@ bool measure_sizes(const Options& o, const std::vector<uint64_t>& sizes, std::ve
   us->clear();
   for (size_t s = 0; s < sizes.size(); s++) {
     Row r = row_of(o, rows, s * nv, gsync_samples_for(o.iters, sizes[s]));
-    ok = ok && r.wrong == 0 && r.same_bits && r.us > 0;
+    ok = ok && r.reported == o.world() && r.wrong == 0 && r.same_bits && r.us > 0;
     us->push_back(r.us);
   }
   return ok;
@@ -271,6 +273,7 @@ int run_sweep(const Options& o, const MemoryReference& ref, const std::string& i
   auto res = tools::run_ranks(o.world(), [&](int r) { return sweep_rank(o, r, sizes); }, 3600);
   std::vector<std::vector<std::vector<double>>> rows;
   bool ok = collect(res, "size", &rows);
+  const std::vector<std::string> errors = rank_errors(res);
   if (!o.json_out) {
     std::printf("# gsync-perf: %d hosts x %d ranks (world %d), %s %s, %d timed ops per size in "
                 "samples of up to 32 after a barrier (+%d warm-up), kernels %s\n",
@@ -285,7 +288,8 @@ int run_sweep(const Options& o, const MemoryReference& ref, const std::string& i
                 "vs_gloo", "vs_mpi", extra.c_str());
   }
   double last_reduce = 0;
-  uint64_t wrong_total = 0;
+  uint64_t wrong_total = 0, checked_total = 0;
+  int failed_rows = 0;
   const std::vector<Variant> variants = variants_of(o);
   const size_t nv = variants.size();
   std::vector<PlotLine> plotted;  // --plot: a line per variant
@@ -301,6 +305,35 @@ int run_sweep(const Options& o, const MemoryReference& ref, const std::string& i
     const char* collective = variant.push_pull ? "push_pull" : "allreduce";
     const int samples = gsync_samples_for(o.iters, sizes[s]);
     Row stats = row_of(o, rows, rix, samples);
+    std::string algo = variant.push_pull ? "ps" : algo_for(o, sizes[s]);
+    if (stats.reported < o.world()) {
+      // A rank that did not finish the row: no time, and its first op was
+      // not checked. Said as such, never as a clean row.
+      failed_rows++;
+      std::string why;
+      for (int r = 0, named = 0; r < o.world() && named < 3; r++)
+        if (const auto& mine = rows[size_t(r)];
+            (mine.size() <= rix || mine[rix].size() < kFirstTime) && !errors[size_t(r)].empty())
+          why += (named++ ? "; " : "") + errors[size_t(r)];
+      if (why.empty()) why = "no report (a rank ended early)";
+      const std::string what = fmt::format("{} of {} ranks did not finish it: {}",
+                                           o.world() - stats.reported, o.world(), why);
+      if (o.json_out)
+        std::printf("%s\n", json{{"bytes", sizes[s]}, {"count", sizes[s] / elem},
+                                 {"dtype", o.dtype}, {"collective", collective},
+                                 {"hosts", o.hosts}, {"ranks", o.world()}, {"algo", algo},
+                                 {"compress", codec.text}, {"checked_ops", stats.reported},
+                                 {"error", what}}
+                                .dump()
+                                .c_str());
+      else
+        std::printf("  %12llu %12llu %9s %7s FAILED: %s\n",
+                    static_cast<unsigned long long>(sizes[s]),
+                    static_cast<unsigned long long>(sizes[s] / elem), o.dtype.c_str(),
+                    algo.c_str(), what.c_str());
+      continue;
+    }
+    checked_total += static_cast<uint64_t>(stats.reported);
     uint64_t wrong = stats.wrong;
     if (!stats.same_bits) {
       std::fprintf(stderr, "gsync-perf: %s at %llu bytes: the ranks ended with different bits\n",
@@ -332,13 +365,12 @@ int run_sweep(const Options& o, const MemoryReference& ref, const std::string& i
       return it != r.rows.end() && it->second.busbw_gbps > 0 ? busbw / it->second.busbw_gbps : 0.0;
     };
     double vs_gloo = ratio_to(peer.gloo), vs_mpi = ratio_to(peer.mpi);
-    std::string algo = variant.push_pull ? "ps" : algo_for(o, sizes[s]);
     if (o.json_out) {
       json row{{"bytes", sizes[s]}, {"count", sizes[s] / elem}, {"dtype", o.dtype},
                {"op", variant.push_pull ? "weighted_avg" : o.op}, {"collective", collective},
                {"hosts", o.hosts}, {"ranks", o.world()}, {"algo", algo}, {"time_us", us},
                {"algbw_gbps", algbw}, {"busbw_gbps", busbw}, {"reduce_gbps", reduce_gbps},
-               {"wrong", wrong}, {"samples", samples},
+               {"wrong", wrong}, {"checked_ops", stats.reported}, {"samples", samples},
                {"ops_per_sample", gsync_ops_per_sample(sizes[s])}, {"compress", codec.text}};
       if (!codec.none) row["rel_error"] = stats.rel_error;
       if (o.measure_wire()) {
@@ -394,6 +426,7 @@ int run_sweep(const Options& o, const MemoryReference& ref, const std::string& i
     std::printf("%s\n", json{{"memcpy_gbps", ref.memcpy_gbps}, {"add_gbps", ref.add_gbps},
                              {"reduce_gbps", last_reduce}, {"reduce_vs_add", ratio},
                              {"reference_bytes", o.max_bytes}, {"isa", isa}, {"wrong", wrong_total},
+                             {"checked_ops", checked_total}, {"failed_rows", failed_rows},
                              {"tcp_stream_gbps", peer.tcp_gbps}, {"gloo_algo", peer.gloo.algo}}
                             .dump()
                             .c_str());
@@ -414,9 +447,16 @@ int run_sweep(const Options& o, const MemoryReference& ref, const std::string& i
                   first_host_elsewhere(o) + 1, peer.uplink_gbps * 8e3, o.uplink_mbit);
     for (const auto* r : {&peer.gloo, &peer.mpi})
       if (!r->error.empty()) std::printf("# peer run failed: %s\n", r->error.c_str());
-    std::printf("# wrong elements in total: %llu\n", static_cast<unsigned long long>(wrong_total));
+    // Every element of the first op of each size on every rank is checked.
+    std::printf("# wrong elements in total: %llu (every element of %llu checked ops: each "
+                "row's first op on every rank)\n",
+                static_cast<unsigned long long>(wrong_total),
+                static_cast<unsigned long long>(checked_total));
+    if (failed_rows > 0)
+      std::printf("# FAILED: %d row%s did not finish on every rank (above)\n", failed_rows,
+                  failed_rows == 1 ? "" : "s");
   }
-  return ok && wrong_total == 0 ? 0 : 1;
+  return ok && wrong_total == 0 && failed_rows == 0 ? 0 : 1;
 }
 
 }  // namespace gsync::perf
