@@ -157,9 +157,15 @@ uint64_t Plan::chunk_len(size_t c) const {
   return off >= bytes ? 0 : std::min(chunk_bytes, bytes - off);
 }
 
+// What was done, not what was configured: a tensor smaller than the chunk
+// size goes as one chunk of its own size, and an op without data (a
+// barrier) moves none.
 std::string Plan::describe() const {
-  return fmt::format("{}{}, {} chunk{} of {} bytes{}", algo_name(algo), eager ? " (eager)" : "",
-                     nchunks, nchunks == 1 ? "" : "s", chunk_bytes,
+  const std::string algo_text = fmt::format("{}{}", algo_name(algo), eager ? " (eager)" : "");
+  if (nchunks == 0 || shape.bytes() == 0) return algo_text + ", no data";
+  const uint64_t first = chunk_len(0), last = chunk_len(nchunks - 1);
+  return fmt::format("{}, {} chunk{} of {} bytes{}{}", algo_text, nchunks, nchunks == 1 ? "" : "s",
+                     first, last != first ? fmt::format(" (the last {})", last) : "",
                      packed ? ", " + proto::describe(shape.compress) : "");
 }
 

@@ -350,3 +350,39 @@ TEST(WireLog, KeepsItsBoundAndCountsTheRest) {
 
 }  // namespace
 }  // namespace gsync::pipeline
+
+namespace gsync::pipeline {
+namespace {
+
+// gsyncctl ops shows what an op's plan did (issue #38, item 8): a tensor
+// below the chunk size goes as one chunk of its own size, a last chunk
+// shorter than the others says so, a barrier moves no data.
+TEST(PlanDescribe, SaysWhatWasDoneNotWhatWasConfigured) {
+  struct Case {
+    const char* algo;
+    proto::Opcode opcode;
+    uint64_t count;
+    const char* want;
+  };
+  const Case cases[] = {
+      {"ring", proto::Opcode::kAllreduce, 8192, "ring, 1 chunk of 32768 bytes"},
+      {"hier", proto::Opcode::kAllreduce, 8192, "hier, 1 chunk of 32768 bytes"},
+      {"doubling", proto::Opcode::kAllreduce, 8192, "doubling (eager), 1 chunk of 32768 bytes"},
+      {"ring", proto::Opcode::kAllreduce, (2 * (256 << 10) + 4096) / 4,
+       "ring, 3 chunks of 262144 bytes (the last 4096)"},
+      {"tree", proto::Opcode::kBarrier, 0, "tree, no data"},
+  };
+  for (const Case& c : cases) {
+    collective::PlanInputs in;
+    in.shape.opcode = c.opcode;
+    in.shape.count = c.count;
+    in.parts = {{0, "r1"}, {1, "r1"}, {2, "r2"}, {3, "r2"}};
+    in.self = 0;
+    in.algorithm = c.algo;
+    in.chunk_bytes = 256 << 10;
+    EXPECT_EQ(collective::build_plan(in)->describe(), c.want) << c.algo << " " << c.count;
+  }
+}
+
+}  // namespace
+}  // namespace gsync::pipeline
