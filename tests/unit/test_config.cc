@@ -10,6 +10,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <set>
 #include <string>
 
@@ -580,6 +581,26 @@ TEST(ExampleConfig, LoadsAndMatchesDefaults) {
   Status s = load_config_file(GSYNC_EXAMPLE_CONFIG, true, &cfg);
   ASSERT_TRUE(s.is_ok()) << s.message();
   ExpectSameValues(cfg, DaemonConfig{});
+}
+
+// ... and every key of the loader's table is in it, under its section (a
+// section missing from the file would load as the defaults all the same).
+TEST(ExampleConfig, DocumentsEveryKey) {
+  std::ifstream in(GSYNC_EXAMPLE_CONFIG);
+  std::map<std::string, std::set<std::string>> found;
+  std::string section, line;
+  while (std::getline(in, line)) {
+    if (line.empty() || line[0] == '#') continue;
+    if (line[0] == '[') {
+      section = line.substr(1, line.find(']') - 1);
+      continue;
+    }
+    if (size_t eq = line.find(" = "); eq != std::string::npos)
+      found[section].insert(line.substr(0, eq));
+  }
+  for (const ConfigField& f : config_fields())
+    EXPECT_TRUE(found[std::string(f.section)].count(std::string(f.key)))
+        << dotted_key(f) << " is not in " << GSYNC_EXAMPLE_CONFIG;
 }
 #endif
 
