@@ -7,11 +7,15 @@ case (not each binary), so CI reads a real total.
 
 A green run must mean what it says, so with --strict it also fails (exit 1)
 when:
-  - a test was skipped, unless it matches a line of the allow-list (--allow,
-    tests/skip-allowlist.txt: a glob on 'suite/test:Case.name' and the
-    reason; docs/testing.md). A skip is a gtest case that said SKIPPED, a
-    test meson marked SKIP (exit 77), or a passing test that printed
-    'SKIPPED' for a part of itself;
+  - a test was skipped, unless a line of the allow-list (--allow,
+    tests/skip-allowlist.txt; docs/testing.md) allows that test for that
+    reason: 'GLOB | REASON-GLOB; REASON-GLOB... | why it may be skipped',
+    the first glob on 'suite/test:Case.name', the others on the reason the
+    skip gave (a gtest case's GTEST_SKIP text, a script's 'SKIPPED...'
+    line). The same test skipped for another reason (a GPU test of a build
+    without CUDA, on a machine with a GPU) is not allowed. A skip is a gtest
+    case that said SKIPPED, a test meson marked SKIP (exit 77), or a passing
+    test that printed 'SKIPPED' for a part of itself;
   - a suite of --expect-suites did not run at all (a dependency missing at
     configure time makes a suite vanish instead of fail).
 Without --strict these are listed and the exit status is 0.
@@ -40,23 +44,42 @@ def suite_and_test(name):
 
 
 def load_allow(path):
+    """[(test glob, [reason globs], why)]; a line that names no reason is an
+    error: a rule allows a test's skip for given reasons only."""
     rules = []
     if not path:
         return rules
-    for line in open(path):
+    for n, line in enumerate(open(path), 1):
         line = line.strip()
         if not line or line.startswith("#"):
             continue
-        pattern, _, reason = line.partition(" ")
-        rules.append((pattern, reason.strip()))
+        parts = [p.strip() for p in line.split(" | ")]
+        if len(parts) != 3 or not all(parts):
+            raise SystemExit(f"test-summary: {path}:{n}: not 'GLOB | REASON-GLOB; ... | why': "
+                             f"{line}")
+        reasons = [r.strip() for r in parts[1].split("; ") if r.strip()]
+        rules.append((parts[0], reasons, parts[2]))
     return rules
 
 
-def allowed(rules, ident):
-    for pattern, reason in rules:
-        if fnmatch.fnmatchcase(ident, pattern):
-            return reason
+def allowed(rules, ident, reason):
+    for pattern, reasons, why in rules:
+        if fnmatch.fnmatchcase(ident, pattern) and any(
+                fnmatch.fnmatchcase(reason, r) for r in reasons):
+            return why
     return None
+
+
+def gtest_skip_reason(out, case):
+    """What a gtest case said when it skipped: the text after its 'Skipped'
+    line, up to its '[  SKIPPED ]' line."""
+    m = re.search(r"^\[ RUN      \] " + re.escape(case) + r"\n(.*?)^\[  SKIPPED \] " +
+                  re.escape(case) + r" \(", out, re.M | re.S)
+    if not m:
+        return "GTEST_SKIP (no reason found)"
+    _, found, after = m.group(1).partition("Skipped\n")
+    text = " ".join(ln.strip() for ln in after.splitlines() if ln.strip()) if found else ""
+    return text or "GTEST_SKIP (no reason given)"
 
 
 def main():
@@ -94,16 +117,16 @@ def main():
         passed += len(ok)
         failed += len(bad)
         for case in skipped:
-            skips.append((f"{suite}/{test}:{case}", "GTEST_SKIP"))
+            skips.append((f"{suite}/{test}:{case}", gtest_skip_reason(out, case)))
         # A passing case that printed SKIPPED for part of itself checked
         # less than it says.
         for m in PART_SKIPPED.findall(out):
             skips.append((f"{suite}/{test}", m.strip()))
-    unexpected = [(i, w) for i, w in skips if allowed(rules, i) is None]
+    unexpected = [(i, w) for i, w in skips if allowed(rules, i, w) is None]
     print(f"{passed} passed, {failed} failed, {len(skips)} skipped")
     for ident, why in skips:
-        reason = allowed(rules, ident)
-        tag = f"allowed: {reason}" if reason else "NOT ALLOWED"
+        reason = allowed(rules, ident, why)
+        tag = f"allowed: {reason}" if reason else "NOT ALLOWED (not for this reason)"
         print(f"  skipped {ident}: {why} [{tag}]")
     missing = [s for s in o.expect_suites.split(",") if s and s not in suites]
     for s in missing:

@@ -6,6 +6,8 @@
 #include <cuda_runtime.h>
 #include <unistd.h>
 
+#include <fstream>
+#include <string>
 #include <utility>
 
 #include "daemon/gpu/cuda_status.h"
@@ -25,7 +27,17 @@ const Devices& devices() {
     if (err != cudaSuccess) {
       d.why_none = "no GPU: " + cuda_status(err, "cudaGetDeviceCount", -1).message();
       if (err == cudaErrorInsufficientDriver) {
-        d.why_none += ": no NVIDIA driver is loaded, or it is older than this CUDA runtime";
+        // The runtime says the same of a machine without a driver and of
+        // one whose driver is too old; the kernel module's file tells them
+        // apart (a test may skip for the first, never for the second).
+        std::ifstream version("/proc/driver/nvidia/version");
+        std::string line;
+        if (version && std::getline(version, line))
+          d.why_none += ": the NVIDIA driver loaded is older than this CUDA runtime (" + line +
+                        "; CUDA " + std::to_string(CUDART_VERSION / 1000) +
+                        " needs a newer one)";
+        else
+          d.why_none += ": no NVIDIA driver is loaded (no /proc/driver/nvidia/version)";
       }
       // The runtime keeps the error sticky for this thread otherwise.
       (void)cudaGetLastError();
