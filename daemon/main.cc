@@ -77,6 +77,8 @@ const CountFlag kCountFlags[] = {
      &gsync::DaemonConfig::dpdk_mbufs},
     {"--dpdk-idle-poll-us", "how often an idle DPDK port is looked at ([dpdk] idle_poll_us)",
      &gsync::DaemonConfig::dpdk_idle_poll_us},
+    {"--checkpoint-keep", "checkpoint sets kept, 1 to 8 ([checkpoint] keep)",
+     &gsync::DaemonConfig::checkpoint_keep},
 };
 
 // "a,b,,c" -> {a, b, c}

@@ -82,7 +82,7 @@ struct DaemonConfig {
   std::string dpdk_rx_lcore = "off";  // off, any, or a CPU: the receive poll on its own lcore
 
   // [checkpoint] The parameter server's checkpoints (docs/fault-tolerance.md):
-  // a folder per job under dir; the newest `keep` per shard stay.
+  // a folder per job under dir; the newest `keep` checkpoint sets whole on every host stay.
   std::string checkpoint_dir;  // "": none on this daemon
   uint32_t checkpoint_keep = 3;
 

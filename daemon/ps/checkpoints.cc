@@ -19,14 +19,19 @@
 // counted).
 //
 // Recovery: at declaration each host lists the clocks of its shard's files
-// that load, and tells the others in its PsRegions; once all are known,
-// every host takes the newest clock all of them hold, loads its file, and
-// the workers pull the parameters of that clock (PsDeclareStage).
+// that load and whose whole set (every key of the job at that clock,
+// checkpoint_sets.cc) loads here too, and tells the others in its
+// PsRegions; once all are known, every host takes the newest clock all of
+// them hold - the same for every key of the job - loads its file, and the
+// workers pull the parameters of that clock (PsDeclareStage).
+#include <sys/stat.h>
+
 #include <algorithm>
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "daemon/ps/checkpoint_sets.h"
 #include "daemon/ps/service_key.h"
 #include "daemon/storage/checkpoint_files.h"
 
@@ -34,6 +39,12 @@ namespace gsync::ps {
 
 namespace {
 using Clock = std::chrono::steady_clock;
+// The files of a shard the writer keeps at most, whatever sets they are
+// of; a declaration reads that many to find the whole sets among them.
+constexpr size_t kFilesKept = 2 * kMaxResumeClocks;
+// Whole sets remembered per host: enough for keep (at most 8) and the
+// ones in between.
+constexpr size_t kSetsKept = 32;
 double secs(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 }  // namespace
 
@@ -62,8 +73,16 @@ void Service::setup_checkpoints(Key& k) {
   c.peers.assign(k.hosts.size(), {});
   c.last_request = Clock::now();
   if (!k.opts.resume) return;
-  c.valid = storage::valid_clocks(
-      c.folder, c.id, std::min<size_t>(kMaxResumeClocks, size_t(ckpt_cfg_.keep)), &c.newest);
+  // The clocks whose whole set this host holds (checkpoint_sets.cc), from
+  // every file the writer keeps.
+  std::vector<storage::CheckpointHeader> headers;
+  const std::vector<uint64_t> valid =
+      storage::valid_clocks(c.folder, c.id, kFilesKept, &c.newest, &headers);
+  c.valid = whole_clocks(k, valid, headers);
+  for (uint64_t clock : c.valid) {
+    c.written.insert(clock);
+    note_set(k.job, self(), clock);
+  }
   c.peers[size_t(k.self)] = c.valid;
   c.resume_pending = true;
 }
@@ -99,7 +118,7 @@ Status Service::resume(Key& k) {
   }
   // Usually the newest, read and checked at declaration; an older one is
   // read (and checked) again now.
-  const bool newest_agreed = agreed == c.valid.front();
+  const bool newest_agreed = !newest.payload.empty() && newest.header.clock == agreed;
   storage::Loaded l = newest_agreed ? std::move(newest) : storage::Loaded{};
   if (Status st = newest_agreed ? Status::ok() : storage::load(c.folder, c.id, agreed, &l); !st)
     return Status(GSYNC_ERR_INTERNAL,
@@ -159,7 +178,11 @@ void Service::take_checkpoint(Key& k, uint64_t clock) {
   j.clock = clock;
   j.steps = sv.steps();
   j.updates = sv.updates();
-  j.keep = ckpt_cfg_.keep;
+  j.set = set_now(k);
+  // keep counts sets whole on every host (checkpoint_sets.cc); past
+  // kFilesKept files a shard's oldest go whatever they were.
+  j.keep = int(kFilesKept);
+  j.keep_from = keep_from(k);
   j.snapshot = c.snapshot;
   writer_->submit(std::move(j));
 }
@@ -175,7 +198,20 @@ void Service::ask_checkpoint(Key& k, uint64_t at) {
 }
 
 void Service::on_checkpoint_request(int peer, const PsCheckpoint& m) {
-  Key* k = find(cluster::field(m.job, sizeof m.job), m.key);
+  const std::string job = cluster::field(m.job, sizeof m.job);
+  if (m.kind == PsCheckpoint::kSetWhole) {
+    // Kept for a job this host serves (its keys know the peer) only.
+    auto it = keys_.lower_bound({job, 0});
+    if (it != keys_.end() && it->first.first == job && it->second->participant_of(peer) >= 0)
+      note_set(job, peer, m.at);
+    return;
+  }
+  if (m.kind != PsCheckpoint::kTake) {
+    spdlog::error("host {}: a checkpoint message of kind {} for job {}; ignored", host_id(peer),
+                  m.kind, job);
+    return;
+  }
+  Key* k = find(job, m.key);
   if (!k || k->participant_of(peer) < 0 || !k->ckpt.on) return;
   k->ckpt.wanted_at = std::min(k->ckpt.wanted_at, m.at);
   maybe_checkpoint(*k);
@@ -225,6 +261,7 @@ void Service::on_checkpoints_written(std::vector<storage::WriteResult> results) 
     }
     c.taken++;
     c.last_error.clear();
+    if (find(k.job, k.key) == &k) on_checkpoint_written(k, r.clock);
     c.have_last = true;
     c.written_clock = r.clock;
     c.written_bytes = r.bytes;
@@ -263,6 +300,103 @@ CheckpointReport Service::checkpoint_report(const Key& k) const {
   r.last_error = c.last_error;
   r.resumed_from = c.resumed_from;
   return r;
+}
+
+// ---------------------------------------------------------------- sets
+// (checkpoint_sets.cc says what a set is and why.)
+
+storage::CheckpointSet Service::set_now(const Key& k) const {
+  std::vector<uint64_t> keys;
+  for (auto it = keys_.lower_bound({k.job, 0}); it != keys_.end() && it->first.first == k.job;
+       ++it)
+    if (it->second->ckpt.on) keys.push_back(it->first.second);
+  return storage::checkpoint_set(std::move(keys));
+}
+
+bool Service::file_whole(const Key& k, const storage::ListedFile& f, uint64_t clock) {
+  const std::string path = k.ckpt.folder + "/" + f.name;
+  struct stat st {};
+  if (stat(path.c_str(), &st) != 0) return false;
+  // A file is read once while it stays the same file (a set's files are
+  // asked about by each of its keys).
+  const FileSig sig{uint64_t(st.st_ino), uint64_t(st.st_size), uint64_t(st.st_mtim.tv_sec),
+                    uint64_t(st.st_mtim.tv_nsec)};
+  auto it = file_checks_.find(path);
+  if (it == file_checks_.end() || !(it->second.sig == sig)) {
+    FileCheck c{sig, false, 0};
+    const Status ok = storage::check_file(k.ckpt.folder, f.name, k.job, f.key,
+                                          static_cast<uint32_t>(k.hosts.size()), clock, &c.count);
+    if (!ok) spdlog::warn("checkpoint skipped: {}", ok.message());
+    c.whole = ok.is_ok();
+    it = file_checks_.insert_or_assign(path, c).first;
+  }
+  // This host's shard of that key, where hosts share the folder.
+  const Shard mine = place(it->second.count, k.hosts.size())[size_t(k.self)];
+  return it->second.whole && mine.begin == f.begin && mine.end == f.end;
+}
+
+std::vector<uint64_t> Service::whole_clocks(Key& k, const std::vector<uint64_t>& valid,
+                                            const std::vector<storage::CheckpointHeader>& headers) {
+  std::vector<uint64_t> out;
+  for (size_t i = 0; i < valid.size() && out.size() < kMaxResumeClocks; i++) {
+    const uint64_t clock = valid[i];
+    const storage::CheckpointSet want{headers[i].set_keys, headers[i].set_hash};
+    if (want.keys == 0) {  // a version 1 file: a set of itself
+      out.push_back(clock);
+      continue;
+    }
+    std::vector<uint64_t> here;
+    for (const storage::ListedFile& f :
+         storage::files_at(k.ckpt.folder, static_cast<uint32_t>(k.hosts.size()), clock)) {
+      const Shard& own = k.shards[size_t(k.self)];
+      if (f.key == k.key ? f.begin == own.begin && f.end == own.end : file_whole(k, f, clock))
+        here.push_back(f.key);
+    }
+    const storage::CheckpointSet got = storage::checkpoint_set(here);
+    if (got == want) {
+      out.push_back(clock);
+      continue;
+    }
+    spdlog::warn("{}: its checkpoint of clock {} is not used: that clock's set of {} keys is "
+                 "not whole on this host ({} of its files load here: keys {})",
+                 k.describe(), clock, want.keys, here.size(), fmt::join(here, ", "));
+  }
+  return out;
+}
+
+void Service::note_set(const std::string& job, int host, uint64_t clock) {
+  std::set<uint64_t>& whole = sets_[job][host];
+  whole.insert(clock);
+  while (whole.size() > kSetsKept) whole.erase(whole.begin());
+}
+
+void Service::on_checkpoint_written(Key& k, uint64_t clock) {
+  Checkpoints& c = k.ckpt;
+  c.written.insert(clock);
+  while (c.written.size() > kSetsKept) c.written.erase(c.written.begin());
+  // Whole here once every key of the job that keeps checkpoints has it.
+  for (auto it = keys_.lower_bound({k.job, 0}); it != keys_.end() && it->first.first == k.job;
+       ++it)
+    if (it->second->ckpt.on && !it->second->ckpt.written.count(clock)) return;
+  note_set(k.job, self(), clock);
+  PsCheckpoint m;
+  m.kind = PsCheckpoint::kSetWhole;
+  cluster::set_field(m.job, sizeof m.job, k.job);
+  m.at = clock;
+  for (int h : k.hosts)
+    if (h != self()) cp_->send(h, cluster::as_bytes(m));
+}
+
+uint64_t Service::keep_from(const Key& k) const {
+  auto it = sets_.find(k.job);
+  std::vector<std::set<uint64_t>> by_host;
+  for (int h : k.hosts) {
+    const std::set<uint64_t>* whole = nullptr;
+    if (it != sets_.end())
+      if (auto hit = it->second.find(h); hit != it->second.end()) whole = &hit->second;
+    by_host.push_back(whole ? *whole : std::set<uint64_t>{});
+  }
+  return ps::keep_from(by_host, ckpt_cfg_.keep);
 }
 
 }  // namespace gsync::ps

@@ -26,7 +26,9 @@
 //              checkpoint at the first clock reached at or after `at`
 //              (docs/fault-tolerance.md); sent by the key's first host
 //              when its time cadence is due, and by any host that
-//              gsyncctl checkpoint asks
+//              gsyncctl checkpoint asks. Of kind kSetWhole, to the job's
+//              other hosts: the job's checkpoint set of clock `at` is
+//              whole on the sender (checkpoint_sets.cc)
 //
 // A server's reply is writes of its shard's values into the region the
 // PsPush named (the worker's tensor, registered while it is the key's) at
@@ -78,11 +80,14 @@ struct PsNorm {
 };
 
 struct PsCheckpoint {
+  static constexpr uint8_t kTake = 0;      // take one at the first clock reached >= at
+  static constexpr uint8_t kSetWhole = 1;  // the job's set of clock `at` is whole on the sender
   uint8_t type = cluster::kPsCheckpoint;
-  uint8_t pad[7] = {};
+  uint8_t kind = kTake;
+  uint8_t pad[6] = {};
   char job[cluster::kJobMax] = {};
-  uint64_t key = 0;
-  uint64_t at = 0;  // the clock
+  uint64_t key = 0;  // kSetWhole: 0 (the set is the job's)
+  uint64_t at = 0;   // the clock
 };
 
 struct PsPush {

@@ -170,6 +170,8 @@ void Service::on_regions(int peer, const PsRegions& m) {
   k->peer_push[size_t(p)] = m.push_region;
   k->known[size_t(p)] = true;
   if (k->ckpt.resume_pending) k->ckpt.peers[size_t(p)].assign(m.clocks, m.clocks + m.n_clocks);
+  for (uint32_t i = 0; i < m.n_clocks && i < kMaxResumeClocks; i++)
+    note_set(k->job, peer, m.clocks[i]);  // whole there (checkpoint_sets.cc)
   maybe_declared(*k);
 }
 
@@ -252,6 +254,7 @@ void Service::job_closed(const std::string& job) {
   for (auto it = early_.lower_bound({job, 0}); it != early_.end() && it->first.first == job;)
     it = early_.erase(it);
   guards_.job_closed(job);
+  sets_.erase(job);
 }
 
 std::vector<KeyReport> Service::report(const std::string& job) const {

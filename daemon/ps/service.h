@@ -27,6 +27,7 @@
 #include <deque>
 #include <functional>
 #include <map>
+#include <set>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -40,6 +41,7 @@
 #include "daemon/ps/messages.h"
 #include "daemon/ps/server.h"
 #include "daemon/ps/shards.h"
+#include "daemon/storage/checkpoint_files.h"
 #include "daemon/storage/checkpoint_writer.h"
 #include "protocol/guard.h"
 #include "protocol/ops.h"
@@ -193,6 +195,14 @@ class Service final : public cluster::OpTraffic {
   // ok: this host's copy would not load.
   Status resume(Key& k);
   CheckpointReport checkpoint_report(const Key& k) const;
+  // Checkpoint sets (checkpoint_sets.cc).
+  storage::CheckpointSet set_now(const Key& k) const;
+  bool file_whole(const Key& k, const storage::ListedFile& f, uint64_t clock);
+  std::vector<uint64_t> whole_clocks(Key& k, const std::vector<uint64_t>& valid,
+                                     const std::vector<storage::CheckpointHeader>& headers);
+  void note_set(const std::string& job, int host, uint64_t clock);
+  void on_checkpoint_written(Key& k, uint64_t clock);
+  uint64_t keep_from(const Key& k) const;
 
   // The anomaly guard (guard.cc).
   void on_clock_applied(Key& k);
@@ -220,6 +230,19 @@ class Service final : public cluster::OpTraffic {
   std::map<Key*, std::unique_ptr<Key>> retiring_;  // dropped, memory still in use
   uint32_t next_key_id_ = 1;
   std::unordered_map<uint32_t, WorkerOp*> ops_;  // by token
+  // Per job and host (cluster index): the checkpoint sets whole there.
+  std::map<std::string, std::map<int, std::set<uint64_t>>> sets_;
+  // Files of other keys checked for a set, while they stay the same file.
+  struct FileSig {
+    uint64_t ino = 0, size = 0, sec = 0, nsec = 0;
+    bool operator==(const FileSig&) const = default;
+  };
+  struct FileCheck {
+    FileSig sig;
+    bool whole = false;
+    uint64_t count = 0;  // the tensor's elements, as its header says
+  };
+  std::map<std::string, FileCheck> file_checks_;
   // PsRegions that came before this host declared the key.
   std::map<std::pair<std::string, uint64_t>, std::map<int, PsRegions>> early_;
 };

@@ -9,6 +9,7 @@
 
 #include <deque>
 #include <map>
+#include <set>
 #include <memory>
 #include <string>
 #include <vector>
@@ -77,6 +78,7 @@ struct Checkpoints {
   std::string folder;
   uint64_t wanted_at = kNever;  // one at the first clock reached >= this
   uint64_t last_clock = 0;      // the clock of the last one taken (or resumed from)
+  std::set<uint64_t> written;   // clocks whose file is whole here (checkpoint_sets.cc)
   bool writing = false;
   std::shared_ptr<storage::Snapshot> snapshot;  // the one being written
   std::chrono::steady_clock::time_point started{}, last_request{};

@@ -7,7 +7,10 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
+#include <functional>
+#include <tuple>
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
@@ -83,15 +86,18 @@ std::vector<uint64_t> listed_clocks(const std::string& folder, const ShardId& id
   return out;
 }
 
-Status load(const std::string& folder, const ShardId& id, uint64_t clock, Loaded* out) {
-  const std::string path = folder + "/" + file_name(id, clock);
+namespace {
+// Reads path whole: the header, which `of` judges ("" when it is the file
+// wanted), the zeros after it, the payload and its hash.
+Status load_path(const std::string& path, uint64_t clock,
+                 const std::function<std::string(const CheckpointHeader&)>& of, Loaded* out) {
   int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0)
     return Status(GSYNC_ERR_INTERNAL, fmt::format("{}: cannot open: {}", path, strerror(errno)));
   Loaded l;
   Status st = read_all(fd, &l.header, sizeof l.header, 0, path);
   if (st) {
-    if (std::string why = check_header(l.header, id); !why.empty())
+    if (std::string why = of(l.header); !why.empty())
       st = Status(GSYNC_ERR_INTERNAL, fmt::format("{}: {}", path, why));
     else if (l.header.clock != clock)
       st = Status(GSYNC_ERR_INTERNAL, fmt::format("{}: holds clock {}, its name says {}", path,
@@ -119,12 +125,55 @@ Status load(const std::string& folder, const ShardId& id, uint64_t clock, Loaded
   close(fd);
   if (st && hash_bytes(l.payload.data(), l.header.payload_bytes) != l.header.payload_hash)
     st = Status(GSYNC_ERR_INTERNAL, fmt::format("{}: the payload's checksum does not match", path));
-  if (st) *out = std::move(l);
+  if (st && out) *out = std::move(l);
   return st;
+}
+}  // namespace
+
+Status load(const std::string& folder, const ShardId& id, uint64_t clock, Loaded* out) {
+  return load_path(folder + "/" + file_name(id, clock), clock,
+                   [&](const CheckpointHeader& h) { return check_header(h, id); }, out);
+}
+
+std::vector<ListedFile> files_at(const std::string& folder, uint32_t hosts, uint64_t clock) {
+  // k<key>-s<begin>-<end>-h<hosts>-c<clock>.ckpt
+  const std::string tail = fmt::format("-h{}-c{:012}.ckpt", hosts, clock);
+  std::vector<ListedFile> out;
+  DIR* d = opendir(folder.c_str());
+  if (!d) return out;
+  while (dirent* e = readdir(d)) {
+    const std::string n = e->d_name;
+    if (n.size() <= tail.size() || n.compare(n.size() - tail.size(), tail.size(), tail) != 0)
+      continue;
+    unsigned long long key = 0, begin = 0, end = 0;
+    int used = 0;
+    if (std::sscanf(n.c_str(), "k%llu-s%llu-%llu%n", &key, &begin, &end, &used) != 3 ||
+        size_t(used) != n.size() - tail.size() || n[1] < '0' || n[1] > '9')
+      continue;
+    out.push_back({key, begin, end, n});
+  }
+  closedir(d);
+  std::sort(out.begin(), out.end(), [](const ListedFile& a, const ListedFile& b) {
+    return std::tie(a.key, a.begin) < std::tie(b.key, b.begin);
+  });
+  return out;
+}
+
+Status check_file(const std::string& folder, const std::string& name, const std::string& job,
+                  uint64_t key, uint32_t hosts, uint64_t clock, uint64_t* count) {
+  return load_path(folder + "/" + name, clock, [&](const CheckpointHeader& h) -> std::string {
+    if (std::string why = check_header_alone(h); !why.empty()) return why;
+    const std::string of(h.job, strnlen(h.job, sizeof h.job));
+    if (of != job || h.key != key || h.hosts != hosts)
+      return fmt::format("of job {} key {} on {} hosts, not job {} key {} on {} hosts", of, h.key,
+                         h.hosts, job, key, hosts);
+    *count = h.count;
+    return "";
+  }, nullptr);
 }
 
 std::vector<uint64_t> valid_clocks(const std::string& folder, const ShardId& id, size_t most,
-                                   Loaded* newest) {
+                                   Loaded* newest, std::vector<CheckpointHeader>* headers) {
   std::vector<uint64_t> out;
   for (uint64_t clock : listed_clocks(folder, id)) {
     if (out.size() >= most) break;
@@ -133,17 +182,20 @@ std::vector<uint64_t> valid_clocks(const std::string& folder, const ShardId& id,
       spdlog::warn("checkpoint skipped: {}", st.message());
       continue;
     }
+    if (headers) headers->push_back(l.header);
     if (out.empty() && newest) *newest = std::move(l);
     out.push_back(clock);
   }
   return out;
 }
 
-int prune(const std::string& folder, const ShardId& id, int keep) {
+int prune(const std::string& folder, const ShardId& id, int keep, uint64_t keep_from) {
   int removed = 0;
-  auto all = names(folder, prefix_of(id));
-  for (size_t i = size_t(std::max(keep, 1)); i < all.size(); i++)
-    if (unlink((folder + "/" + all[i].second).c_str()) == 0) removed++;
+  auto all = names(folder, prefix_of(id));  // newest first
+  for (size_t i = 0; i < all.size(); i++)
+    if (i > 0 && (i >= size_t(std::max(keep, 1)) || all[i].first < keep_from) &&
+        unlink((folder + "/" + all[i].second).c_str()) == 0)
+      removed++;
   for (auto& [clock, name] : names(folder, kTempPrefix + prefix_of(id)))
     if (unlink((folder + "/" + name).c_str()) == 0) removed++;
   return removed;

@@ -3,6 +3,7 @@
 
 #include <xxhash.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 
@@ -24,8 +25,18 @@ uint64_t header_hash_of(const CheckpointHeader& h) {
 std::string field(const char* s, size_t n) { return std::string(s, strnlen(s, n)); }
 }  // namespace
 
+CheckpointSet checkpoint_set(std::vector<uint64_t> keys) {
+  std::sort(keys.begin(), keys.end());
+  keys.erase(std::unique(keys.begin(), keys.end()), keys.end());
+  if (keys.empty()) return {};
+  std::vector<uint8_t> bytes(keys.size() * 8);
+  for (size_t i = 0; i < keys.size(); i++)
+    for (int b = 0; b < 8; b++) bytes[i * 8 + size_t(b)] = static_cast<uint8_t>(keys[i] >> (8 * b));
+  return {static_cast<uint32_t>(keys.size()), hash_bytes(bytes.data(), bytes.size())};
+}
+
 CheckpointHeader make_header(const ShardId& id, uint64_t clock, uint64_t steps, uint64_t updates,
-                             uint64_t payload_hash) {
+                             uint64_t payload_hash, const CheckpointSet& set) {
   CheckpointHeader h{};
   std::memcpy(h.magic, kCheckpointMagic, sizeof h.magic);
   h.version = kCheckpointVersion;
@@ -49,22 +60,32 @@ CheckpointHeader make_header(const ShardId& id, uint64_t clock, uint64_t steps, 
           .count());
   h.payload_bytes = id.elements() * sizeof(float) * uint64_t(h.arrays);
   h.payload_hash = payload_hash;
+  h.set_keys = set.keys;
+  h.set_hash = set.hash;
   h.header_hash = header_hash_of(h);
   return h;
 }
 
-std::string check_header(const CheckpointHeader& h, const ShardId& want) {
+std::string check_header_alone(const CheckpointHeader& h) {
   if (std::memcmp(h.magic, kCheckpointMagic, sizeof h.magic) != 0)
     return "not a gsync checkpoint (bad magic)";
-  if (h.version != kCheckpointVersion)
-    return fmt::format("checkpoint format version {}; this daemon reads version {}", h.version,
-                       kCheckpointVersion);
+  if (h.version < 1 || h.version > kCheckpointVersion)
+    return fmt::format("checkpoint format version {}; this daemon reads versions 1 to {}",
+                       h.version, kCheckpointVersion);
   if (h.header_bytes != sizeof h)
     return fmt::format("header of {} bytes; version {} has {}", h.header_bytes, h.version,
                        sizeof h);
   if (h.header_hash != header_hash_of(h)) return "the header's checksum does not match";
   for (uint8_t b : h.reserved)
     if (b != 0) return "the header's reserved bytes are not zero";
+  if (h.pad3 != 0 || (h.version == 1 && (h.set_keys != 0 || h.set_hash != 0)))
+    return "the header's reserved bytes are not zero";
+  if ((h.set_keys == 0) != (h.set_hash == 0)) return "a checkpoint set without its hash";
+  return "";
+}
+
+std::string check_header(const CheckpointHeader& h, const ShardId& want) {
+  if (std::string why = check_header_alone(h); !why.empty()) return why;
   const std::string job = field(h.job, sizeof h.job);
   proto::PsOptions o;
   std::string opt_err = proto::from_header(h.options, &o);

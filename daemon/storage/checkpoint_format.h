@@ -19,14 +19,18 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "protocol/ps.h"
 
 namespace gsync::storage {
 
 constexpr char kCheckpointMagic[8] = {'G', 'S', 'Y', 'N', 'C', 'K', 'P', 'T'};
-// 1: the first.
-constexpr uint32_t kCheckpointVersion = 1;
+// 1: the first. 2: the set the file belongs to (set_keys, set_hash: the
+// keys of its job this host checkpointed at that clock), read by
+// ps/checkpoints.cc to resume every key of a job at one clock. A version 1
+// file is a set of itself.
+constexpr uint32_t kCheckpointVersion = 2;
 
 struct CheckpointHeader {
   char magic[8];
@@ -49,7 +53,13 @@ struct CheckpointHeader {
   uint64_t created_unix_ns;
   uint64_t payload_bytes;
   uint64_t payload_hash;  // XXH3-64 of the payload
-  uint8_t reserved[264];  // zero
+  // The checkpoint set of this clock on this host (version 2; 0 and 0 in
+  // version 1): how many keys of the job it holds, and the XXH3-64 of
+  // their ids, ascending, as little-endian u64s (checkpoint_set()).
+  uint32_t set_keys;
+  uint32_t pad3;
+  uint64_t set_hash;
+  uint8_t reserved[248];  // zero
   uint64_t header_hash;   // XXH3-64 of the bytes before this field
 };
 static_assert(sizeof(CheckpointHeader) == 512);
@@ -67,6 +77,14 @@ struct ShardId {
   uint64_t elements() const { return end - begin; }
 };
 
+// The keys of a job whose files of one clock make a whole set on a host.
+struct CheckpointSet {
+  uint32_t keys = 0;  // 0: no set (a version 1 file)
+  uint64_t hash = 0;
+  bool operator==(const CheckpointSet&) const = default;
+};
+CheckpointSet checkpoint_set(std::vector<uint64_t> keys);
+
 // The number of fp32 arrays an optimizer keeps (values included).
 int arrays_of(const proto::PsOptions& o);
 
@@ -74,11 +92,13 @@ uint64_t hash_bytes(const void* data, size_t bytes);
 
 // A header for `id` at `clock`, its payload hash given; header_hash set.
 CheckpointHeader make_header(const ShardId& id, uint64_t clock, uint64_t steps, uint64_t updates,
-                             uint64_t payload_hash);
+                             uint64_t payload_hash, const CheckpointSet& set = {});
 
 // The header's own checks: "" or what is wrong with it (a name for the
 // file goes in front). Checks the magic, version, sizes and header hash,
-// and that it is of `want` (every field of ShardId).
+// (check_header_alone), and that it is of `want` (every field of ShardId).
 std::string check_header(const CheckpointHeader& h, const ShardId& want);
+// The checks that need nothing but the header.
+std::string check_header_alone(const CheckpointHeader& h);
 
 }  // namespace gsync::storage

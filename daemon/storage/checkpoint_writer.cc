@@ -128,7 +128,7 @@ WriteResult write_with(int ring_init, io_uring* ring, const WriteJob& job) {
     return r;
   }
   const CheckpointHeader h = make_header(job.id, job.clock, job.steps, job.updates,
-                                         hash_bytes(snap.payload(), snap.payload_bytes()));
+                                         hash_bytes(snap.payload(), snap.payload_bytes()), job.set);
   std::memcpy(snap.image(), &h, sizeof h);
   // Buffered writes, not O_DIRECT (which the aligned image would allow):
   // measured on the test machine (bench_checkpoint, 100 MiB every 2 s),
@@ -159,7 +159,7 @@ WriteResult write_with(int ring_init, io_uring* ring, const WriteJob& job) {
     fsync(dfd);
     close(dfd);
   }
-  prune(job.folder, job.id, job.keep);
+  prune(job.folder, job.id, job.keep, job.keep_from);
   r.bytes = length;
   r.write_s = since(t1);
   r.ok = true;

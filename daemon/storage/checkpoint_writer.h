@@ -4,7 +4,7 @@
 // a snapshot's remaining blocks, hashes the payload, and writes the file
 // with its own io_uring (never the transport's): a ".tmp-" file, written
 // in pieces with several in flight, fsync'd, renamed into place, the
-// folder fsync'd, then the shard's files beyond the newest `keep` removed.
+// folder fsync'd, then the shard's files that are no longer kept removed.
 // One checkpoint at a time, in the order given. A failure (a full or
 // read-only disk, a folder that cannot be made) removes the temporary
 // file, leaves every earlier checkpoint as it was, and comes back with the
@@ -29,7 +29,11 @@ struct WriteJob {
   std::string folder;   // job_folder(); made if missing
   ShardId id;
   uint64_t clock = 0, steps = 0, updates = 0;
+  CheckpointSet set;       // the set this file belongs to (its header says)
+  // Once written, the shard's files beyond the newest `keep` and those of
+  // clocks before keep_from are removed (checkpoint_files.h, prune).
   int keep = 3;
+  uint64_t keep_from = 0;
   std::shared_ptr<Snapshot> snapshot;
 };
 

@@ -9,12 +9,15 @@
 #include <poll.h>
 #include <unistd.h>
 
+#include <cstddef>
 #include <cstdio>
 #include <cstdlib>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "daemon/ps/checkpoint_sets.h"
 #include "daemon/storage/checkpoint_files.h"
 #include "daemon/storage/checkpoint_writer.h"
 #include "daemon/storage/snapshot.h"
@@ -179,5 +182,100 @@ TEST(CheckpointWriter, QueuedCheckpointsComeBackInTheirOrder) {
   std::system(("rm -rf " + root).c_str());
 }
 
+// Checkpoint sets (issue #38, item 3): a file names its set in its header,
+// files_at finds every key's file of a clock, check_file checks another
+// key's file without knowing its shape, and prune removes what is older
+// than keep_from but never the file just written.
+TEST(CheckpointFiles, ASetIsNamedFoundAndChecked) {
+  const std::string root = temp_dir(), folder = job_folder(root, "unit job/1");
+  std::vector<float> v(500, 2.0f);
+  const CheckpointSet set = checkpoint_set({7, 3, 3});
+  EXPECT_EQ(set.keys, 2u);
+  EXPECT_EQ(set, checkpoint_set({3, 7}));
+  EXPECT_NE(set, checkpoint_set({3, 8}));
+  EXPECT_EQ(checkpoint_set({}), CheckpointSet{});
+  for (uint64_t key : {3, 7}) {
+    WriteJob j;
+    j.folder = folder;
+    j.id = shard();
+    j.id.key = key;
+    j.clock = 12;
+    j.set = set;
+    j.snapshot = std::make_shared<Snapshot>(std::vector<const float*>{v.data()}, v.size());
+    ASSERT_TRUE(CheckpointWriter::write_now(j).ok);
+  }
+  Loaded l;
+  ASSERT_TRUE(load(folder, shard(), 12, &l));
+  EXPECT_EQ(l.header.version, 2u);
+  EXPECT_EQ(l.header.set_keys, 2u);
+  EXPECT_EQ(l.header.set_hash, set.hash);
+  auto files = files_at(folder, 2, 12);
+  ASSERT_EQ(files.size(), 2u);
+  EXPECT_EQ(files[0].key, 3u);
+  EXPECT_EQ(files[1].key, 7u);
+  EXPECT_EQ(files[1].begin, 500u);
+  EXPECT_EQ(files[1].end, 1000u);
+  EXPECT_TRUE(files_at(folder, 3, 12).empty());  // another host count
+  EXPECT_TRUE(files_at(folder, 2, 11).empty());
+  uint64_t count = 0;
+  EXPECT_TRUE(check_file(folder, files[1].name, "unit job/1", 7, 2, 12, &count));
+  EXPECT_EQ(count, 1000u);
+  Status st = check_file(folder, files[1].name, "unit job/1", 8, 2, 12, &count);
+  EXPECT_NE(st.message().find("not job unit job/1 key 8"), std::string::npos) << st.message();
+  FILE* f = std::fopen((folder + "/" + files[1].name).c_str(), "r+b");
+  ASSERT_TRUE(f);
+  std::fseek(f, long(kPayloadOffset) + 8, SEEK_SET);
+  std::fputc(0x11, f);
+  std::fclose(f);
+  st = check_file(folder, files[1].name, "unit job/1", 7, 2, 12, &count);
+  EXPECT_NE(st.message().find("checksum does not match"), std::string::npos) << st.message();
+  // prune: older than keep_from goes, the newest stays whatever keep_from says.
+  for (uint64_t clock : {4, 8, 16}) ASSERT_TRUE(write_clock(folder, clock, v, 10).ok);
+  EXPECT_EQ(prune(folder, shard(), 10, 8), 1);  // clock 4
+  EXPECT_EQ(listed_clocks(folder, shard()), (std::vector<uint64_t>{16, 12, 8}));
+  EXPECT_EQ(prune(folder, shard(), 10, 100), 2);
+  EXPECT_EQ(listed_clocks(folder, shard()), (std::vector<uint64_t>{16}));
+  std::system(("rm -rf " + root).c_str());
+}
+
+// A version 1 file (before sets) still loads, as a set of itself.
+TEST(CheckpointFormat, AVersionOneHeaderIsRead) {
+  CheckpointHeader h = make_header(shard(), 4, 4, 8, 0);
+  EXPECT_EQ(check_header(h, shard()), "");
+  h.version = 1;
+  h.set_keys = 0;
+  h.set_hash = 0;
+  CheckpointHeader v1 = h;
+  v1.header_hash = hash_bytes(&v1, offsetof(CheckpointHeader, header_hash));
+  EXPECT_EQ(check_header(v1, shard()), "");
+  v1.set_keys = 2;
+  v1.header_hash = hash_bytes(&v1, offsetof(CheckpointHeader, header_hash));
+  EXPECT_NE(check_header(v1, shard()), "");
+  v1.version = 3;
+  v1.set_keys = 0;
+  v1.header_hash = hash_bytes(&v1, offsetof(CheckpointHeader, header_hash));
+  EXPECT_NE(check_header(v1, shard()).find("reads versions 1 to 2"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace gsync::storage
+
+namespace gsync::ps {
+namespace {
+
+// Which files a job keeps: the oldest of the newest `keep` sets whole on
+// every host; a set whole on some hosts only keeps the older ones.
+TEST(CheckpointSets, KeepCountsSetsWholeOnEveryHost) {
+  using Sets = std::vector<std::set<uint64_t>>;
+  EXPECT_EQ(whole_everywhere(Sets{{4, 8, 12}, {4, 8}, {8, 12}}), (std::vector<uint64_t>{8}));
+  EXPECT_EQ(keep_from(Sets{{4, 8, 12}, {4, 8, 12}}, 2), 8u);
+  EXPECT_EQ(keep_from(Sets{{4, 8, 12}, {4, 8, 12}}, 1), 12u);
+  EXPECT_EQ(keep_from(Sets{{4, 8, 12}, {4, 8, 12}}, 8), 4u);  // fewer than keep: the oldest
+  // 12 is whole on the first host only: 8 and 4 stay on both.
+  EXPECT_EQ(keep_from(Sets{{4, 8, 12}, {4, 8}}, 1), 8u);
+  EXPECT_EQ(keep_from(Sets{{12}, {8}}, 3), 0u);  // none whole everywhere: nothing old goes
+  EXPECT_EQ(keep_from(Sets{}, 3), 0u);
+}
+
+}  // namespace
+}  // namespace gsync::ps
