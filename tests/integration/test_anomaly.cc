@@ -308,5 +308,51 @@ TEST(AnomalyGuard, ParameterServerRollsBackEveryFaultyClockExactly) {
     EXPECT_EQ(res[r].code, 0) << "rank " << r << ": " << res[r].output;
 }
 
+// A guarded key smaller than 16 elements a host: shards are whole 16-element
+// units, so two of three hosts serve none. Their norm is 0 and known from
+// the start (it never comes as a message): clean clocks pass and a NaN
+// clock is rolled back, on every worker alike, instead of waiting forever.
+TEST(AnomalyGuard, AKeyWithEmptyShardsIsJudgedToo) {
+  auto bed = make_bed({3}, "ring", 20000);
+  ASSERT_TRUE(bed);
+  const std::vector<int> per_host{1, 1, 1};
+  auto p = places(per_host);
+  const size_t n = 16;
+  PsRun s;
+  gsync_ps_opts_init(&s.opts);
+  s.opts.lr = 0.05f;
+  auto res = run_ranks(3, [&](int r) {
+    gsync_comm_t* comm;
+    RANK_CHECK(connect_guarded(bed->socket(p[size_t(r)].host), "ps-tiny", 3, r, 0, 1, &comm) == 0,
+               "{}", gsync_last_error());
+    float* buf;
+    RANK_CHECK(gsync_alloc(comm, n * 4, reinterpret_cast<void**>(&buf)) == 0, "alloc");
+    for (size_t i = 0; i < n; i++) buf[i] = init(i);
+    gsync_request_t* req;
+    RANK_CHECK(gsync_ps_declare(comm, 2, buf, n, GSYNC_FLOAT32, &s.opts, &req) == 0, "{}",
+               gsync_last_error());
+    RANK_CHECK(gsync_wait(req, 20000) == 0, "declare: {}", gsync_request_error(req));
+    gsync_request_free(req);
+    for (uint64_t c = 0; c < 6; c++) {
+      for (size_t i = 0; i < n; i++) buf[i] = grad(r, c, i);
+      if (c == 4 && r == 1) buf[3] = std::numeric_limits<float>::quiet_NaN();
+      RANK_CHECK(gsync_ps_push_pull(comm, 2, c, buf, n, GSYNC_FLOAT32, nullptr, &req) == 0, "{}",
+                 gsync_last_error());
+      RANK_CHECK(gsync_wait(req, 20000) == 0, "clock {}: {}", c, gsync_request_error(req));
+      const int rolled = gsync_ps_rolled_back(req, nullptr);
+      gsync_request_free(req);
+      // Told on the host that serves the key (the only one with a shard).
+      RANK_CHECK(r != 2 || rolled == (c == 4 ? 1 : 0), "clock {}: rolled back {}", c, rolled);
+      for (size_t i = 0; i < n; i++)
+        RANK_CHECK(std::isfinite(buf[i]), "clock {}: element {} is {}", c, i, buf[i]);
+    }
+    RANK_CHECK(gsync_barrier(comm, 1, 20000) == 0, "barrier: {}", gsync_last_error());
+    gsync_close(comm);
+    return 0;
+  }, 120);
+  for (size_t r = 0; r < res.size(); r++)
+    EXPECT_EQ(res[r].code, 0) << "rank " << r << ": " << res[r].output;
+}
+
 }  // namespace
 }  // namespace gsync::test
