@@ -204,8 +204,23 @@ std::string ControlPlane::job_missing(const std::string& job, int world,
   std::string missing = members_.missing(job, world, live, &hosts);
   std::string names = self_id();
   for (int h : hosts) names += ", " + host_id(h);
-  return fmt::format("ranks not on any host yet: {}; hosts with ranks so far: {}",
-                     missing.empty() ? "none" : missing, names);
+  // A rank that never arrives is often a host this one cannot reach: say
+  // which links are not up (at most 8), and why they last went down.
+  std::string down;
+  int n_down = 0;
+  for (int h = 0; h < static_cast<int>(cluster_.hosts.size()); h++) {
+    if (h == cluster_.self || !is_member(h)) continue;
+    const auto st = net_->stats(h);
+    if (st.state == transport::PeerState::kUp) continue;
+    if (n_down++ < 8)
+      down += fmt::format("{}{} ({}{})", down.empty() ? "" : ", ", host_id(h),
+                          st.state == transport::PeerState::kDown ? "down" : "connecting",
+                          st.last_error.empty() ? "" : ": " + st.last_error);
+  }
+  if (n_down > 8) down += fmt::format(", and {} more", n_down - 8);
+  return fmt::format("ranks not on any host yet: {}; hosts with ranks so far: {}{}",
+                     missing.empty() ? "none" : missing, names,
+                     down.empty() ? "" : "; links from " + self_id() + " not up: " + down);
 }
 
 std::vector<int> ControlPlane::participants(const std::string& job) const {

@@ -854,5 +854,22 @@ TEST(MultiHost, BadOpDataFromAPeerFailsTheOpNamingItNotTheDaemon) {
   run_job(*bed, "after-bad-data", {1, 1}, {{GSYNC_FLOAT32, GSYNC_SUM, 4097}});
 }
 
+// A job that waits for a rank on a host this one cannot reach says so
+// (issue #38, item 6): host 3's daemon is gone, and the op's timeout names
+// the ranks that never came and the link from h1 to h3 that is not up.
+TEST(MultiHost, AWaitNamesTheLinksThatAreDown) {
+  auto bed = make_bed({{3}, {}, "auto"});
+  ASSERT_TRUE(bed);
+  bed->kill_daemon(2, SIGKILL);
+  auto p = std::vector<Place>{{0, 0, 1}, {2, 0, 1}};
+  gsync_comm_t* comm;
+  ASSERT_EQ(connect_place(*bed, "no-link", p, 0, &comm), 0) << gsync_last_error();
+  EXPECT_EQ(gsync_barrier(comm, 1, 1500), GSYNC_ERR_TIMEOUT);  // the op's own timeout
+  const std::string err = gsync_last_error();
+  EXPECT_NE(err.find("ranks not on any host yet: 1"), std::string::npos) << err;
+  EXPECT_NE(err.find("links from h1 not up: h3 ("), std::string::npos) << err;
+  gsync_close(comm);
+}
+
 }  // namespace
 }  // namespace gsync::test

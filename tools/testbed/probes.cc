@@ -134,9 +134,11 @@ std::string tcp_probe(const std::string& addr, uint16_t port, int timeout_ms) {
     int rc = connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa);
     int err = rc == 0 ? 0 : errno;
     if (err == EINPROGRESS) {
+      // An attempt waits a second at most: a dropped SYN is tried again
+      // on a new socket rather than waited out by the kernel's backoff.
       auto left = std::chrono::duration_cast<milliseconds>(deadline - Clock::now()).count();
       pollfd p{fd, POLLOUT, 0};
-      if (poll(&p, 1, static_cast<int>(std::max<long>(left, 1))) == 1) {
+      if (poll(&p, 1, static_cast<int>(std::clamp<long>(left, 1, 1000))) == 1) {
         socklen_t len = sizeof err;
         getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len);
       } else {

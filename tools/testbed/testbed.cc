@@ -42,7 +42,8 @@ using std::chrono::milliseconds;
 constexpr const char* kPrefix = "gtb";
 constexpr const char* kSubnet = "10.77";
 constexpr int kStopGraceMs = 5000;
-constexpr int kProbeTimeoutMs = 3000;
+// A loaded machine may drop a SYN or two: the probe tries again until this.
+constexpr int kProbeTimeoutMs = 20000;
 constexpr size_t kLogTail = 4000;
 constexpr int kPortReleaseS = 5;
 
@@ -148,6 +149,7 @@ Status Testbed::build(const Options& options) {
   options_ = options;
   if (Status st = plan(options); !st) return st;
   if (namespaces()) {
+    if (Status st = fit_neighbour_table(); !st) return st;
     if (Status st = build_network(); !st) return st;
     if (Status st = verify_network(); !st) return st;
   }
@@ -174,9 +176,12 @@ Status Testbed::build(const Options& options) {
     if (Status st = wait_ready(all); !st) return st;
     for (int h : later)
       if (Status st = launch_daemon(h); !st) return st;
-    return wait_ready(later);
+    if (Status st = wait_ready(later); !st) return st;
+    all.insert(all.end(), later.begin(), later.end());
+    return wait_links(all);
   }
-  return wait_ready(all);
+  if (Status st = wait_ready(all); !st) return st;
+  return wait_links(all);
 }
 
 bool Testbed::memif_client(int h) const {
@@ -686,6 +691,7 @@ void Testbed::teardown() {
     if (Status st = delete_netns(*it); !st)
       std::fprintf(stderr, "testbed: teardown: %s\n", st.message().c_str());
   made_netns_.clear();
+  restore_neighbour_table();
 
   if (!dir_.empty()) {
     std::error_code ec;

@@ -56,6 +56,9 @@ struct Options {
   // Also wait until each daemon listens on its TCP address:port (read from
   // /proc/<pid>/net/tcp{,6}, so nothing connects to the daemon to find out).
   bool wait_tcp_listen = true;
+  // Also wait until every daemon's link to every other host is up
+  // (gsyncctl peers); create() fails naming the links that are not.
+  bool wait_links = true;
   // TCP port of every host in namespace mode (each has its own address).
   // Loopback mode picks distinct free ports below the ephemeral range.
   uint16_t port = 7700;
@@ -170,6 +173,10 @@ class Testbed {
   // (Re)starts host h's daemon with the same identity, sockets and port, and
   // waits as create() does. Its log is appended to.
   Status start_daemon(int h);
+  // Waits, as create() does, until the daemons of `hosts` (empty: all)
+  // each see every other host's link up (gsyncctl peers), up to
+  // Options::start_timeout_s; the error names the links that are not up.
+  Status wait_links_up(std::vector<int> hosts = {}) const;
 
   // Membership on etcd (Options::etcd). The bed's etcd (its first member;
   // member(i) of etcd_members()), and every member's client URL,
@@ -219,6 +226,10 @@ class Testbed {
   Status start_etcd();
   Status launch_daemon(int h);
   Status wait_ready(const std::vector<int>& hosts);
+  // links.cc
+  Status fit_neighbour_table();
+  void restore_neighbour_table();
+  Status wait_links(const std::vector<int>& hosts) const;
   bool wait_port_released(int h) const;
 
   Options options_;
@@ -231,7 +242,11 @@ class Testbed {
   uint32_t uplink_mbit_ = 0;
   pid_t owner_pid_ = -1;
   bool torn_down_ = false;
+  std::vector<uint64_t> neigh_saved_;  // gc_thresh2, 3 as found, then as set
 };
+
+// The kernel neighbour entries a bed of `hosts` namespaces needs (links.cc).
+uint64_t neighbour_entries(int hosts);
 
 // Whether `gsyncd --help` lists --cluster (the multi-host daemon).
 bool gsyncd_has_cluster_flag(const std::string& gsyncd);
