@@ -78,6 +78,16 @@ Status Service::make_key(const Declaration& d, std::unique_ptr<Key>* out) {
 
 void Service::declare(const Declaration& d, Done done) {
   std::string what = fmt::format("job {} parameter key {}", d.job, d.key);
+  if (d.guard.on && d.sync.mode != proto::SyncMode::kBsp) {
+    // Every host refuses alike: the job's mode and guard are the same there.
+    done(Status(GSYNC_ERR_UNSUPPORTED,
+                fmt::format("{}: the anomaly guard judges bsp clocks only, and the job is {}: "
+                            "asp and ssp apply each push at once, with no clock of every worker "
+                            "to judge or roll back (declare the key in a bsp job, or turn the "
+                            "guard off)",
+                            what, proto::describe(d.sync))));
+    return;
+  }
   if (Key* old = find(d.job, d.key)) {
     bool same = old->count == d.count && old->dtype == d.dtype && old->opts == d.opts;
     done(Status(same ? GSYNC_ERR_INVALID : GSYNC_ERR_MISMATCH,

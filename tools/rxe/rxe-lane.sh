@@ -75,6 +75,10 @@ echo "RXE-STEP: verbs provider tests"
 timeout 600 "$TEST_BIN"
 echo "RXE-GTEST-EXIT: \$?"
 
+echo "RXE-STEP: each feature over verbs (test_compose_verbs)"
+GSYNCD=\$PWD/daemon/gsyncd timeout 600 ./tests/rxe/test_compose_verbs
+echo "RXE-COMPOSE-EXIT: \$?"
+
 echo "RXE-STEP: ib_write_bw 1 MiB x 200 (reference)"
 timeout 120 ib_write_bw -d rxe0 -x \$RXE_GID_INDEX -F -s 1048576 -n 200 > /tmp/bw-srv.log 2>&1 &
 SRV=\$!; sleep 1
