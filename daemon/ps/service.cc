@@ -265,6 +265,11 @@ void Service::job_closed(const std::string& job) {
     it = early_.erase(it);
   guards_.job_closed(job);
   sets_.erase(job);
+  // The job's files checked for its sets: checked again if it comes back.
+  const std::string folder = storage::job_folder(ckpt_cfg_.dir, job) + "/";
+  for (auto it = file_checks_.lower_bound(folder);
+       it != file_checks_.end() && it->first.compare(0, folder.size(), folder) == 0;)
+    it = file_checks_.erase(it);
 }
 
 std::vector<KeyReport> Service::report(const std::string& job) const {
