@@ -50,4 +50,14 @@ if grep 'gsyncd\.service' "$tmp/stderr" | grep -E 'Failed to parse|Unknown'; the
   echo "FAIL: systemd-analyze verify found problems in $unit (above)"
   exit 1
 fi
-echo "OK: $unit verifies (ExecStart tested as $gsyncd)"
+# The devices gsyncd opens behind DevicePolicy=closed: the verbs devices and
+# the NVIDIA GPU's (issue #39: without them every device registration
+# failed under systemctl start, and nothing said why).
+for allow in "char-infiniband_verbs rw" "/dev/infiniband/rdma_cm rw" \
+  "char-nvidia-frontend rw" "char-nvidia-uvm rw" "char-nvidia-caps rw"; do
+  if ! grep -qx "DeviceAllow=$allow" "$test_unit"; then
+    echo "FAIL: $unit does not allow $allow (DeviceAllow=)"
+    exit 1
+  fi
+done
+echo "OK: $unit verifies (ExecStart tested as $gsyncd) and allows the RDMA and GPU devices"
