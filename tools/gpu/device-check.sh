@@ -13,6 +13,12 @@
 # where GoogleTest's headers and libraries are installed (the host reduce
 # kernels it compares against need nothing else); device memory end to end
 # needs the daemon and so meson.
+#
+# It passes only when every part ran and passed: a part not built, a gtest
+# case that skipped (a build without CUDA, a driver older than the CUDA
+# runtime, too few GPUs) or a script that said SKIPPED fails the check.
+# One line per part and a last verdict go to $OUT/summary.txt; the exit
+# status is 0 for PASS only.
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 1
 out=${OUT:-device-check-out}
@@ -21,6 +27,28 @@ if ! command -v nvcc >/dev/null && [ -x /usr/local/cuda/bin/nvcc ]; then
   export PATH="$PATH:/usr/local/cuda/bin"
 fi
 { date -u; nproc; nvidia-smi -L; nvcc --version | tail -2; } 2>&1 | tee "$out/machine.txt"
+driver=$(nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>/dev/null | head -1)
+echo "device-check: NVIDIA driver ${driver:-none (nvidia-smi found no driver)}" |
+  tee "$out/summary.txt"
+failed=0
+# verdict PART RC [LOG]: one line per part; anything but a clean run of
+# cases that all passed is a failure.
+verdict() {
+  local part=$1 rc=$2 log=${3:-} v=PASS
+  if [ "$rc" = not-built ]; then
+    v="FAIL (not built: see $out/build.txt)"
+  elif [ -n "$log" ] && grep -q '^\[  SKIPPED \]' "$log"; then
+    v="FAIL ($(grep -c '^\[  SKIPPED \]' "$log") cases skipped: $(grep -m1 -E '^(no GPU|needs )' "$log"))"
+  elif [ "$rc" = 77 ] || { [ -n "$log" ] && grep -q '^SKIPPED' "$log"; }; then
+    v="FAIL (skipped: $(grep -m1 '^SKIPPED' "$log"))"
+  elif [ "$rc" != 0 ]; then
+    v="FAIL (exit status $rc)"
+  elif [ -n "$log" ] && grep -q '^\[==========\]' "$log" && ! grep -q '^\[       OK \]' "$log"; then
+    v="FAIL (no case ran)"
+  fi
+  echo "device-check: $part: $v" | tee -a "$out/summary.txt"
+  [ "$v" = PASS ] || failed=$((failed + 1))
+}
 
 build=${BUILD_DIR:-build-gpu}
 test_rc=not-built
@@ -36,7 +64,7 @@ if [ -f "$build/build.ninja" ] ||
   buffers_exe="$build/tests/gpu/test_gpu_buffers"
 else
   echo "device-check: meson's configure failed (see $out/configure.txt):" \
-    "building with nvcc and g++ alone" | tee "$out/summary.txt"
+    "building with nvcc and g++ alone" | tee -a "$out/summary.txt"
   dir=$build-nvcc
   mkdir -p "$dir"
   # The flags of daemon/gpu/meson.build and daemon/reduce/meson.build.
@@ -64,9 +92,13 @@ if [ -x "$test_exe" ]; then
   "$test_exe" 2>&1 | tee "$out/test_gpu_reduce.txt"
   test_rc=${PIPESTATUS[0]}
 fi
-buffers_rc=not-built
+verdict test_gpu_reduce "$test_rc" "$out/test_gpu_reduce.txt"
+abi_rc=not-built buffers_rc=not-built torch_rc=not-built
 if [ -n "${buffers_exe:-}" ] && [ -x "$buffers_exe" ]; then
-  "$build/tests/gpu/test_cuda_abi" 2>&1 | tee "$out/test_cuda_abi.txt"
+  if [ -x "$build/tests/gpu/test_cuda_abi" ]; then
+    "$build/tests/gpu/test_cuda_abi" 2>&1 | tee "$out/test_cuda_abi.txt"
+    abi_rc=${PIPESTATUS[0]}
+  fi
   GSYNCD="$build/daemon/gsyncd" "$buffers_exe" 2>&1 | tee "$out/test_gpu_buffers.txt"
   buffers_rc=${PIPESTATUS[0]}
   # PyTorch's CUDA buckets through the hook: SKIPPED unless the machine's
@@ -83,9 +115,21 @@ if [ -n "${buffers_exe:-}" ] && [ -x "$buffers_exe" ]; then
   GSYNC_LIB="$build/libclient/libgsync.so" GSYNCD="$build/daemon/gsyncd" \
     GSYNC_TESTBED="$build/tools/testbed/gsync-testbed" \
     timeout 300 "$py" tests/torch/test_cuda.py 2>&1 | tee "$out/test_torch_cuda.txt"
-  echo "device-check: test_torch_cuda rc=${PIPESTATUS[0]} (77: skipped)" | tee -a "$out/summary.txt"
+  torch_rc=${PIPESTATUS[0]}
 fi
-"$bench" --inputs 4 16 64 256 1024 2>&1 | tee "$out/bench_gpu_reduce.txt"
-"$bench" --inputs 2 --dtype bf16 64 256 2>&1 | tee -a "$out/bench_gpu_reduce.txt"
-echo "device-check: test_gpu_reduce rc=$test_rc" | tee -a "$out/summary.txt"
-echo "device-check: test_gpu_buffers rc=$buffers_rc" | tee -a "$out/summary.txt"
+verdict test_cuda_abi "$abi_rc" "$out/test_cuda_abi.txt"
+verdict test_gpu_buffers "$buffers_rc" "$out/test_gpu_buffers.txt"
+verdict test_torch_cuda "$torch_rc" "$out/test_torch_cuda.txt"
+bench_rc=not-built
+if [ -x "$bench" ]; then
+  { "$bench" --inputs 4 16 64 256 1024 && "$bench" --inputs 2 --dtype bf16 64 256; } 2>&1 |
+    tee "$out/bench_gpu_reduce.txt"
+  bench_rc=${PIPESTATUS[0]}
+fi
+verdict bench_gpu_reduce "$bench_rc" "$out/bench_gpu_reduce.txt"
+if [ "$failed" -eq 0 ]; then
+  echo "device-check: PASS (every part ran and passed; driver $driver)" | tee -a "$out/summary.txt"
+  exit 0
+fi
+echo "device-check: FAIL ($failed parts did not run and pass)" | tee -a "$out/summary.txt"
+exit 1
