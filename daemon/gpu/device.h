@@ -18,6 +18,7 @@
 #include <memory>
 #include <string>
 
+#include "daemon/core/note_queue.h"
 #include "daemon/core/status.h"
 #include "daemon/gpu/launch.h"
 #include "daemon/reduce/reduce.h"
@@ -116,11 +117,11 @@ class Stream {
   // device's context is unusable from then on, every later call fails, and
   // only a new process gets the device back.
   bool done(Status* error);
-  // Queues a write of value's 8 bytes to fd (a pipe), after the work
-  // queued so far: the event loop learns which work ended without asking.
-  // The write runs on a thread of the driver's and makes no CUDA call; a
-  // pipe's writes of 8 bytes are atomic, so several streams may share one.
-  Status notify(int fd, uint64_t value);
+  // Queues a push of value to notes, after the work queued so far: the
+  // event loop learns which work ended without asking. The push runs on a
+  // thread of the driver's and makes no CUDA call; several streams may
+  // share one queue, and none of their notes is lost (core/note_queue.h).
+  Status notify(NoteQueue* notes, uint64_t value);
   // Waits for everything queued: tests and benchmarks only.
   Status synchronize();
 

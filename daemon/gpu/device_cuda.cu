@@ -233,24 +233,22 @@ bool Stream::done(Status* error) {
 namespace {
 
 struct Note {
-  int fd;
+  NoteQueue* notes;
   uint64_t value;
 };
 
 void CUDART_CB write_note(void* p) {
   auto* note = static_cast<Note*>(p);
-  // A pipe's 8-byte write is atomic; the daemon's end is drained by the
-  // event loop, and a full pipe (64 KiB of unread notes) cannot happen
-  // with the few tasks a daemon has in flight. It fails only if the read
-  // end is gone: the daemon is exiting.
-  [[maybe_unused]] ssize_t n = ::write(note->fd, &note->value, sizeof note->value);
+  // The queue outlives the stream: its owner destroys the streams, which
+  // wait for their work, first.
+  note->notes->push(note->value);
   delete note;
 }
 
 }  // namespace
 
-Status Stream::notify(int fd, uint64_t value) {
-  auto* note = new Note{fd, value};
+Status Stream::notify(NoteQueue* notes, uint64_t value) {
+  auto* note = new Note{notes, value};
   Status s = cuda_status(cudaLaunchHostFunc(static_cast<cudaStream_t>(stream_), write_note, note),
                          "cudaLaunchHostFunc", device_);
   if (!s) delete note;

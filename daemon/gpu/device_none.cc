@@ -45,7 +45,7 @@ bool Stream::done(Status* error) {
   return true;
 }
 Status Stream::synchronize() { return none(); }
-Status Stream::notify(int, uint64_t) { return none(); }
+Status Stream::notify(NoteQueue*, uint64_t) { return none(); }
 
 Status ImportedMemory::open(int, uint64_t, const std::string&, std::unique_ptr<ImportedMemory>*) {
   return none();

@@ -1,11 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "daemon/pipeline/gpu_work.h"
 
-#include <fcntl.h>
-#include <unistd.h>
-
-#include <cerrno>
-#include <cstring>
 #include <string>
 
 #include "daemon/gpu/device.h"
@@ -13,16 +8,10 @@
 
 namespace gsync::pipeline {
 
-GpuWork::GpuWork() {
-  // Non-blocking on both ends: the loop drains it without waiting, and a
-  // driver thread never blocks on a pipe nobody reads.
-  if (pipe2(pipe_, O_CLOEXEC | O_NONBLOCK) != 0) pipe_[0] = pipe_[1] = -1;
-}
+GpuWork::GpuWork() = default;
 
 GpuWork::~GpuWork() {
-  streams_.clear();  // each waits for its work: no note is written after this
-  for (int fd : pipe_)
-    if (fd >= 0) close(fd);
+  streams_.clear();  // each waits for its work: no note is pushed after this
 }
 
 Status GpuWork::stream_for(int device, Lane lane, gpu::Stream** out) {
@@ -39,7 +28,8 @@ Status GpuWork::stream_for(int device, Lane lane, gpu::Stream** out) {
 Status GpuWork::queue(int device, Lane lane, const reduce::ReduceArgs& a, const void* copy_src,
                       uint64_t begin, uint64_t end, uint64_t task, bool* queued) {
   *queued = false;
-  if (pipe_[1] < 0) return Status(GSYNC_ERR_INTERNAL, "the GPU work's pipe could not be made");
+  if (notes_.fd() < 0)
+    return Status(GSYNC_ERR_INTERNAL, "the GPU work's eventfd could not be made");
   gpu::Stream* s = nullptr;
   if (Status st = stream_for(device, lane, &s); !st) return st;
   const size_t elem = proto::dtype_size(a.dtype);
@@ -67,7 +57,7 @@ Status GpuWork::queue(int device, Lane lane, const reduce::ReduceArgs& a, const 
     *queued = true;
   }
   if (Status st = s->record(); !st) return st;
-  return s->notify(pipe_[1], task);
+  return s->notify(&notes_, task);
 }
 
 uint64_t GpuWork::submit(int device, Lane lane, const reduce::ReduceArgs& a, const void* copy_src,
@@ -102,16 +92,11 @@ const std::vector<GpuWork::Finished>& GpuWork::take(bool check_faults) {
     tasks_.erase(it);
   }
   unqueued_.clear();
-  uint64_t notes[64];
-  for (;;) {
-    const ssize_t n = pipe_[0] >= 0 ? read(pipe_[0], notes, sizeof notes) : -1;
-    if (n <= 0) break;
-    for (size_t i = 0; i < static_cast<size_t>(n) / sizeof notes[0]; i++) {
-      auto it = tasks_.find(notes[i]);
-      if (it == tasks_.end()) continue;  // failed already by a fault check
-      out->push_back({it->second.tag, it->first, it->second.error});
-      tasks_.erase(it);
-    }
+  for (uint64_t task : notes_.take()) {
+    auto it = tasks_.find(task);
+    if (it == tasks_.end()) continue;  // failed already by a fault check
+    out->push_back({it->second.tag, it->first, it->second.error});
+    tasks_.erase(it);
   }
   if (!check_faults) return finished_;
   for (auto& [where, stream] : streams_) {

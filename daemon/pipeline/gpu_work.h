@@ -15,6 +15,7 @@
 #include <memory>
 #include <vector>
 
+#include "daemon/core/note_queue.h"
 #include "daemon/core/status.h"
 #include "daemon/reduce/reduce.h"
 
@@ -38,7 +39,7 @@ class GpuWork {
   GpuWork& operator=(const GpuWork&) = delete;
 
   // Readable when tasks may have ended (take()).
-  int done_fd() const { return pipe_[0]; }
+  int done_fd() const { return notes_.fd(); }
   // Queues elements [begin, end) of a on device's stream (copy_src set:
   // plain copies into a's outputs instead) and returns the task. A task
   // that cannot be queued (no GPU, a launch the driver refuses) still gets
@@ -71,7 +72,7 @@ class GpuWork {
                uint64_t begin, uint64_t end, uint64_t task, bool* queued);
   Status stream_for(int device, Lane lane, gpu::Stream** out);
 
-  int pipe_[2] = {-1, -1};
+  NoteQueue notes_;  // the tasks whose work ended, from the driver's threads
   uint64_t next_task_ = 1;
   std::map<std::pair<int, Lane>, std::unique_ptr<gpu::Stream>> streams_;
   std::map<uint64_t, Task> tasks_;                       // in flight
