@@ -9,6 +9,9 @@
 namespace gsync::reduce {
 
 void to_f32(const void* src, proto::DType dtype, size_t n, float* dst) {
+  // An empty shard's arrays have no data pointer, and memcpy may not be
+  // given a null one even for 0 bytes.
+  if (n == 0) return;
   switch (dtype) {
     case proto::DType::kF32:
       std::memcpy(dst, src, n * sizeof(float));
@@ -29,6 +32,7 @@ void to_f32(const void* src, proto::DType dtype, size_t n, float* dst) {
 }
 
 void from_f32(const float* src, size_t n, proto::DType dtype, void* dst) {
+  if (n == 0) return;  // as to_f32
   switch (dtype) {
     case proto::DType::kF32:
       std::memcpy(dst, src, n * sizeof(float));
