@@ -215,7 +215,8 @@ int rank_of_cell(const testbed::Testbed& bed, const Cell& cell, int r) {
   gsync_comm_t* comm;
   RANK_CHECK(connect_cell(bed, pair, r, &comm) == 0, "{}", gsync_last_error());
   if (has(pair, 'E')) {
-    gsync_world_t w;
+    gsync_world_t w{};
+    w.struct_size = sizeof w;
     RANK_CHECK(gsync_world(comm, &w, 20000) == 0, "{}", gsync_last_error());
     RANK_CHECK(w.world_size == 2 && w.hosts == 2, "world {} on {} hosts", w.world_size, w.hosts);
   }
