@@ -103,8 +103,12 @@ Status ImportedMemory::open(int fd, uint64_t bytes, const std::string& pci_bus_i
   if (prop.location.type != CU_MEM_LOCATION_TYPE_DEVICE)
     return Status(GSYNC_ERR_INVALID, "the allocation said to be on GPU " + pci_bus_id +
                                          " is not device memory");
+  // The granularity of this daemon's GPU: the properties' location id is
+  // the exporter's numbering, which may name another GPU here.
+  CUmemAllocationProp here = prop;
+  here.location.id = device;
   size_t granularity = 0;
-  if (Status s = cu_status(d.granularity(&granularity, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM),
+  if (Status s = cu_status(d.granularity(&granularity, &here, CU_MEM_ALLOC_GRANULARITY_MINIMUM),
                            "cuMemGetAllocationGranularity", device);
       !s)
     return s;
