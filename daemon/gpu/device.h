@@ -91,10 +91,12 @@ Status use_device(int device);
 // for the whole device). Tests and benchmarks.
 Status copy_sync(void* dst, const void* src, size_t bytes);
 
-// One stream of the daemon's own on one device. Its calls make its device
-// the calling thread's current one and leave it so. Work is queued on it and
-// its end is polled, never waited for on the event thread: record() marks
-// what is queued so far, done() says whether it finished.
+// One stream of the daemon's own on one device. create(), reduce() and the
+// destructor make its device the calling thread's current one and leave it
+// so (a kernel launch goes to the current device); copy(), record(),
+// done() and notify() need not (a stream names its device). Work is queued
+// on it and its end is polled, never waited for on the event thread:
+// record() marks what is queued so far, done() says whether it finished.
 class Stream {
  public:
   static Status create(int device, std::unique_ptr<Stream>* out);

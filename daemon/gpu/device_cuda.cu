@@ -180,9 +180,11 @@ Status Stream::create(int device, std::unique_ptr<Stream>* out) {
   st->device_ = device;
   cudaStream_t stream = nullptr;
   cudaEvent_t event = nullptr;
-  // Non-blocking: the daemon's work never waits behind a client's work on
-  // the legacy default stream. What was made before a failure is released
-  // by st's destructor.
+  // Non-blocking: the legacy default stream of the daemon's own context
+  // (what copy_sync's cudaMemcpy and cudaFree use) synchronizes with every
+  // blocking stream of that context; a client's streams are another
+  // process's and never order the daemon's. What was made before a failure
+  // is released by st's destructor.
   const Status made_stream = cuda_status(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking),
                                          "cudaStreamCreateWithFlags", device);
   st->stream_ = stream;
