@@ -35,13 +35,16 @@ double sum_squares(const void* data, proto::DType dtype, uint64_t n, std::vector
   for (double x : s) total += x;
   return total;
 }
+
+// The dtypes the guard judges (a norm of integers means nothing).
+bool floating(proto::DType d) {
+  return d == proto::DType::kF32 || d == proto::DType::kF16 || d == proto::DType::kBF16;
+}
 }  // namespace
 
 bool GuardStage::wanted(const OpRequest& r) {
   const proto::OpShape& s = r.shape;
-  return r.guard.on && s.opcode == proto::Opcode::kAllreduce && s.count > 0 &&
-         (s.dtype == proto::DType::kF32 || s.dtype == proto::DType::kF16 ||
-          s.dtype == proto::DType::kBF16) &&
+  return r.guard.on && s.opcode == proto::Opcode::kAllreduce && s.count > 0 && floating(s.dtype) &&
          (s.redop == proto::RedOp::kSum || s.redop == proto::RedOp::kAvg ||
           s.redop == proto::RedOp::kWeightedAvg);
 }
@@ -50,9 +53,7 @@ bool GuardStage::marks_ranks(const OpRequest& r) {
   if (wanted(r)) return true;
   const proto::OpShape& s = r.shape;
   return r.guard.on && proto::is_push(s.opcode) && r.sync.mode == proto::SyncMode::kBsp &&
-         s.count > 0 &&
-         (s.dtype == proto::DType::kF32 || s.dtype == proto::DType::kF16 ||
-          s.dtype == proto::DType::kBF16);
+         s.count > 0 && floating(s.dtype);
 }
 
 void GuardStage::input_done() {
