@@ -6,10 +6,12 @@
 // to every output. Outputs may be inputs: a thread reads all of its
 // elements before it writes any, and no two threads share an element.
 //
-// Bit-for-bit the host's results (daemon/reduce/reduce.h): the adds,
-// multiplies and divides are the _rn intrinsics, which the compiler never
-// fuses into an FMA; min and max are written as the host writes them
-// (simd_scalar.h) so NaNs and ties come out the same.
+// Bit-for-bit the host's results (daemon/reduce/reduce.h), NaNs included:
+// the adds, multiplies and divides are the _rn intrinsics, which the
+// compiler never fuses into an FMA, each NaN result mended to the bits x86
+// gives (nan_rules.h); fp16 and bf16 NaNs are widened and narrowed by hand,
+// keeping their payloads as the host does; min and max are written as the
+// host writes them (simd_scalar.h) so NaNs and ties come out the same.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -19,6 +21,7 @@
 #include "daemon/gpu/cuda_status.h"
 #include "daemon/gpu/device.h"
 #include "daemon/gpu/launch.h"
+#include "daemon/gpu/nan_rules.h"
 
 namespace gsync::gpu {
 
@@ -26,6 +29,8 @@ using reduce::DType;
 using reduce::Op;
 
 namespace {
+
+namespace nr = nan_rules;
 
 template <class E>
 struct Elem;
@@ -36,27 +41,40 @@ struct Elem<float> {
 };
 template <>
 struct Elem<__half> {
-  __device__ static float load(__half x) { return __half2float(x); }
-  __device__ static __half store(float v) { return __float2half_rn(v); }
+  __device__ static float load(__half x) {
+    const uint16_t h = __half_as_ushort(x);
+    return nr::is_f16_nan(h) ? nr::f16_nan_to_f32(h) : __half2float(x);
+  }
+  __device__ static __half store(float v) {
+    return nr::is_nan(v) ? __ushort_as_half(nr::f32_nan_to_f16(v)) : __float2half_rn(v);
+  }
 };
 template <>
 struct Elem<__nv_bfloat16> {
-  __device__ static float load(__nv_bfloat16 x) { return __bfloat162float(x); }
-  __device__ static __nv_bfloat16 store(float v) { return __float2bfloat16_rn(v); }
+  __device__ static float load(__nv_bfloat16 x) { return nr::bf16_to_f32(__bfloat16_as_ushort(x)); }
+  __device__ static __nv_bfloat16 store(float v) {
+    return nr::is_nan(v) ? __ushort_as_bfloat16(nr::f32_nan_to_bf16(v)) : __float2bfloat16_rn(v);
+  }
 };
+
+// The arithmetic, operands in the host's order (src1, src2 of its vaddps,
+// vmulps, vdivps), NaN results as the host gives them.
+__device__ float add(float a, float b) { return nr::arith(__fadd_rn(a, b), a, b); }
+__device__ float mul(float a, float b) { return nr::arith(__fmul_rn(a, b), a, b); }
+__device__ float div(float a, float b) { return nr::arith(__fdiv_rn(a, b), a, b); }
 
 template <Op kOp>
 __device__ float first(float x, float w) {
-  if constexpr (kOp == Op::kWeightedAvg) return __fmul_rn(x, w);
+  if constexpr (kOp == Op::kWeightedAvg) return mul(x, w);
   return x;
 }
 
 template <Op kOp>
 __device__ float step(float acc, float x, float w) {
   if constexpr (kOp == Op::kSum || kOp == Op::kAvg) {
-    return __fadd_rn(acc, x);
+    return add(acc, x);
   } else if constexpr (kOp == Op::kWeightedAvg) {
-    return __fadd_rn(acc, __fmul_rn(x, w));
+    return add(acc, mul(x, w));
   } else if constexpr (kOp == Op::kMin) {
     return x != x ? x : (x < acc ? x : acc);
   } else {
@@ -66,8 +84,8 @@ __device__ float step(float acc, float x, float w) {
 
 template <Op kOp>
 __device__ float finish(float v, const Launch& a) {
-  if constexpr (kOp == Op::kAvg) v = __fdiv_rn(v, a.divisor);
-  if (a.scaled) v = __fmul_rn(v, a.scale);
+  if constexpr (kOp == Op::kAvg) v = div(v, a.divisor);
+  if (a.scaled) v = mul(v, a.scale);
   return v;
 }
 

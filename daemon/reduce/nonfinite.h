@@ -4,10 +4,12 @@
 // (docs/fault-tolerance.md, "The anomaly guard"), told to every host
 // without a message: each host's fold marks a NaN or an Inf of a local
 // rank's gradient in its contribution as a quiet NaN whose payload is that
-// rank + 1. A NaN added to anything stays that NaN on x86 (the first NaN
-// operand's payload is kept, quieted), through the sums and averages of
-// every host, so the reduced result every host holds carries the same
-// marks, and the guard reads the first of them. An Inf of an overflowing
+// rank + 1. A NaN added to anything stays that NaN on x86 (a NaN
+// operand's payload is kept, quieted; of two NaNs, the first operand's,
+// whichever the compiler made first), and on the GPU (gpu/nan_rules.h),
+// through the sums and averages of every host, so the reduced result
+// every host holds carries a mark of a rank that was non-finite, and the
+// guard reads the first of them. An Inf of an overflowing
 // sum, or a NaN of Inf - Inf, carries none: no rank's gradient was
 // non-finite on its own. The payload has room for ranks below 2^22 in
 // float32, 2^9 in float16 and 2^6 in bfloat16 (beyond: unmarked).
