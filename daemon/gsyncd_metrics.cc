@@ -131,6 +131,10 @@ void Gsyncd::metrics_ops(metrics::Exposition& m) const {
   m.family("gsync_pinned_bytes", "gauge",
            "Pinned host memory the daemon holds for ops over device memory (their staging)");
   m.sample({}, double(pipeline_->pinned_bytes()));
+  m.family("gsync_device_memory_ops_total", "counter",
+           "Operations over device memory, by path: reduced on the GPU, or through host memory");
+  m.sample({{"path", "gpu"}}, double(pipeline_->device_paths().on_gpu));
+  m.sample({{"path", "host"}}, double(pipeline_->device_paths().through_host));
   m.family("gsync_event_loop_exceptions_total", "counter",
            "Exceptions the event loop caught from a handler (a bug each)");
   m.sample({}, double(loop_.exceptions_caught()));

@@ -9,6 +9,7 @@
 
 #include "daemon/collective/engine.h"
 #include "daemon/gpu/launch.h"
+#include "daemon/pipeline/gpu_work.h"
 #include "daemon/pipeline/guard_stage.h"
 #include "daemon/pipeline/local_stages.h"
 #include "daemon/pipeline/op_record.h"
@@ -72,6 +73,8 @@ void Pipeline::stage_device_memory(Op& op) {
     // Through host memory: each device buffer gets a pinned stand-in, the
     // host stages run on those, the copy stages move the bytes.
     spdlog::debug("{}: through host memory ({})", r.describe(), why);
+    device_paths_.through_host++;
+    device_paths_.last_refusal = std::move(why);
     r.device_locals.resize(r.locals.size());
     for (size_t i = 0; i < r.locals.size(); i++) {
       Buffer& b = r.locals[i].buf;
@@ -84,11 +87,14 @@ void Pipeline::stage_device_memory(Op& op) {
     }
     return;
   }
+  device_paths_.on_gpu++;
   if (!r.multi_host()) return;
   // The GPU path across hosts: the wire moves the host buffer's pinned staging.
   r.staging.arena = host_buffer(r).arena;
   lease_staging(op, StagingPool::kWireSlot, bytes);
 }
+
+size_t Pipeline::gpu_tasks_in_flight() const { return gpu_ ? gpu_->in_flight() : 0; }
 
 void Pipeline::lease_staging(Op& op, int slot, uint64_t bytes) {
   OpRequest& r = op.req;

@@ -182,6 +182,17 @@ class Pipeline {
   // steps (gsyncctl jobs), and alive in all (the metrics).
   uint64_t pinned_bytes(const std::string& job) const { return staging_.kept_bytes(job); }
   uint64_t pinned_bytes() const { return staging_.pinned_bytes(); }
+  // Which path ops over device memory took (docs/gpu.md): kernels on the
+  // GPU, or through pinned host memory and why (the last refusal); and the
+  // GPU tasks queued and not ended. gsyncctl status, the metrics, and the
+  // GPU tests (which assert the path they mean to test).
+  struct DevicePaths {
+    uint64_t on_gpu = 0;
+    uint64_t through_host = 0;
+    std::string last_refusal;
+  };
+  const DevicePaths& device_paths() const { return device_paths_; }
+  size_t gpu_tasks_in_flight() const;
   // The parameter server (gsyncctl jobs reads its keys); null when none.
   const ps::Service* ps() const { return ps_; }
 
@@ -241,6 +252,7 @@ class Pipeline {
   std::vector<WorkPool::Progress> progress_;
   std::vector<WorkPool::Finished> finished_;
   std::unique_ptr<GpuWork> gpu_;
+  DevicePaths device_paths_;
   StagingPool staging_;  // pinned memory of ops over device memory
   OpTimes reaped_;  // what reap() hands on, reused op after op
   // Wire logs of ended ops, their memory reserved, for the next ones

@@ -155,6 +155,40 @@ void expect_all_ok(const std::vector<ChildResult>& res, const DaemonProcess& d) 
   for (const auto& r : res) EXPECT_EQ(r.code, 0) << r.output << d.log();
 }
 
+// Which path the daemon's ops over device memory took (gsyncctl status,
+// "device_memory"): a test of the GPU path that the daemon quietly sent
+// through host memory (or the other way round) fails on these, not only
+// on its results, which are the same either way.
+struct Paths {
+  uint64_t on_gpu = 0;
+  uint64_t through_host = 0;
+  std::string last_through_host;
+  uint64_t gpu_tasks_in_flight = 0;
+};
+Paths paths_of(const std::string& admin) {
+  const nlohmann::json j = admin_json(admin, "status");
+  Paths p;
+  if (!j.contains("device_memory")) {
+    ADD_FAILURE() << "no device_memory in the daemon's status: " << j.dump();
+    return p;
+  }
+  const nlohmann::json& d = j["device_memory"];
+  p.on_gpu = d.value("ops_on_gpu", uint64_t{0});
+  p.through_host = d.value("ops_through_host", uint64_t{0});
+  p.last_through_host = d.value("last_through_host", std::string());
+  p.gpu_tasks_in_flight = d.value("gpu_tasks_in_flight", uint64_t{0});
+  return p;
+}
+
+// Whether GPUs 0 and 1 reach each other's memory, asked in a child.
+bool peer_access_0_1() {
+  const pid_t pid = fork();
+  if (pid == 0) _exit(gpu::can_access_peer(0, 1) && gpu::can_access_peer(1, 0) ? 1 : 0);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  return WIFEXITED(status) && WEXITSTATUS(status) == 1;
+}
+
 TEST(GpuBuffers, EveryDtypeAndOpFrom1To4RanksMatchesTheReference) {
   NEED_GPU();
   DaemonProcess d;
@@ -170,6 +204,11 @@ TEST(GpuBuffers, EveryDtypeAndOpFrom1To4RanksMatchesTheReference) {
     }), d);
   }
   ASSERT_TRUE(d.alive()) << d.log();
+  // Every op with elements ran its kernels on the GPU: 7 tensors x 5 ops
+  // x 4 worlds (an op of 0 elements has no path to take).
+  const Paths p = paths_of(d.admin_socket());
+  EXPECT_EQ(p.on_gpu, 7u * 5u * 4u);
+  EXPECT_EQ(p.through_host, 0u) << "the last went through host memory: " << p.last_through_host;
 }
 
 TEST(GpuBuffers, AcrossTwoHostsThroughPinnedStaging) {
@@ -191,6 +230,12 @@ TEST(GpuBuffers, AcrossTwoHostsThroughPinnedStaging) {
         tensors, ops, /*bcast_root=*/2, /*device=*/0, /*exact=*/false);
   }, 600);
   for (const auto& r : res) EXPECT_EQ(r.code, 0) << r.output;
+  std::vector<Paths> before;
+  for (int h = 0; h < bed->hosts(); h++) {
+    before.push_back(paths_of(bed->admin_socket(h)));
+    EXPECT_GT(before[h].on_gpu, 0u) << "host " << h;
+    EXPECT_EQ(before[h].through_host, 0u) << "host " << h << ": " << before[h].last_through_host;
+  }
   // Through host memory across the hosts: float64 (no GPU kernel), and
   // rank 0 giving host memory; the broadcasts from the second host land in
   // the first host's stand-ins from the wire.
@@ -202,13 +247,24 @@ TEST(GpuBuffers, AcrossTwoHostsThroughPinnedStaging) {
   }, 600);
   for (const auto& r : res) EXPECT_EQ(r.code, 0) << r.output;
   for (int h = 0; h < bed->hosts(); h++) EXPECT_TRUE(bed->daemon_alive(h)) << bed->daemon_log(h);
+  // Host 0's allreduces mix host and device memory; host 1's float64 ones
+  // have no GPU kernel.
+  const Paths p0 = paths_of(bed->admin_socket(0)), p1 = paths_of(bed->admin_socket(1));
+  EXPECT_GT(p0.through_host, before[0].through_host);
+  EXPECT_NE(p0.last_through_host.find("host and device memory in one op"), std::string::npos)
+      << p0.last_through_host;
+  EXPECT_GT(p1.through_host, before[1].through_host);
+  EXPECT_NE(p1.last_through_host.find("no GPU kernel for float64"), std::string::npos)
+      << p1.last_through_host;
 }
 
 TEST(GpuBuffers, RanksOnTwoGpus) {
   NEED_GPUS(2);
   // One rank per GPU, as training runs: with peer access each GPU folds a
   // slice of every op, reading all ranks' buffers; without, through host
-  // memory. Either way the results are the reference's.
+  // memory. Either way the results are the reference's, and the daemon
+  // took the path the GPUs' peer access calls for.
+  const bool peers = peer_access_0_1();
   DaemonProcess d;
   const std::vector<Tensor> tensors = {{GSYNC_FLOAT32, 1}, {GSYNC_FLOAT32, 1048579},
                                        {GSYNC_BFLOAT16, 4099}};
@@ -218,6 +274,15 @@ TEST(GpuBuffers, RanksOnTwoGpus) {
         [&](gsync_comm_t** comm) { return connect_rank(d.socket(), "two-gpus", 4, r, comm); }, 4,
         r, tensors, ops, /*bcast_root=*/1, /*device=*/r % 2);
   }), d);
+  const Paths p = paths_of(d.admin_socket());
+  if (peers) {
+    EXPECT_GT(p.on_gpu, 0u);
+    EXPECT_EQ(p.through_host, 0u) << p.last_through_host;
+  } else {
+    EXPECT_EQ(p.on_gpu, 0u);
+    EXPECT_GT(p.through_host, 0u);
+    EXPECT_NE(p.last_through_host.find("no peer access"), std::string::npos) << p.last_through_host;
+  }
 }
 
 TEST(GpuBuffers, A256MiBTensorOfTwoRanks) {
@@ -227,6 +292,7 @@ TEST(GpuBuffers, A256MiBTensorOfTwoRanks) {
   expect_all_ok(run_ranks(2, [&](int r) {
     return run_rank(d.socket(), "big", 2, r, big, {GSYNC_SUM});
   }, 300), d);
+  EXPECT_EQ(paths_of(d.admin_socket()).on_gpu, 1u);
 }
 
 TEST(GpuBuffers, WhatTheGpuPathDoesNotTakeGoesThroughHostMemory) {
@@ -240,6 +306,13 @@ TEST(GpuBuffers, WhatTheGpuPathDoesNotTakeGoesThroughHostMemory) {
         [&](gsync_comm_t** comm) { return connect_rank(d.socket(), "f64-i32", 3, r, comm); }, 3,
         r, host_kernels, {GSYNC_SUM, GSYNC_AVG, GSYNC_MIN, GSYNC_MAX}, /*bcast_root=*/2);
   }), d);
+  // Each allreduce through host memory (2 dtypes x 4 ops); the broadcasts
+  // only copy, which the GPU path does for any dtype.
+  Paths p = paths_of(d.admin_socket());
+  EXPECT_EQ(p.through_host, 2u * 4u);
+  EXPECT_EQ(p.on_gpu, 2u);
+  EXPECT_NE(p.last_through_host.find("no GPU kernel for int32"), std::string::npos)
+      << p.last_through_host;
   // Host memory and device memory in one op, and a job with the anomaly
   // guard (it reads host memory): the same way.
   auto res = run_ranks(2, [&](int r) {
@@ -280,37 +353,76 @@ TEST(GpuBuffers, WhatTheGpuPathDoesNotTakeGoesThroughHostMemory) {
     return 0;
   });
   expect_all_ok(res, d);
+  p = paths_of(d.admin_socket());
+  EXPECT_EQ(p.through_host, 2u * 4u + 1u);
+  EXPECT_NE(p.last_through_host.find("host and device memory in one op"), std::string::npos)
+      << p.last_through_host;
 }
 
 TEST(GpuBuffers, ARankKilledWhileTheDaemonReducesItsMemoryLeavesTheDaemonServing) {
   NEED_GPU();
-  DaemonProcess d;
-  // Rank 1 submits 256 MiB and is killed at once: the daemon may be
-  // reducing into its memory then. Its mapping keeps the memory until the
-  // op ends; rank 0 gets a result or a named error, never a crash.
-  auto res = run_ranks(2, [&](int r) {
+  // Two hosts, ranks 0 and 1 on the first: 256 MiB of device memory goes
+  // through the fold, the staging copies, the wire and the copies back
+  // into both ranks' buffers for as long as the wire takes. A fourth
+  // process watches the first host's daemon and SIGKILLs rank 1 while GPU
+  // work of the op is queued there (gsyncctl status: gpu_tasks_in_flight)
+  // - kernels and copies then read and write memory of a process that is
+  // gone (the daemon's mapping keeps it until the op ends). The other
+  // ranks get a result or a named error, never a hang, and both daemons
+  // serve the next job's device memory.
+  auto bed = make_bed({2}, "auto", 60000);
+  ASSERT_TRUE(bed);
+  const std::vector<Place> p = places({2, 1});
+  int pid_pipe[2];
+  ASSERT_EQ(pipe(pid_pipe), 0);
+  const std::string admin0 = bed->admin_socket(0);
+  auto res = run_ranks(4, [&](int r) {
+    if (r == 3) {  // the killer
+      close(pid_pipe[1]);
+      pid_t victim = 0;
+      RANK_CHECK(read(pid_pipe[0], &victim, sizeof victim) == sizeof victim, "no pid from rank 1");
+      const bool caught = wait_until(
+          [&] { return paths_of(admin0).gpu_tasks_in_flight > 0; }, 60000, 0);
+      kill(victim, SIGKILL);
+      RANK_CHECK(caught, "no GPU work of the op was ever seen queued on host 0");
+      return 0;
+    }
     RANK_CHECK(gpu::use_device(0), "no GPU in the rank");
     gsync_comm_t* comm = nullptr;
-    RANK_CHECK(connect_rank(d.socket(), "killed", 2, r, &comm) == 0, "{}", gsync_last_error());
+    RANK_CHECK(connect_place(*bed, "killed", p, r, &comm) == 0, "{}", gsync_last_error());
     void* dev = nullptr;
     const size_t count = (256u << 20) / 4;
     RANK_CHECK(gsync_alloc_device(comm, count * 4, &dev) == 0, "{}", gsync_last_error());
     gsync_request_t* req = nullptr;
     RANK_CHECK(gsync_allreduce(comm, 1, 0, dev, count, GSYNC_FLOAT32, GSYNC_SUM, 0, &req) == 0,
                "{}", gsync_last_error());
-    if (r == 1) raise(SIGKILL);
+    if (r == 1) {
+      const pid_t self = getpid();
+      RANK_CHECK(write(pid_pipe[1], &self, sizeof self) == sizeof self, "pid to the killer");
+      for (;;) pause();  // until the killer's SIGKILL
+    }
     const int rc = gsync_wait(req, 60000);
     RANK_CHECK(rc == 0 || rc == GSYNC_ERR_RANK_DEAD, "{}: {}", rc, gsync_request_error(req));
     gsync_close(comm);
     return 0;
-  });
-  EXPECT_EQ(res[0].code, 0) << res[0].output << d.log();
+  }, 300);
+  close(pid_pipe[0]);
+  close(pid_pipe[1]);
+  EXPECT_EQ(res[0].code, 0) << res[0].output << bed->daemon_log(0);
   EXPECT_EQ(res[1].code, -SIGKILL) << res[1].output;
-  // And the next job's device memory goes through.
+  EXPECT_EQ(res[2].code, 0) << res[2].output << bed->daemon_log(1);
+  EXPECT_EQ(res[3].code, 0) << res[3].output;
+  // And the next job's device memory goes through both daemons, on the GPU.
   const std::vector<Tensor> small = {{GSYNC_FLOAT32, 4099}};
-  expect_all_ok(run_ranks(2, [&](int r) {
-    return run_rank(d.socket(), "after-kill", 2, r, small, {GSYNC_SUM});
-  }), d);
+  const uint64_t gpu_before = paths_of(admin0).on_gpu;
+  auto after = run_ranks(3, [&](int r) {
+    return run_rank_with(
+        [&](gsync_comm_t** comm) { return connect_place(*bed, "after-kill", p, r, comm); }, 3, r,
+        small, {GSYNC_SUM}, /*bcast_root=*/-1, /*device=*/0, /*exact=*/false);
+  }, 300);
+  for (const auto& r : after) EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_EQ(paths_of(admin0).on_gpu, gpu_before + 1);
+  for (int h = 0; h < bed->hosts(); h++) EXPECT_TRUE(bed->daemon_alive(h)) << bed->daemon_log(h);
 }
 
 }  // namespace
