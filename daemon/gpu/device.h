@@ -61,10 +61,12 @@ class DeviceBuffer {
 
 // Host memory pinned for the copy engines (cudaHostAlloc, portable: any
 // device's stream may copy to and from it asynchronously), freed with the
-// object: the staging of device memory that crosses hosts.
+// object: the staging of device memory that crosses hosts. Made with
+// `device` current: on a thread with none the runtime would make (and
+// keep) a context on GPU 0, which may be another job's, or exclusive.
 class PinnedBuffer {
  public:
-  static Status allocate(size_t bytes, std::unique_ptr<PinnedBuffer>* out);
+  static Status allocate(int device, size_t bytes, std::unique_ptr<PinnedBuffer>* out);
   ~PinnedBuffer();
   PinnedBuffer(const PinnedBuffer&) = delete;
   PinnedBuffer& operator=(const PinnedBuffer&) = delete;

@@ -107,8 +107,8 @@ Status DeviceBuffer::allocate(int device, size_t bytes, DeviceBuffer* out) {
   return Status::ok();
 }
 
-Status PinnedBuffer::allocate(size_t bytes, std::unique_ptr<PinnedBuffer>* out) {
-  if (devices().count == 0) return Status(GSYNC_ERR_UNSUPPORTED, devices().why_none);
+Status PinnedBuffer::allocate(int device, size_t bytes, std::unique_ptr<PinnedBuffer>* out) {
+  if (Status s = need_device(device); !s) return s;
   std::unique_ptr<PinnedBuffer> b(new PinnedBuffer());
   if (Status s = cuda_status(cudaHostAlloc(&b->ptr_, bytes == 0 ? 1 : bytes, cudaHostAllocPortable),
                              "cudaHostAlloc", -1);

@@ -29,7 +29,7 @@ DeviceBuffer::~DeviceBuffer() = default;
 void DeviceBuffer::release() {}
 Status DeviceBuffer::allocate(int, size_t, DeviceBuffer*) { return none(); }
 
-Status PinnedBuffer::allocate(size_t, std::unique_ptr<PinnedBuffer>*) { return none(); }
+Status PinnedBuffer::allocate(int, size_t, std::unique_ptr<PinnedBuffer>*) { return none(); }
 PinnedBuffer::~PinnedBuffer() = default;
 bool can_access_peer(int, int) { return false; }
 Status use_device(int) { return none(); }

@@ -28,6 +28,7 @@ struct Driver {
   decltype(&cuMemSetAccess) set_access = nullptr;
   decltype(&cuMemRelease) release = nullptr;
   decltype(&cuGetErrorName) error_name = nullptr;
+  decltype(&cuPointerGetAttribute) pointer_attribute = nullptr;
   std::string why_none;  // set when a call could not be found
 };
 
@@ -58,6 +59,7 @@ const Driver& driver() {
     find("cuMemSetAccess", &x.set_access, &x.why_none);
     find("cuMemRelease", &x.release, &x.why_none);
     find("cuGetErrorName", &x.error_name, &x.why_none);
+    find("cuPointerGetAttribute", &x.pointer_attribute, &x.why_none);
     return x;
   }();
   return d;
@@ -84,6 +86,22 @@ Status ImportedMemory::open(int fd, uint64_t bytes, const std::string& pci_bus_i
     return Status(GSYNC_ERR_INVALID, "device memory on GPU " + pci_bus_id +
                                          ", which is not a GPU this daemon sees (CUDA_VISIBLE_DEVICES?)");
   }
+  // A GPU that lets one process in (EXCLUSIVE_PROCESS, common on shared
+  // clusters) or none (PROHIBITED) cannot be shared by a client and the
+  // daemon: the daemon's context would fail with "busy or unavailable", or
+  // take the GPU from the training process. Asked before any context is
+  // made (the attribute needs none), and refused naming the mode.
+  int mode = cudaComputeModeDefault;
+  if (Status s = cuda_status(cudaDeviceGetAttribute(&mode, cudaDevAttrComputeMode, device),
+                             "cudaDeviceGetAttribute(ComputeMode)", device);
+      !s)
+    return s;
+  if (mode == cudaComputeModeExclusiveProcess || mode == cudaComputeModeProhibited)
+    return Status(GSYNC_ERR_UNSUPPORTED,
+                  "GPU " + pci_bus_id + " is in compute mode " +
+                      (mode == cudaComputeModeProhibited ? "PROHIBITED" : "EXCLUSIVE_PROCESS") +
+                      ": only one process may use it, and gsyncd must share it with the "
+                      "training process (nvidia-smi -c DEFAULT; docs/gpu.md)");
   if (Status s = cuda_status(cudaSetDevice(device), "cudaSetDevice", device); !s) return s;
   std::unique_ptr<ImportedMemory> m(new ImportedMemory());
   m->device_ = device;
@@ -146,6 +164,22 @@ Status ImportedMemory::open(int fd, uint64_t bytes, const std::string& pci_bus_i
                            device);
       !s)
     return s;
+  // The memory is where the request said: the GPU the bus id names, in
+  // this process's numbering. A client that named another GPU (its own
+  // numbering taken for a bus id, a stale one) would otherwise have every
+  // op fold it from the wrong device, or fault.
+  int where = -1;
+  if (Status s = cu_status(d.pointer_attribute(&where, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, va),
+                           "cuPointerGetAttribute(DEVICE_ORDINAL)", device);
+      !s)
+    return s;
+  if (where != device) {
+    char bus[32] = "?";
+    (void)cudaDeviceGetPCIBusId(bus, sizeof bus, where);
+    return Status(GSYNC_ERR_INVALID, "the allocation said to be on GPU " + pci_bus_id +
+                                         " is on GPU " + bus + " (the daemon's GPU " +
+                                         std::to_string(where) + ")");
+  }
   *out = std::move(m);
   return Status::ok();
 }

@@ -83,7 +83,7 @@ void Pipeline::stage_device_memory(Op& op) {
       r.device_locals[i] = std::move(b);
       b = Buffer{};
       b.arena = arena;
-      lease_staging(op, static_cast<int>(i), bytes);
+      lease_staging(op, static_cast<int>(i), bytes, r.device_locals[i].device);
     }
     return;
   }
@@ -91,12 +91,12 @@ void Pipeline::stage_device_memory(Op& op) {
   if (!r.multi_host()) return;
   // The GPU path across hosts: the wire moves the host buffer's pinned staging.
   r.staging.arena = host_buffer(r).arena;
-  lease_staging(op, StagingPool::kWireSlot, bytes);
+  lease_staging(op, StagingPool::kWireSlot, bytes, r.locals[0].buf.device);
 }
 
 size_t Pipeline::gpu_tasks_in_flight() const { return gpu_ ? gpu_->in_flight() : 0; }
 
-void Pipeline::lease_staging(Op& op, int slot, uint64_t bytes) {
+void Pipeline::lease_staging(Op& op, int slot, uint64_t bytes, int device) {
   OpRequest& r = op.req;
   if (Buffer kept; staging_.lease_kept(r.job, r.id.key, slot, bytes, &kept)) {
     place(slot_buffer(r, slot), kept);
@@ -105,7 +105,7 @@ void Pipeline::lease_staging(Op& op, int slot, uint64_t bytes) {
   // Made off the event thread; the op waits (its view says "staging").
   op.staging++;
   op.waited = true;
-  staging_.lease_new(r.job, r.id.key, slot, bytes,
+  staging_.lease_new(r.job, r.id.key, slot, bytes, device,
                      [this, serial = op.serial, job = r.job, key = r.id.key, slot](
                          const Status& st, Buffer b) {
                        if (!staging_made(serial, slot, st, b) && st)

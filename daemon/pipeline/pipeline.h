@@ -212,8 +212,9 @@ class Pipeline {
   // per device buffer), set in its request now or when made (op.staging
   // counts those still being made).
   void stage_device_memory(Op& op);
-  // One pinned buffer of the op: slot (StagingPool's) says which.
-  void lease_staging(Op& op, int slot, uint64_t bytes);
+  // One pinned buffer of the op: slot (StagingPool's) says which; made
+  // with `device` (a GPU of the op's) current.
+  void lease_staging(Op& op, int slot, uint64_t bytes, int device);
   // A pinned buffer made for the op (or why not): set where slot says.
   // False when the op is gone (b is then its caller's to release).
   bool staging_made(uint64_t serial, int slot, const Status& st, const Buffer& b);

@@ -15,9 +15,9 @@ namespace {
 
 // cudaHostAlloc'd memory, freed (cudaFreeHost waits for the device) on
 // worker's thread when there is one: never on the event thread.
-Status pinned(uint64_t bytes, Buffer* out, Worker* worker) {
+Status pinned(int device, uint64_t bytes, Buffer* out, Worker* worker) {
   std::unique_ptr<gpu::PinnedBuffer> made;
-  if (Status st = gpu::PinnedBuffer::allocate(bytes, &made); !st) return st;
+  if (Status st = gpu::PinnedBuffer::allocate(device, bytes, &made); !st) return st;
   out->ptr = static_cast<uint8_t*>(made->get());
   out->bytes = bytes;
   out->owner = std::shared_ptr<const void>(made.release(), [worker](gpu::PinnedBuffer* b) {
@@ -53,19 +53,19 @@ bool StagingPool::lease_kept(const std::string& job, uint64_t key, int slot, uin
 }
 
 void StagingPool::lease_new(const std::string& job, uint64_t key, int slot, uint64_t bytes,
-                            Leased done) {
+                            int device, Leased done) {
   Key k{job, key, slot};
   const uint64_t generation = entry(k).generation;
   making_++;
   auto result = std::make_shared<std::pair<Status, Buffer>>();
   result->first = Status(GSYNC_ERR_INTERNAL, "pinned memory: not made");
   std::weak_ptr<StagingPool*> self = self_;
-  auto work = [allocate = allocate_, worker = worker_, bytes, result, self] {
+  auto work = [allocate = allocate_, worker = worker_, device, bytes, result, self] {
     // A pool gone meanwhile (the daemon stopping) takes nothing: none made.
     if (self.expired()) return;
     try {
       result->first = allocate ? allocate(bytes, &result->second)
-                               : pinned(bytes, &result->second, worker);
+                               : pinned(device, bytes, &result->second, worker);
     } catch (const std::exception& e) {
       result->first = Status(GSYNC_ERR_INTERNAL, std::string("pinned memory: ") + e.what());
     } catch (...) {

@@ -62,8 +62,11 @@ class StagingPool {
   // Otherwise a new one: done gets it on the event thread (inline without
   // a worker; never once the pool is gone), leased. It becomes the kept
   // buffer unless the kept one is leased meanwhile or the job has closed;
-  // whoever takes it releases it as any other.
-  void lease_new(const std::string& job, uint64_t key, int slot, uint64_t bytes, Leased done);
+  // whoever takes it releases it as any other. Pinned memory is made with
+  // `device` current (a GPU of the op's): the daemon makes no context on a
+  // GPU it has no buffer on (GPU 0's, the runtime's default).
+  void lease_new(const std::string& job, uint64_t key, int slot, uint64_t bytes, int device,
+                 Leased done);
   // The op that leased b is over: the kept buffer (if b is it) may serve
   // the next one.
   void release(const std::string& job, uint64_t key, int slot, const Buffer& b);

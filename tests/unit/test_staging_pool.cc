@@ -117,7 +117,7 @@ TEST_F(PoolOnWorker, ANewBufferIsMadeOnTheWorkerAndTheKeptOneLeasedAtOnce) {
   EXPECT_FALSE(pool->lease_kept("j", 1, 0, 4096, &b)) << "nothing is kept yet";
 
   Got first;
-  pool->lease_new("j", 1, 0, 4096, into(&first));
+  pool->lease_new("j", 1, 0, 4096, 0, into(&first));
   EXPECT_FALSE(first.called) << "answered before the worker's result was run";
   EXPECT_EQ(pool->making(), 1u);
   answer(w);
@@ -135,7 +135,7 @@ TEST_F(PoolOnWorker, ANewBufferIsMadeOnTheWorkerAndTheKeptOneLeasedAtOnce) {
   // Leased: a second op in flight gets one of its own, not kept.
   EXPECT_FALSE(pool->lease_kept("j", 1, 0, 4096, &b));
   Got second;
-  pool->lease_new("j", 1, 0, 4096, into(&second));
+  pool->lease_new("j", 1, 0, 4096, 0, into(&second));
   answer(w);
   ASSERT_TRUE(second.st);
   EXPECT_NE(second.buf.ptr, first.buf.ptr);
@@ -165,7 +165,7 @@ TEST_F(PoolOnWorker, ANewBufferIsMadeOnTheWorkerAndTheKeptOneLeasedAtOnce) {
 
 TEST_F(PoolOnWorker, WhatIsMadeForAJobThatClosedMeanwhileIsNotKept) {
   Got got;
-  pool->lease_new("j", 1, 0, 4096, into(&got));
+  pool->lease_new("j", 1, 0, 4096, 0, into(&got));
   pool->job_closed("j");
   answer(w);
   ASSERT_TRUE(got.st);  // the op that asked still gets it
@@ -178,7 +178,7 @@ TEST_F(PoolOnWorker, WhatIsMadeForAJobThatClosedMeanwhileIsNotKept) {
 
 TEST_F(PoolOnWorker, AnAnswerAfterThePoolIsGoneIsDropped) {
   Got got;
-  pool->lease_new("j", 1, 0, 4096, into(&got));
+  pool->lease_new("j", 1, 0, 4096, 0, into(&got));
   w.drain();  // made
   pool.reset();
   answer(w);
@@ -195,7 +195,7 @@ TEST_F(PoolOnWorker, NothingIsMadeForAPoolThatIsGone) {
     while (!go.load()) std::this_thread::yield();
   });  // holds the queue: the lease below waits behind it
   Got got;
-  pool->lease_new("j", 1, 0, 4096, into(&got));
+  pool->lease_new("j", 1, 0, 4096, 0, into(&got));
   pool.reset();
   go = true;
   answer(w);
@@ -209,7 +209,7 @@ TEST_F(PoolOnWorker, AnAllocatorThatThrowsIsAnErrorNotACrash) {
   for (Worker* on : {&w, static_cast<Worker*>(nullptr)}) {
     pool->make_on(on);
     Got got;
-    pool->lease_new("j", 1, 0, 4096, into(&got));
+    pool->lease_new("j", 1, 0, 4096, 0, into(&got));
     if (on != nullptr) {
       EXPECT_FALSE(got.called);
       answer(w);
@@ -223,7 +223,7 @@ TEST_F(PoolOnWorker, AnAllocatorThatThrowsIsAnErrorNotACrash) {
 TEST_F(PoolOnWorker, AFailedAllocationIsAnsweredWithItsReason) {
   fake.fail = Status(GSYNC_ERR_NOMEM, "cudaHostAlloc: out of memory");
   Got got;
-  pool->lease_new("j", 1, 0, 4096, into(&got));
+  pool->lease_new("j", 1, 0, 4096, 0, into(&got));
   answer(w);
   ASSERT_TRUE(got.called);
   EXPECT_EQ(got.st.code(), GSYNC_ERR_NOMEM);
