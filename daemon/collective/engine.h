@@ -13,7 +13,7 @@
 // The engine sees buffers and plans, never clients or jobs: the op pipeline
 // (pipeline/cross_stage.h) begins an op with a plan it leased from the plan
 // cache and hears back through callbacks. Every op is named by a token (the
-// low 32 bits of the pipeline's per-op serial) that travels in the
+// low 31 bits of the pipeline's per-op serial, pipeline/stage.h) that travels in the
 // immediates and cookies of its writes, so a completion or a late write of
 // one op can never land on another. Event thread only.
 #pragma once

@@ -4,8 +4,8 @@
 // (bulk synchronous): an op starts once every local rank of the job has
 // submitted it; across hosts the cross-host stage then waits for every
 // other host's part, so every rank ends each step with the same sum. The
-// parameter-server mode adds ASP and SSP here (a push applied as it
-// arrives, a pull bounded by a staleness), which only change this answer.
+// parameter server's ASP and SSP are not here: they decide on the serving
+// host, when a shard applies a push and answers a pull (ps/server.h).
 #pragma once
 
 namespace gsync {

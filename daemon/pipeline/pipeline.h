@@ -12,7 +12,7 @@
 //
 // Every callback finds its op by the op's serial, unique for the daemon's
 // life: pool events carry it in their tag, transport events in the token
-// of their immediates (its low 32 bits), timers ask by serial. A step
+// of their immediates (its low 31 bits, op_token), timers ask by serial. A step
 // resubmitted after a failure is a new op with a new serial, so a stale
 // callback of the failed one can never reach it. Ops are reported done
 // from the event loop's next turn (defer), never from inside a stage's
