@@ -37,7 +37,25 @@ Gsyncd::Gsyncd(DaemonConfig cfg)
       started_at_(std::chrono::steady_clock::now()) {}
 
 Gsyncd::~Gsyncd() {
+  // The services go before the control plane: nothing reaches them from
+  // its teardown.
+  if (control_) control_->remove_services();
   if (signal_fd_ >= 0) close(signal_fd_);
+}
+
+// The cross-host services and what each owns (cluster/services.h): the
+// one place a layer is plugged into the control plane. The order is the
+// order they hear of a lost peer.
+Status Gsyncd::add_services() {
+  if (!control_) return Status::ok();
+  const std::pair<cluster::CrossHostService*, cluster::ServiceClaim> services[] = {
+      {engine_.get(), collective::Engine::claim()},
+      {ps_.get(), ps::Service::claim()},
+      {&jobs_->leases(), leases::LeaseService::claim()},
+  };
+  for (const auto& [service, claim] : services)
+    if (Status st = control_->add_service(service, claim); !st) return st;
+  return Status::ok();
 }
 
 void Gsyncd::block_stop_signals() {
@@ -103,6 +121,7 @@ Status Gsyncd::start() {
   loop_.add(pool_.done_fd(), EPOLLIN, [this](uint32_t) { pipeline_->on_pool_events(); });
 
   jobs_ = std::make_unique<JobManager>(cfg_, *pipeline_, control_.get());
+  if (Status st = add_services(); !st) return st;
   clients_ = std::make_unique<ClientListener>(cfg_, loop_, *jobs_, &gpu_worker_);
   pipeline_->staging().make_on(&gpu_worker_);
   // Device memory imported (and pinned staging made) off the event thread

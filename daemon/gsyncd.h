@@ -52,6 +52,7 @@ class Gsyncd {
 
  private:
   Status start_cluster();
+  Status add_services();
   void register_reports();
   std::string status_report() const;
   // The tuning table (gsyncd_tuning.cc).

@@ -99,13 +99,11 @@ Status ControlPlane::start() {
   transport::Handlers h;
   h.on_control = [this](int peer, std::string_view msg) { on_control(peer, msg); };
   h.on_write = [this](int peer, uint32_t region, uint64_t off, uint64_t len, uint64_t imm) {
-    // Bit 63 of the immediate (and of the cookie) says whose a write is.
-    OpTraffic* t = imm & kPsWriteBit ? ps_traffic_ : traffic_;
-    if (t) t->on_write(peer, region, off, len, imm);
+    // The immediate's tag (and the cookie's) says whose a write is.
+    if (CrossHostService* s = services_.for_write(imm)) s->on_write(peer, region, off, len, imm);
   };
   h.on_write_done = [this](int peer, uint64_t cookie, const Status& st) {
-    OpTraffic* t = cookie & kPsWriteBit ? ps_traffic_ : traffic_;
-    if (t) t->on_write_done(peer, cookie, st);
+    if (CrossHostService* s = services_.for_write(cookie)) s->on_write_done(peer, cookie, st);
   };
   h.on_peer_up = [this](int peer) { on_peer_up(peer); };
   h.on_peer_down = [this](int peer, const Status& why) { on_peer_down(peer, why); };
@@ -188,9 +186,8 @@ void ControlPlane::local_rank_left(const std::string& job, int rank, pid_t pid,
   set_field(m.job, sizeof m.job, job);
   set_field(m.reason, sizeof m.reason, reason);
   std::vector<OpKey> open;
-  if (traffic_) open = traffic_->open_ops(job);
-  if (ps_traffic_)
-    for (const auto& k : ps_traffic_->open_ops(job)) open.push_back(k);
+  for (CrossHostService* s : services_.all())
+    for (const auto& k : s->open_ops(job)) open.push_back(k);
   send_all(encode_leave(m, open));
 }
 
@@ -242,24 +239,6 @@ void ControlPlane::on_control(int peer, std::string_view msg) {
     case kJobLeave:
       on_leave(peer, msg);
       return;
-    case kOpReady:
-    case kOpData:
-    case kOpAbort:
-      if (traffic_) traffic_->on_op_message(peer, msg);
-      return;
-    case kPsRegions:
-    case kPsPush:
-    case kPsAck:
-    case kPsCheckpoint:
-    case kPsNorm:
-      if (ps_traffic_) ps_traffic_->on_op_message(peer, msg);
-      return;
-    case kLeaseAsk:
-    case kLeaseGrant:
-    case kLeaseSettle:
-    case kLeaseDrop:
-      if (on_lease_message) on_lease_message(peer, msg);
-      return;
     case kHostInfo:
       on_host_info(peer, msg);
       return;
@@ -274,6 +253,10 @@ void ControlPlane::on_control(int peer, std::string_view msg) {
       on_elastic_world(peer, msg);
       return;
     default:
+      if (CrossHostService* s = services_.for_message(static_cast<uint8_t>(msg[0]))) {
+        s->on_message(peer, msg);
+        return;
+      }
       break;
   }
   spdlog::error("host {}: control message of unknown type {} ({} bytes); ignored", host_id(peer),
@@ -313,8 +296,7 @@ void ControlPlane::on_leave(int peer, std::string_view msg) {
                                              m.pid, host_id(peer),
                                              field(m.reason, sizeof m.reason)));
   std::sort(open.begin(), open.end());
-  if (ps_traffic_) ps_traffic_->on_peer_left_job(job, peer, open, st);
-  if (traffic_) traffic_->on_peer_left_job(job, peer, std::move(open), st);
+  for (CrossHostService* s : services_.all()) s->on_peer_left_job(job, peer, open, st);
   if (on_job_broken) on_job_broken(job, st);
 }
 
@@ -343,9 +325,7 @@ void ControlPlane::on_peer_down(int peer, const Status& why) {
                                  h.address, h.port, h.rack, why.message(), epoch_);
   spdlog::warn("{}", what);
   prober_->peer_down(peer, Status(GSYNC_ERR_HOST_LOST, what));
-  if (traffic_) traffic_->on_peer_lost(peer, Status(GSYNC_ERR_HOST_LOST, what));
-  if (ps_traffic_) ps_traffic_->on_peer_lost(peer, Status(GSYNC_ERR_HOST_LOST, what));
-  if (on_lease_peer_lost) on_lease_peer_lost(peer, Status(GSYNC_ERR_HOST_LOST, what));
+  for (CrossHostService* s : services_.all()) s->on_peer_lost(peer, Status(GSYNC_ERR_HOST_LOST, what));
   for (const auto& job : members_.remove_host(peer))
     if (on_job_broken)
       on_job_broken(job, Status(GSYNC_ERR_HOST_LOST, fmt::format("job {}: {}", job, what)));

@@ -4,9 +4,10 @@
 // cluster (it owns the transport context), which host has which ranks of
 // each multi-host job (JobAnnounce / JobLeave), peers coming and going, and
 // the membership epoch that every such change bumps. Ops are not its
-// business: their messages and one-sided writes go to the OpTraffic the op
-// engine registers (collective/engine.h), and the jobs layer hears of jobs
-// that became ready or broke through two callbacks. Runs on the event
+// business: their messages and one-sided writes go to the cross-host
+// service that claimed them (services.h: the collective engine, the
+// parameter server, batch leases, each added from gsyncd.cc), and the jobs
+// layer hears of jobs that became ready or broke through two callbacks. Runs on the event
 // thread; transport handlers are called from the context's poll().
 #pragma once
 
@@ -25,6 +26,7 @@
 #include "daemon/cluster/membership.h"
 #include "daemon/cluster/messages.h"
 #include "daemon/cluster/probe.h"
+#include "daemon/cluster/services.h"
 #include "daemon/config/config.h"
 #include "daemon/core/clock.h"
 #include "daemon/core/event_loop.h"
@@ -32,33 +34,6 @@
 #include "daemon/transport/transport.h"
 
 namespace gsync::cluster {
-
-// What the op engine hears from the control plane.
-class OpTraffic {
- public:
-  virtual ~OpTraffic() = default;
-  // An OpReady, OpData or OpAbort from a peer.
-  virtual void on_op_message(int peer, std::string_view msg) = 0;
-  virtual void on_write(int peer, uint32_t region, uint64_t offset, uint64_t len, uint64_t imm) = 0;
-  virtual void on_write_done(int peer, uint64_t cookie, const Status& st) = 0;
-  // The link to peer is gone: every op it takes part in fails.
-  virtual void on_peer_lost(int peer, const Status& why) = 0;
-  // A rank of `peer` left the job: ops that host never joined (not on its
-  // open list) can never get its part.
-  virtual void on_peer_left_job(std::string_view job, int peer, std::vector<OpKey> open,
-                                const Status& why) = 0;
-  // The ops of the job this host has begun and not finished (JobLeave).
-  virtual std::vector<OpKey> open_ops(std::string_view job) const = 0;
-  // Tensor bytes this host has written to peer: as they went on the wire
-  // (encoded where a codec applied) and the fp32 bytes they stand for.
-  struct Payload {
-    uint64_t wire = 0, logical = 0;
-  };
-  virtual Payload payload_sent(int peer) const {
-    (void)peer;
-    return {};
-  }
-};
 
 class ControlPlane {
  public:
@@ -97,13 +72,16 @@ class ControlPlane {
   transport::Context& net() { return *net_; }
   std::string transport_summary() const;
 
-  void set_op_traffic(OpTraffic* t) { traffic_ = t; }
-  // The parameter server's (daemon/ps/): its messages (types 6-8), and the
-  // writes whose immediate or cookie has kPsWriteBit.
-  void set_ps_traffic(OpTraffic* t) { ps_traffic_ = t; }
-  // Batch leases' messages (types 11-14, daemon/leases/).
-  std::function<void(int peer, std::string_view msg)> on_lease_message;
-  std::function<void(int peer, const Status& why)> on_lease_peer_lost;
+  // A cross-host service and what it owns (services.h), added from
+  // gsyncd.cc before the event loop runs; a claim that collides is an
+  // error naming both. remove_services(): none is called after (the
+  // daemon's teardown, before the services go).
+  Status add_service(CrossHostService* service, ServiceClaim claim) {
+    return services_.add(service, std::move(claim));
+  }
+  void remove_services() {
+    for (CrossHostService* s : services_.all()) services_.remove(s);
+  }
   // Called after every epoch change (plans built for the old one go).
   std::function<void(uint64_t epoch)> on_epoch;
 
@@ -204,8 +182,8 @@ class ControlPlane {
   ClusterFile cluster_;
   EventLoop& loop_;
   std::unique_ptr<transport::Context> net_;
-  OpTraffic* traffic_ = nullptr;
-  OpTraffic* ps_traffic_ = nullptr;
+  ServiceRegistry services_{
+      std::vector<uint8_t>(std::begin(kControlPlaneTypes), std::end(kControlPlaneTypes))};
   uint64_t epoch_ = 1;
   Membership members_;
   ElasticBook elastic_;

@@ -1,10 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 //
-// Control messages between daemons (transport send_control): which local
-// ranks of a job each host has, and per op the rendezvous that tells peers
-// where they may write. Plain structs with a type byte; every decode checks
-// the length and NUL-terminates what it reads. docs/protocol.md, "Daemon to
-// daemon".
+// Control messages between daemons (transport send_control): the control
+// plane's own (which local ranks of a job each host has, and their
+// leaving), the framing every layer's messages share (a type byte first,
+// fixed structs, decode checks the length, strings NUL-terminated on
+// read), and the protocol's version. docs/protocol.md, "Daemon to daemon".
 #pragma once
 
 #include <algorithm>
@@ -41,23 +41,15 @@ namespace gsync::cluster {
 // 11: ElasticJoin and ElasticWorld (elastic jobs).
 constexpr uint32_t kProtocolVersion = 11;
 
+// The control plane's own message types. The numbers between are the
+// cross-host services' (services.h), each declared in its own layer and
+// claimed from gsyncd.cc, where the registry refuses a number taken twice:
+// 3-5 the collective engine's (collective/messages.h), 6-10 the parameter
+// server's (ps/messages.h), 11-14 batch leases' (leases/messages.h). A new
+// service takes the next free number, 20 and up.
 enum MsgType : uint8_t {
   kJobAnnounce = 1,
   kJobLeave = 2,
-  kOpReady = 3,
-  kOpAbort = 4,
-  kOpData = 5,  // an OpReady header naming one transfer of a small op, then its data
-  // The parameter server's (daemon/ps/messages.h).
-  kPsRegions = 6,
-  kPsPush = 7,
-  kPsAck = 8,
-  kPsCheckpoint = 9,
-  kPsNorm = 10,
-  // Batch leases (daemon/leases/messages.h).
-  kLeaseAsk = 11,
-  kLeaseGrant = 12,
-  kLeaseSettle = 13,
-  kLeaseDrop = 14,
   // A daemon's version and build id; the probe gsyncctl doctor asks for
   // (daemon/cluster/probe_messages.h).
   kHostInfo = 15,
@@ -68,9 +60,9 @@ enum MsgType : uint8_t {
   kElasticJoin = 18,
   kElasticWorld = 19,
 };
-// Writes and their cookies with this bit set belong to the parameter
-// server, the others to the op engine.
-constexpr uint64_t kPsWriteBit = uint64_t{1} << 63;
+inline constexpr uint8_t kControlPlaneTypes[] = {kJobAnnounce, kJobLeave,    kHostInfo,
+                                                 kProbe,       kProbeReply,  kElasticJoin,
+                                                 kElasticWorld};
 
 constexpr size_t kJobMax = 64;
 constexpr size_t kMaxRanksPerHost = 4096;
@@ -110,34 +102,6 @@ struct OpKey {
 // More open ops than this are not listed; peers then treat the unlisted
 // ones as never joined and fail them (never a partial sum).
 constexpr size_t kMaxLeaveOps = 2048;
-
-// "My local contribution to (job, key, step) is being prepared; write into
-// these regions of mine." Also carries the op's shape so hosts that disagree
-// find out before any data moves. The same header starts an OpData, one
-// transfer of a small op's schedule with its data (no rendezvous; weight_sum
-// is then the weight of what the data holds).
-struct OpReady {
-  uint8_t type = kOpReady;
-  uint8_t algo = 0, opcode = 0, dtype = 0, redop = 0;
-  uint8_t xfer = 0, slot = 0;  // OpData: the transfer's kind (collective::Xfer) and slot
-  uint8_t compress = 0;  // the op's compression, as a SubmitEntry carries it
-  char job[kJobMax] = {};
-  uint64_t key = 0, step = 0, count = 0, chunk_bytes = 0;
-  double weight_sum = 0;  // the host's share of the weights (weighted average)
-  uint32_t token = 0;     // names the op in the immediates of writes to this host
-  uint32_t data_region = 0, scratch_region = 0;
-  uint32_t compress_arg = 0;
-  uint64_t slot_bytes = 0;  // scratch slot stride
-};
-
-struct OpAbort {
-  uint8_t type = kOpAbort;
-  uint8_t pad[3] = {};
-  int32_t code = 0;
-  char job[kJobMax] = {};
-  uint64_t key = 0, step = 0;
-  char message[240] = {};
-};
 
 template <class T>
 std::string_view as_bytes(const T& m) {

@@ -96,6 +96,11 @@ nlohmann::json ControlPlane::peers_report() const {
     if (h == cluster_.self || !is_member(h)) continue;
     const auto& host = cluster_.hosts[size_t(h)];
     auto st = net_->stats(h);
+    CrossHostService::Payload payload;
+    for (const CrossHostService* s : services_.all()) {
+      payload.wire += s->payload_sent(h).wire;
+      payload.logical += s->payload_sent(h).logical;
+    }
     const PeerBuild& b = peer_builds_[size_t(h)];
     const char* state = st.state == transport::PeerState::kUp       ? "up"
                         : st.state == transport::PeerState::kDown ? "down"
@@ -111,8 +116,8 @@ nlohmann::json ControlPlane::peers_report() const {
                      // Tensor payload written to the peer, on the wire and
                      // the fp32 bytes it carried (they differ where a codec
                      // applied: docs/compression.md).
-                     {"payload_wire_bytes", traffic_ ? traffic_->payload_sent(h).wire : 0},
-                     {"payload_logical_bytes", traffic_ ? traffic_->payload_sent(h).logical : 0},
+                     {"payload_wire_bytes", payload.wire},
+                     {"payload_logical_bytes", payload.logical},
                      {"send_gbps", sent_meter_[size_t(h)].rate(now) / 1e9},
                      {"recv_gbps", recv_meter_[size_t(h)].rate(now) / 1e9},
                      {"connects", st.connects},

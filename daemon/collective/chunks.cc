@@ -73,7 +73,7 @@ void Engine::issue_sends(XOp& x, size_t c, const Phase& ph, const uint8_t* src, 
   x.chunks[c].pending_sends = static_cast<int>(ph.sends.size());
   const Clock::time_point now = x.wire ? Clock::now() : Clock::time_point{};
   for (const auto& t : ph.sends) {
-    const cluster::OpReady& r = x.ready[size_t(t.peer)].msg;
+    const OpReady& r = x.ready[size_t(t.peer)].msg;
     bool into_data = t.kind == Xfer::kCopy && !ph.packed;
     uint32_t region = into_data ? r.data_region : r.scratch_region;
     uint64_t roff = into_data ? c * p.chunk_bytes : p.land_offset(t.kind, t.slot, c, r.slot_bytes);

@@ -37,20 +37,20 @@ void Engine::send_eager(XOp& x, const Phase& p) {
   if (p.sends.empty()) return;
   // One message for the phase (a tree's root sends the same sum to every
   // child); only the transfer's kind and slot differ from send to send.
-  cluster::OpReady m = op_message(x, cluster::kOpData, x.weight_acc);
+  OpReady m = op_message(x, kOpData, x.weight_acc);
   std::string msg(cluster::as_bytes(m));
   msg.append(reinterpret_cast<const char*>(x.data), x.p().shape.bytes());
   const Clock::time_point now = x.wire ? Clock::now() : Clock::time_point{};
   for (const auto& t : p.sends) {
-    msg[offsetof(cluster::OpReady, xfer)] = static_cast<char>(t.kind);
-    msg[offsetof(cluster::OpReady, slot)] = static_cast<char>(t.slot);
+    msg[offsetof(OpReady, xfer)] = static_cast<char>(t.kind);
+    msg[offsetof(OpReady, slot)] = static_cast<char>(t.slot);
     cp_.send(x.p().hosts[size_t(t.peer)], msg);
     // A message has no completion: the log has when it was handed over.
     if (x.wire) x.wire->add(true, x.p().hosts[size_t(t.peer)], 0, xfer_name(t.kind), now);
   }
 }
 
-void Engine::on_eager_data(XOp& x, int peer, const cluster::OpReady& m, std::string_view data,
+void Engine::on_eager_data(XOp& x, int peer, const OpReady& m, std::string_view data,
                            Clock::time_point came) {
   const Plan& p = x.p();
   std::string op = x.describe();

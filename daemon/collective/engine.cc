@@ -17,11 +17,16 @@ namespace gsync::collective {
 using xop::kEarlyLife;
 
 Engine::Engine(cluster::ControlPlane& cp, EventLoop& loop) : cp_(cp), net_(cp.net()) {
-  cp_.set_op_traffic(this);
   loop.every(std::chrono::milliseconds(1000), [this] { expire_early(); });
 }
 
-Engine::~Engine() { cp_.set_op_traffic(nullptr); }
+Engine::~Engine() = default;
+
+cluster::ServiceClaim Engine::claim() {
+  return {"the collective engine",
+          std::vector<uint8_t>(std::begin(kEngineMessages), std::end(kEngineMessages)),
+          uint64_t{1} << 63, 0};
+}
 
 // ---------------------------------------------------------------- resources
 
@@ -193,9 +198,9 @@ void Engine::replay_early(XOp& x) {
 }
 
 // The op's shape and name, as OpReady and OpData carry them.
-cluster::OpReady Engine::op_message(const XOp& x, uint8_t type, double weight) const {
+OpReady Engine::op_message(const XOp& x, uint8_t type, double weight) const {
   const Plan& p = *x.plan;
-  cluster::OpReady m;
+  OpReady m;
   m.type = type;
   m.algo = static_cast<uint8_t>(p.algo);
   m.opcode = proto::wire(p.shape.opcode);
@@ -213,7 +218,7 @@ cluster::OpReady Engine::op_message(const XOp& x, uint8_t type, double weight) c
 
 // The rendezvous of an op that does not go eagerly: where peers may write.
 void Engine::send_ready(XOp& x) {
-  cluster::OpReady m = op_message(x, cluster::kOpReady, x.weight_local);
+  OpReady m = op_message(x, kOpReady, x.weight_local);
   m.token = x.token;
   m.data_region = x.plan->data_region;
   m.scratch_region = x.plan->scratch_region;
@@ -298,7 +303,7 @@ void Engine::fail(XOp& x, const Status& st, bool tell_peers) {
 void Engine::send_abort(const std::string& job, const proto::OpId& id, const Status& st,
                         int host) {
   if (host == cp_.self() || !cp_.peer_up(host)) return;
-  cluster::OpAbort m;
+  OpAbort m;
   m.code = st.code();
   cluster::set_field(m.job, sizeof m.job, job);
   m.key = id.key;
@@ -315,25 +320,25 @@ void Engine::expire_early() {
 
 // ---------------------------------------------------------------- control
 
-void Engine::on_op_message(int peer, std::string_view msg) {
+void Engine::on_message(int peer, std::string_view msg) {
   on_message(peer, msg, Clock::now());
 }
 
 void Engine::on_message(int peer, std::string_view msg, Clock::time_point at) {
   if (msg.empty()) return;
   uint8_t type = static_cast<uint8_t>(msg[0]);
-  if (type == cluster::kOpAbort) {
-    cluster::OpAbort m;
+  if (type == kOpAbort) {
+    OpAbort m;
     if (cluster::decode(msg, &m)) return on_abort(peer, m);
   } else {
-    cluster::OpReady m;
+    OpReady m;
     if (cluster::decode(msg, &m)) return on_ready(peer, m, msg, at);
   }
   spdlog::error("host {}: malformed control message (type {}, {} bytes); ignored", host_id(peer),
                 static_cast<int>(type), msg.size());
 }
 
-void Engine::on_ready(int peer, const cluster::OpReady& m, std::string_view msg,
+void Engine::on_ready(int peer, const OpReady& m, std::string_view msg,
                       Clock::time_point at) {
   std::string_view job(m.job, strnlen(m.job, sizeof m.job));
   proto::OpId id{m.key, m.step};
@@ -344,7 +349,7 @@ void Engine::on_ready(int peer, const cluster::OpReady& m, std::string_view msg,
     e.expires = Clock::now() + kEarlyLife;
     return;
   }
-  if (m.type == cluster::kOpData) {
+  if (m.type == kOpData) {
     on_eager_data(*x, peer, m, msg.substr(sizeof m), at);
     return;
   }
@@ -364,7 +369,7 @@ void Engine::on_ready(int peer, const cluster::OpReady& m, std::string_view msg,
   maybe_run(*x);
 }
 
-void Engine::on_abort(int peer, const cluster::OpAbort& m) {
+void Engine::on_abort(int peer, const OpAbort& m) {
   std::string job = cluster::field(m.job, sizeof m.job);
   proto::OpId id{m.key, m.step};
   Status st = abort_status(m, host_id(peer));
@@ -392,7 +397,7 @@ bool Engine::joined(const XOp& x, int peer, const std::vector<cluster::OpKey>& o
   return std::binary_search(open.begin(), open.end(), cluster::OpKey{x.id.key, x.id.step});
 }
 
-void Engine::on_peer_left_job(std::string_view job, int peer, std::vector<cluster::OpKey> open,
+void Engine::on_peer_left_job(std::string_view job, int peer, const std::vector<cluster::OpKey>& open,
                               const Status& why) {
   std::vector<std::shared_ptr<XOp>> affected;
   for (auto it = ops_.lower_bound(OpKeyView{job, proto::OpId{}});

@@ -29,6 +29,8 @@
 
 #include "daemon/cluster/control_plane.h"
 #include "daemon/cluster/messages.h"
+#include "daemon/cluster/services.h"
+#include "daemon/collective/messages.h"
 #include "daemon/collective/pack.h"
 #include "daemon/collective/plan.h"
 #include "daemon/collective/scratch_pool.h"
@@ -68,10 +70,14 @@ struct EngineOp {
   HostArrivals* hosts = nullptr;
 };
 
-class Engine final : public cluster::OpTraffic {
+class Engine final : public cluster::CrossHostService {
  public:
   Engine(cluster::ControlPlane& cp, EventLoop& loop);
   ~Engine() override;
+  // What it owns in the control plane (added from gsyncd.cc): its
+  // messages, and the writes whose immediate has bit 63 clear (the
+  // parameter server's have it set).
+  static cluster::ServiceClaim claim();
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
 
@@ -98,12 +104,12 @@ class Engine final : public cluster::OpTraffic {
   // that the host that knows who is missing speaks first.
   std::chrono::milliseconds timeout_grace(uint32_t token) const;
 
-  // --- cluster::OpTraffic
-  void on_op_message(int peer, std::string_view msg) override;
+  // --- cluster::CrossHostService
+  void on_message(int peer, std::string_view msg) override;
   void on_write(int peer, uint32_t region, uint64_t offset, uint64_t len, uint64_t imm) override;
   void on_write_done(int peer, uint64_t cookie, const Status& st) override;
   void on_peer_lost(int peer, const Status& why) override;
-  void on_peer_left_job(std::string_view job, int peer, std::vector<cluster::OpKey> open,
+  void on_peer_left_job(std::string_view job, int peer, const std::vector<cluster::OpKey>& open,
                         const Status& why) override;
   std::vector<cluster::OpKey> open_ops(std::string_view job) const override;
   Payload payload_sent(int peer) const override;
@@ -121,9 +127,9 @@ class Engine final : public cluster::OpTraffic {
   // A message that came at `at` (a rendezvous kept from before the op
   // began here keeps when it came).
   void on_message(int peer, std::string_view msg, Clock::time_point at);
-  void on_ready(int peer, const cluster::OpReady& m, std::string_view msg, Clock::time_point at);
-  void on_abort(int peer, const cluster::OpAbort& m);
-  cluster::OpReady op_message(const XOp& x, uint8_t type, double weight) const;
+  void on_ready(int peer, const OpReady& m, std::string_view msg, Clock::time_point at);
+  void on_abort(int peer, const OpAbort& m);
+  OpReady op_message(const XOp& x, uint8_t type, double weight) const;
   void send_ready(XOp& x);
   bool joined(const XOp& x, int peer, const std::vector<cluster::OpKey>& open) const;
   void replay_early(XOp& x);
@@ -153,7 +159,7 @@ class Engine final : public cluster::OpTraffic {
 
   // Eager ops (eager.cc).
   void send_eager(XOp& x, const Phase& p);
-  void on_eager_data(XOp& x, int peer, const cluster::OpReady& m, std::string_view data,
+  void on_eager_data(XOp& x, int peer, const OpReady& m, std::string_view data,
                      Clock::time_point at);
   bool eager_waits_on(const XOp& x, int participant) const;
   std::string eager_waiting_for(const XOp& x) const;

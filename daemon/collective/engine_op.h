@@ -82,7 +82,7 @@ struct Engine::XOp : std::enable_shared_from_this<Engine::XOp> {
   double weight_local = 0, weight_total = 0;
   struct PeerReady {
     bool seen = false;
-    cluster::OpReady msg;
+    OpReady msg;
   };
   std::vector<PeerReady> ready;  // by participant
   int ready_count = 0;

@@ -15,7 +15,7 @@ Status protocol_error(const OpParty& who, const std::string& what) {
 }
 }  // namespace
 
-Status check_same_shape(const Plan& p, const cluster::OpReady& m, const OpParty& who) {
+Status check_same_shape(const Plan& p, const OpReady& m, const OpParty& who) {
   uint8_t compress = 0;
   uint32_t compress_arg = 0;
   proto::to_entry(p.shape.compress, &compress, &compress_arg);
@@ -47,12 +47,12 @@ Status check_same_shape(const Plan& p, const cluster::OpReady& m, const OpParty&
 }
 
 Status check_rendezvous(const Plan& p, size_t msg_bytes, const OpParty& who) {
-  if (!p.eager && msg_bytes == sizeof(cluster::OpReady)) return Status::ok();
+  if (!p.eager && msg_bytes == sizeof(OpReady)) return Status::ok();
   return protocol_error(who, fmt::format("sent a {}-byte rendezvous; this op goes {}", msg_bytes,
                                          p.eager ? "eagerly (no rendezvous)" : "by rendezvous"));
 }
 
-Status check_op_data(const Plan& p, const Schedule& sched, int j, const cluster::OpReady& m,
+Status check_op_data(const Plan& p, const Schedule& sched, int j, const OpReady& m,
                      size_t data_bytes, const OpParty& who, EagerLanding* out) {
   if (j < 0 || static_cast<size_t>(j) >= p.hosts.size())
     return protocol_error(who, "sent data for an op it takes no part in");
@@ -82,7 +82,7 @@ Status check_op_data(const Plan& p, const Schedule& sched, int j, const cluster:
                                          xfer_name(kind), m.slot, algo_name(p.algo)));
 }
 
-Status abort_status(const cluster::OpAbort& m, const std::string& from) {
+Status abort_status(const OpAbort& m, const std::string& from) {
   const int code = proto::is_error_code(m.code) ? m.code : GSYNC_ERR_PROTOCOL;
   return Status(code, fmt::format("{} (reported by host {})",
                                   cluster::field(m.message, sizeof m.message), from));

@@ -13,7 +13,7 @@
 #include <cstdint>
 #include <string>
 
-#include "daemon/cluster/messages.h"
+#include "daemon/collective/messages.h"
 #include "daemon/collective/plan.h"
 #include "daemon/collective/schedule.h"
 #include "daemon/core/status.h"
@@ -31,7 +31,7 @@ struct OpParty {
 // Hosts must agree on an op's shape before any data moves: opcode, count,
 // dtype, reduce op, algorithm and chunking of m against plan's.
 // GSYNC_ERR_MISMATCH naming both hosts' views.
-Status check_same_shape(const Plan& plan, const cluster::OpReady& m, const OpParty& who);
+Status check_same_shape(const Plan& plan, const OpReady& m, const OpParty& who);
 
 // A rendezvous of msg_bytes for an op of plan (eager ops have none).
 Status check_rendezvous(const Plan& plan, size_t msg_bytes, const OpParty& who);
@@ -47,12 +47,12 @@ struct EagerLanding {
 // An OpData m carrying data_bytes from participant (-1: a host that takes
 // no part), for an op of plan whose first chunk's phases are sched's.
 Status check_op_data(const Plan& plan, const Schedule& sched, int participant,
-                     const cluster::OpReady& m, size_t data_bytes, const OpParty& who,
+                     const OpReady& m, size_t data_bytes, const OpParty& who,
                      EagerLanding* out);
 
 // What a peer's OpAbort stands for: its message and who sent it, with its
 // code if that names an error (0 would read as success), else
 // GSYNC_ERR_PROTOCOL.
-Status abort_status(const cluster::OpAbort& m, const std::string& from);
+Status abort_status(const OpAbort& m, const std::string& from);
 
 }  // namespace gsync::collective

@@ -83,7 +83,7 @@ void Engine::count_sent(int host, uint64_t wire, uint64_t logical) {
   sent_[size_t(host)].logical += logical;
 }
 
-cluster::OpTraffic::Payload Engine::payload_sent(int peer) const {
+cluster::CrossHostService::Payload Engine::payload_sent(int peer) const {
   return peer >= 0 && static_cast<size_t>(peer) < sent_.size() ? sent_[size_t(peer)] : Payload{};
 }
 

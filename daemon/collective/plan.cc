@@ -5,8 +5,8 @@
 
 #include <fmt/format.h>
 
-#include "daemon/cluster/messages.h"
 #include "daemon/collective/compress_schedule.h"
+#include "daemon/collective/messages.h"
 #include "daemon/transport/transport.h"
 #include "protocol/compression.h"
 
@@ -78,7 +78,7 @@ std::unique_ptr<Plan> build_plan(const PlanInputs& in) {
   // way and go as they are (docs/compression.md, "The engine").
   bool fits_eager = (algo == Algo::kDirect || algo == Algo::kTree || algo == Algo::kDoubling) &&
                     in.shape.opcode == proto::Opcode::kAllreduce && p.nchunks == 1 &&
-                    bytes + sizeof(cluster::OpReady) <= transport::kMaxControl;
+                    bytes + sizeof(OpReady) <= transport::kMaxControl;
   if (in.shape.compress.on() && !fits_eager && in.shape.opcode == proto::Opcode::kAllreduce &&
       p.nchunks > 0) {
     // Every host of the op lays its scratch out alike, whether or not its

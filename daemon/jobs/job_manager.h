@@ -91,6 +91,9 @@ class JobManager final : public ClientSink {
   // jobs already running keep theirs.
   void set_tuning(std::shared_ptr<const tuning::TuneTable> table) { tuning_ = std::move(table); }
   const std::shared_ptr<const tuning::TuneTable>& tuning() const { return tuning_; }
+  // Batch leases across hosts: a cross-host service gsyncd adds to the
+  // control plane.
+  leases::LeaseService& leases() { return leases_; }
 
  private:
   // *data: the tensor's address; in device memory, *device says whose.

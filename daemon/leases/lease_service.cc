@@ -19,10 +19,11 @@ constexpr auto kRetiredFor = std::chrono::minutes(10);
 
 }  // namespace
 
-LeaseService::LeaseService(cluster::ControlPlane* cp) : cp_(cp) {
-  if (!cp_) return;
-  cp_->on_lease_message = [this](int peer, std::string_view msg) { on_message(peer, msg); };
-  cp_->on_lease_peer_lost = [this](int peer, const Status& why) { on_peer_lost(peer, why); };
+LeaseService::LeaseService(cluster::ControlPlane* cp) : cp_(cp) {}
+
+cluster::ServiceClaim LeaseService::claim() {
+  return {"batch leases",
+          std::vector<uint8_t>(std::begin(kLeaseMessages), std::end(kLeaseMessages)), 0, 0};
 }
 
 std::string LeaseService::host_id(int host) const {
@@ -174,7 +175,7 @@ void LeaseService::on_message(int peer, std::string_view msg) {
     return;
   }
   switch (m.type) {
-    case cluster::kLeaseAsk: {
+    case kLeaseAsk: {
       const uint64_t id = m.ask.id;
       keep(cluster::field(m.ask.job, sizeof m.ask.job), m.ask.rank, m.ask.epoch, m.ask.batches,
            m.ask.clock, [this, peer, id](const Status& st, uint32_t v) {
@@ -187,12 +188,12 @@ void LeaseService::on_message(int peer, std::string_view msg) {
            });
       return;
     }
-    case cluster::kLeaseGrant:
+    case kLeaseGrant:
       return on_grant(peer, m.grant);
-    case cluster::kLeaseSettle:
+    case kLeaseSettle:
       return on_settle(cluster::field(m.settle.job, sizeof m.settle.job), m.settle.rank,
                        m.settle.clock);
-    case cluster::kLeaseDrop: {
+    case kLeaseDrop: {
       const std::string job = cluster::field(m.drop.job, sizeof m.drop.job);
       const size_t n = on_drop(job, m.drop.rank, m.drop.from_clock);
       spdlog::info(

@@ -25,7 +25,7 @@
 
 namespace gsync::leases {
 
-class LeaseService {
+class LeaseService final : public cluster::CrossHostService {
  public:
   // value: a batch id, proto::kLeaseWait or proto::kLeaseEnd.
   using Answer = std::function<void(const Status&, uint32_t value)>;
@@ -33,6 +33,13 @@ class LeaseService {
   explicit LeaseService(cluster::ControlPlane* cp);
   LeaseService(const LeaseService&) = delete;
   LeaseService& operator=(const LeaseService&) = delete;
+  // What it owns in the control plane (added from gsyncd.cc): its
+  // messages; it makes no one-sided writes.
+  static cluster::ServiceClaim claim();
+
+  // --- cluster::CrossHostService
+  void on_message(int peer, std::string_view msg) override;
+  void on_peer_lost(int peer, const Status& why) override;
 
   // keeper: the job's keeper (a cluster index; -1 or no cluster: this host).
   // done runs once, maybe before ask returns.
@@ -58,9 +65,7 @@ class LeaseService {
             Answer done);
   void on_settle(const std::string& job, int rank, uint64_t clock);
   size_t on_drop(const std::string& job, int rank, uint64_t from_clock);
-  void on_message(int peer, std::string_view msg);
   void on_grant(int peer, const LeaseGrant& g);
-  void on_peer_lost(int peer, const Status& why);
   std::string host_id(int host) const;
 
   struct Asked {

@@ -23,8 +23,16 @@
 
 namespace gsync::leases {
 
+// Batch leases' message types (cluster/messages.h says which numbers are
+// whose); claimed from gsyncd.cc (cluster/services.h).
+constexpr uint8_t kLeaseAsk = 11;
+constexpr uint8_t kLeaseGrant = 12;
+constexpr uint8_t kLeaseSettle = 13;
+constexpr uint8_t kLeaseDrop = 14;
+inline constexpr uint8_t kLeaseMessages[] = {kLeaseAsk, kLeaseGrant, kLeaseSettle, kLeaseDrop};
+
 struct LeaseAsk {
-  uint8_t type = cluster::kLeaseAsk;
+  uint8_t type = kLeaseAsk;
   uint8_t pad[3] = {};
   int32_t rank = 0;
   char job[cluster::kJobMax] = {};
@@ -33,7 +41,7 @@ struct LeaseAsk {
 };
 
 struct LeaseGrant {
-  uint8_t type = cluster::kLeaseGrant;
+  uint8_t type = kLeaseGrant;
   uint8_t pad[3] = {};
   int32_t code = 0;  // 0, or a GSYNC_ERR_* code and why in message
   uint64_t id = 0;   // the ask's
@@ -43,7 +51,7 @@ struct LeaseGrant {
 };
 
 struct LeaseSettle {
-  uint8_t type = cluster::kLeaseSettle;
+  uint8_t type = kLeaseSettle;
   uint8_t pad[3] = {};
   int32_t rank = 0;
   char job[cluster::kJobMax] = {};
@@ -51,7 +59,7 @@ struct LeaseSettle {
 };
 
 struct LeaseDrop {
-  uint8_t type = cluster::kLeaseDrop;
+  uint8_t type = kLeaseDrop;
   uint8_t pad[3] = {};
   int32_t rank = 0;
   char job[cluster::kJobMax] = {};
@@ -73,13 +81,13 @@ inline bool decode(std::string_view msg, LeaseMessage* out) {
   if (msg.empty()) return false;
   out->type = static_cast<uint8_t>(msg[0]);
   switch (out->type) {
-    case cluster::kLeaseAsk:
+    case kLeaseAsk:
       return decode_exact(msg, &out->ask);
-    case cluster::kLeaseGrant:
+    case kLeaseGrant:
       return decode_exact(msg, &out->grant);
-    case cluster::kLeaseSettle:
+    case kLeaseSettle:
       return decode_exact(msg, &out->settle);
-    case cluster::kLeaseDrop:
+    case kLeaseDrop:
       return decode_exact(msg, &out->drop);
     default:
       return false;

@@ -45,8 +45,20 @@
 
 namespace gsync::ps {
 
+// The parameter server's message types (cluster/messages.h says which
+// numbers are whose) and the tag of its one-sided writes: bit 63 of the
+// immediate and of the cookie set (the engine's have it clear); claimed
+// from gsyncd.cc (cluster/services.h).
+constexpr uint8_t kPsRegions = 6;
+constexpr uint8_t kPsPush = 7;
+constexpr uint8_t kPsAck = 8;
+constexpr uint8_t kPsCheckpoint = 9;
+constexpr uint8_t kPsNorm = 10;
+inline constexpr uint8_t kPsMessages[] = {kPsRegions, kPsPush, kPsAck, kPsCheckpoint, kPsNorm};
+constexpr uint64_t kPsWriteBit = uint64_t{1} << 63;
+
 struct PsRegions {
-  uint8_t type = cluster::kPsRegions;
+  uint8_t type = kPsRegions;
   uint8_t dtype = 0;  // proto::DType
   uint8_t pad[2] = {};
   uint32_t sync = 0;  // proto::to_wire(Sync)
@@ -68,7 +80,7 @@ constexpr uint32_t kMaxResumeClocks = 8;
 // The anomaly guard (bsp): a server's shard of a clock's gradient, squared
 // and summed, to every other server of the key once its update is applied.
 struct PsNorm {
-  uint8_t type = cluster::kPsNorm;
+  uint8_t type = kPsNorm;
   uint8_t pad[3] = {};
   // Whose gradient made the shard's sum not finite: the first rank a fold
   // marked (reduce/nonfinite.h), plus one; 0: none (or a finite sum).
@@ -82,7 +94,7 @@ struct PsNorm {
 struct PsCheckpoint {
   static constexpr uint8_t kTake = 0;      // take one at the first clock reached >= at
   static constexpr uint8_t kSetWhole = 1;  // the job's set of clock `at` is whole on the sender
-  uint8_t type = cluster::kPsCheckpoint;
+  uint8_t type = kPsCheckpoint;
   uint8_t kind = kTake;
   uint8_t pad[6] = {};
   char job[cluster::kJobMax] = {};
@@ -91,7 +103,7 @@ struct PsCheckpoint {
 };
 
 struct PsPush {
-  uint8_t type = cluster::kPsPush;
+  uint8_t type = kPsPush;
   uint8_t opcode = 0;  // proto::Opcode: kPush, kPull or kPushPull
   uint8_t pad[2] = {};
   uint32_t token = 0;  // the worker's op, in the immediate of the reply
@@ -103,7 +115,7 @@ struct PsPush {
 };
 
 struct PsAck {
-  uint8_t type = cluster::kPsAck;
+  uint8_t type = kPsAck;
   uint8_t pad[3] = {};
   int32_t code = 0;  // 0: applied; else a GSYNC_ERR_* code, and why in message
   uint32_t token = 0;
@@ -122,14 +134,14 @@ constexpr uint64_t kPsChunkBytes = uint64_t{1} << 20;
 
 // The immediate of a push's data and of a reply.
 constexpr uint64_t imm_of(uint32_t token, uint64_t clock) {
-  return cluster::kPsWriteBit | (uint64_t{token & 0x7fffffffu} << 32) | (clock & 0xffffffffu);
+  return kPsWriteBit | (uint64_t{token & 0x7fffffffu} << 32) | (clock & 0xffffffffu);
 }
 // A write's cookie: a worker's push (its op's token), or a server's reply
 // (the key's id and the worker's participant index).
 constexpr uint64_t kReplyBit = uint64_t{1} << 62;
-constexpr uint64_t push_cookie(uint32_t token) { return cluster::kPsWriteBit | (token & 0x7fffffffu); }
+constexpr uint64_t push_cookie(uint32_t token) { return kPsWriteBit | (token & 0x7fffffffu); }
 constexpr uint64_t reply_cookie(uint32_t key_id, int worker) {
-  return cluster::kPsWriteBit | kReplyBit | (uint64_t(worker & 0xffff) << 32) | key_id;
+  return kPsWriteBit | kReplyBit | (uint64_t(worker & 0xffff) << 32) | key_id;
 }
 constexpr bool is_reply(uint64_t cookie) { return (cookie & kReplyBit) != 0; }
 constexpr uint32_t cookie_token(uint64_t cookie) { return static_cast<uint32_t>(cookie & 0x7fffffffu); }

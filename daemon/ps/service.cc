@@ -18,12 +18,13 @@ const std::string kLocal = "local";
 
 Service::Service(cluster::ControlPlane* cp, CheckpointConfig ckpt,
                  storage::CheckpointWriter* writer)
-    : cp_(cp), ckpt_cfg_(std::move(ckpt)), writer_(writer) {
-  if (cp_) cp_->set_ps_traffic(this);
-}
+    : cp_(cp), ckpt_cfg_(std::move(ckpt)), writer_(writer) {}
 
-Service::~Service() {
-  if (cp_) cp_->set_ps_traffic(nullptr);
+Service::~Service() = default;
+
+cluster::ServiceClaim Service::claim() {
+  return {"the parameter server", std::vector<uint8_t>(std::begin(kPsMessages), std::end(kPsMessages)),
+          kPsWriteBit, kPsWriteBit};
 }
 
 int Service::self() const { return cp_ ? cp_->self() : 0; }
@@ -303,30 +304,30 @@ std::vector<KeyReport> Service::report(const std::string& job) const {
 
 // ---------------------------------------------------------------- traffic
 
-void Service::on_op_message(int peer, std::string_view msg) {
+void Service::on_message(int peer, std::string_view msg) {
   if (msg.empty()) return;
   switch (static_cast<uint8_t>(msg[0])) {
-    case cluster::kPsRegions: {
+    case kPsRegions: {
       PsRegions m;
       if (decode_exact(msg, &m)) return on_regions(peer, m);
       break;
     }
-    case cluster::kPsPush: {
+    case kPsPush: {
       PsPush m;
       if (decode_exact(msg, &m)) return on_push(peer, m);
       break;
     }
-    case cluster::kPsAck: {
+    case kPsAck: {
       PsAck m;
       if (decode_exact(msg, &m)) return on_ack(peer, m);
       break;
     }
-    case cluster::kPsNorm: {
+    case kPsNorm: {
       PsNorm m;
       if (decode_exact(msg, &m)) return on_norm(peer, m);
       break;
     }
-    case cluster::kPsCheckpoint: {
+    case kPsCheckpoint: {
       PsCheckpoint m;
       if (decode_exact(msg, &m)) return on_checkpoint_request(peer, m);
       break;
@@ -374,7 +375,7 @@ void Service::on_peer_lost(int peer, const Status& why) {
   }
 }
 
-void Service::on_peer_left_job(std::string_view job, int peer, std::vector<cluster::OpKey>,
+void Service::on_peer_left_job(std::string_view job, int peer, const std::vector<cluster::OpKey>&,
                                const Status& why) {
   // A rank of another host left, and its host told the job's others: that
   // host's worker pushes nothing more until the rank rejoins (and if it was

@@ -20,7 +20,7 @@
 // the wire from a host at a time: the next waits for the previous answer.
 //
 // The engine and this service share the transport: writes and cookies with
-// cluster::kPsWriteBit set are this service's. Event thread only.
+// kPsWriteBit (ps/messages.h) set are this service's. Event thread only.
 #pragma once
 
 #include <cstdint>
@@ -116,7 +116,7 @@ struct KeyReport {
   double last_rollback_s = 0;
 };
 
-class Service final : public cluster::OpTraffic {
+class Service final : public cluster::CrossHostService {
  public:
   // cp null: a daemon without a cluster; its jobs' one host is 0. writer
   // null: no checkpoints.
@@ -124,6 +124,9 @@ class Service final : public cluster::OpTraffic {
                    storage::CheckpointWriter* writer = nullptr);
   ~Service() override;
   Service(const Service&) = delete;
+  // What it owns in the control plane (added from gsyncd.cc): its
+  // messages, and the writes whose immediate has kPsWriteBit.
+  static cluster::ServiceClaim claim();
   Service& operator=(const Service&) = delete;
 
   // The key's shard and regions on this host; done runs once every host of
@@ -149,12 +152,12 @@ class Service final : public cluster::OpTraffic {
   // The writer's results (its done_fd is readable).
   void on_checkpoints_written(std::vector<storage::WriteResult> results);
 
-  // --- cluster::OpTraffic
-  void on_op_message(int peer, std::string_view msg) override;
+  // --- cluster::CrossHostService
+  void on_message(int peer, std::string_view msg) override;
   void on_write(int peer, uint32_t region, uint64_t offset, uint64_t len, uint64_t imm) override;
   void on_write_done(int peer, uint64_t cookie, const Status& st) override;
   void on_peer_lost(int peer, const Status& why) override;
-  void on_peer_left_job(std::string_view job, int peer, std::vector<cluster::OpKey> open,
+  void on_peer_left_job(std::string_view job, int peer, const std::vector<cluster::OpKey>& open,
                         const Status& why) override;
   std::vector<cluster::OpKey> open_ops(std::string_view job) const override;
 

@@ -41,6 +41,11 @@ namespace {
 
 using namespace gsync;
 using namespace gsync::cluster;
+using collective::OpAbort;
+using collective::OpReady;
+using collective::kOpAbort;
+using collective::kOpData;
+using collective::kOpReady;
 
 struct Scenario {
   int hosts, self, peer, local_world;

@@ -54,7 +54,7 @@ GSYNC_FUZZ_TARGET(leases) {
     const bool ok = leases::decode(msg, &m);
     if (!ok) continue;
     switch (m.type) {
-      case cluster::kLeaseAsk: {
+      case leases::kLeaseAsk: {
         FUZZ_CHECK(msg.size() == sizeof m.ask);
         // Small sizes, so that epochs end within an input.
         const uint64_t batches = m.ask.batches % 1024 == 0 ? m.ask.batches : m.ask.batches % 16;
@@ -73,17 +73,17 @@ GSYNC_FUZZ_TARGET(leases) {
         }
         break;
       }
-      case cluster::kLeaseSettle:
+      case leases::kLeaseSettle:
         FUZZ_CHECK(msg.size() == sizeof m.settle);
         book.settle(m.settle.rank % 4, m.settle.clock % 8);
         take_back(m.settle.rank % 4, [&](uint64_t c) { return c == m.settle.clock % 8; });
         break;
-      case cluster::kLeaseDrop:
+      case leases::kLeaseDrop:
         FUZZ_CHECK(msg.size() == sizeof m.drop);
         book.drop(m.drop.rank % 4, m.drop.from_clock % 8);
         take_back(m.drop.rank % 4, [&](uint64_t c) { return c >= m.drop.from_clock % 8; });
         break;
-      case cluster::kLeaseGrant:
+      case leases::kLeaseGrant:
         FUZZ_CHECK(msg.size() == sizeof m.grant);
         FUZZ_CHECK(cluster::field(m.grant.message, sizeof m.grant.message).size() <
                    sizeof m.grant.message + 1);

@@ -31,6 +31,7 @@
 
 #include "daemon/cluster/cluster_key.h"
 #include "daemon/cluster/messages.h"
+#include "daemon/collective/messages.h"
 #include "daemon/core/text.h"
 #include "daemon/transport/transport.h"
 #include "gsync_build_config.h"
@@ -309,11 +310,11 @@ TEST(PeerText, AnAbortMessageOfInvalidUtf8StaysOutOfTheJsonAndTheLog) {
           net.send_control(peer, cluster::encode_announce(job, 2, {1}));
         },
         [&](transport::Context& net, int peer, std::string_view msg) {
-          cluster::OpReady m;
-          if (msg.empty() || (msg[0] != cluster::kOpData && msg[0] != cluster::kOpReady) ||
+          collective::OpReady m;
+          if (msg.empty() || (msg[0] != collective::kOpData && msg[0] != collective::kOpReady) ||
               !cluster::decode(msg, &m))
             return;
-          cluster::OpAbort a;
+          collective::OpAbort a;
           a.code = GSYNC_ERR_INTERNAL;
           std::memcpy(a.job, m.job, sizeof a.job);
           a.key = m.key;

@@ -27,6 +27,7 @@
 
 #include "daemon/cluster/cluster_key.h"
 #include "daemon/cluster/messages.h"
+#include "daemon/collective/messages.h"
 #include "daemon/transport/transport.h"
 #include "gsync_build_config.h"
 #include "tests/integration/allreduce_cases.h"
@@ -751,7 +752,7 @@ TEST(MultiHost, MalformedFrameDropsTheConnectionNotTheDaemon) {
 // it. Returns 0 once an OpAbort whose text contains `expect` came back for
 // every job, 2 on timeout.
 int fake_peer(const testbed::Testbed& bed, int self, const std::vector<std::string>& jobs,
-              std::function<void(cluster::OpReady*, std::string* data)> corrupt,
+              std::function<void(collective::OpReady*, std::string* data)> corrupt,
               const std::string& expect) {
   transport::ContextOptions o;
   o.identity = {bed.name(), cluster::kProtocolVersion, GSYNC_VERSION_STRING};
@@ -771,17 +772,17 @@ int fake_peer(const testbed::Testbed& bed, int self, const std::vector<std::stri
     announced = true;
   };
   h.on_control = [&](int peer, std::string_view msg) {
-    cluster::OpReady m;
+    collective::OpReady m;
     if (msg.empty()) return;
-    if (msg[0] == cluster::kOpData && cluster::decode(msg, &m)) {
+    if (msg[0] == collective::kOpData && cluster::decode(msg, &m)) {
       std::string data(msg.substr(sizeof m));
       m.slot = static_cast<uint8_t>(self);  // what a direct schedule expects from us
       corrupt(&m, &data);
       std::string reply(cluster::as_bytes(m));
       net->send_control(peer, reply + data);
     }
-    cluster::OpAbort a;
-    if (msg[0] == cluster::kOpAbort && cluster::decode(msg, &a)) {
+    collective::OpAbort a;
+    if (msg[0] == collective::kOpAbort && cluster::decode(msg, &a)) {
       std::string text = cluster::field(a.message, sizeof a.message);
       report(fmt::format("abort: {}\n", text));
       if (text.find(expect) != std::string::npos) aborted.insert(cluster::field(a.job, sizeof a.job));
@@ -808,14 +809,14 @@ int fake_peer(const testbed::Testbed& bed, int self, const std::vector<std::stri
 TEST(MultiHost, BadOpDataFromAPeerFailsTheOpNamingItNotTheDaemon) {
   struct Case {
     std::string job, expect;
-    std::function<void(cluster::OpReady*, std::string*)> corrupt;
+    std::function<void(collective::OpReady*, std::string*)> corrupt;
   };
   std::vector<Case> cases = {
-      {"bad-slot", "does not expect", [](cluster::OpReady* m, std::string*) { m->slot = 9; }},
+      {"bad-slot", "does not expect", [](collective::OpReady* m, std::string*) { m->slot = 9; }},
       {"bad-length", "bytes of data, expected",
-       [](cluster::OpReady*, std::string* d) { d->resize(d->size() / 2); }},
-      {"bad-kind", "unknown kind", [](cluster::OpReady* m, std::string*) { m->xfer = 7; }},
-      {"bad-shape", "hosts disagree", [](cluster::OpReady* m, std::string*) { m->dtype = 9; }},
+       [](collective::OpReady*, std::string* d) { d->resize(d->size() / 2); }},
+      {"bad-kind", "unknown kind", [](collective::OpReady* m, std::string*) { m->xfer = 7; }},
+      {"bad-shape", "hosts disagree", [](collective::OpReady* m, std::string*) { m->dtype = 9; }},
   };
   // Plain tcp links: the fake speaks the tcp provider, not the verbs one's
   // capability exchange that "auto" starts with.

@@ -63,8 +63,13 @@ struct Host {
     Status st = cp->start();
     EXPECT_TRUE(st) << st.message();
     engine = std::make_unique<collective::Engine>(*cp, loop);
+    st = cp->add_service(engine.get(), collective::Engine::claim());
+    EXPECT_TRUE(st) << st.message();
     plans = std::make_unique<PlanCache>(*engine);
     plans->epoch_changed(cp->epoch());
+  }
+  ~Host() {
+    if (cp) cp->remove_services();
   }
   DaemonConfig cfg;
   EventLoop loop;  // never run: the test polls the transport itself
