@@ -42,6 +42,7 @@ import torch
 import torch.distributed as dist
 
 from gsync import _lib
+from gsync._cuda_memory import device_bytes
 from gsync._lib import GsyncError
 from gsync.comm import Comm, Request
 
@@ -237,12 +238,8 @@ class _DeviceBuffer:
             self.addr = comm.alloc_device(max(self.nbytes, 1))
         self.comm, self.numel, self.dtype = comm, numel, dtype
         # Bytes first, then the dtype: the array interface has no bfloat16.
-        # torch keeps this object (and so the interface) referenced by the
-        # tensor; the memory lives until free() and the daemon's last op.
-        self.__cuda_array_interface__ = {
-            "shape": (max(self.nbytes, 1),), "typestr": "|u1",
-            "data": (self.addr, False), "version": 3, "strides": None}
-        raw = torch.as_tensor(self, device=device)
+        # The memory lives until free() and the daemon's last op.
+        raw = device_bytes(self.addr, max(self.nbytes, 1), device)
         self.tensor = raw[:self.nbytes].view(dtype)
 
     def free(self) -> None:

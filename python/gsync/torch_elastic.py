@@ -25,6 +25,7 @@ What a world change costs the script: the step in flight is not taken
 world's sharding); nothing else.
 """
 import ctypes
+import inspect
 import io
 from typing import Optional
 
@@ -47,6 +48,14 @@ _KEY_STATE = _KEY_AGREE + 2
 _RANK_SPAN = 1 << 20
 # What tells this helper that the world moved under a step.
 _WORLD_CODES = (_lib.ERR_WORLD_CHANGED, _lib.ERR_HOST_LOST, _lib.ERR_RANK_DEAD)
+# torch.load's default changed in torch 2.6 (weights_only=True; False
+# before, and the argument is there from 1.13): said outright, so that ranks
+# on different torch versions read the broadcast state alike. False: the
+# bytes are the state another rank of this job saved, through daemons that
+# share the cluster key (docs/security.md), and an optimizer's state may
+# hold what a weights-only unpickler refuses (torch 1.13's refuses floats).
+_LOAD_ARGS = ({"weights_only": False}
+              if "weights_only" in inspect.signature(torch.load).parameters else {})
 
 
 class _Block:
@@ -187,7 +196,7 @@ class ElasticDataParallel:
                                       root))
         if w.rank != root:
             data = ctypes.string_at(self._state.addr, length)
-            state = torch.load(io.BytesIO(data))
+            state = torch.load(io.BytesIO(data), **_LOAD_ARGS)
             self.model.load_state_dict(state["model"])
             self.optimizer.load_state_dict(state["optimizer"])
             self.step = state["step"]

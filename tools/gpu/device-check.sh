@@ -14,6 +14,14 @@
 # kernels it compares against need nothing else); device memory end to end
 # needs the daemon and so meson.
 #
+# With a bundle (tools/gpu/bundle.sh: the programs of a CUDA build with the
+# libraries they load) it builds nothing and runs the bundle's programs
+# through its run.sh: $GSYNC_BUNDLE, else ./gpu-bundle where there is one
+# (GSYNC_BUNDLE=none: build as above). That is the way on a machine with
+# CUDA and PyTorch but without the project's -dev libraries, where the
+# build has only the benchmark and the kernels' test; the PyTorch test runs
+# under the machine's own python and torch (run.sh --client).
+#
 # It passes only when every part ran and passed: a part not built, a gtest
 # case that skipped (a build without CUDA, a driver older than the CUDA
 # runtime, too few GPUs) or a script that said SKIPPED fails the check.
@@ -37,6 +45,7 @@ verdict() {
   local part=$1 rc=$2 log=${3:-} v=PASS
   if [ "$rc" = not-built ]; then
     v="FAIL (not built: see $out/build.txt)"
+    [ -n "$bundle" ] && v="FAIL (not in the bundle $bundle)"
   elif [ -n "$log" ] && grep -q '^\[  SKIPPED \]' "$log"; then
     v="FAIL ($(grep -c '^\[  SKIPPED \]' "$log") cases skipped: $(grep -m1 -E '^(no GPU|needs )' "$log"))"
   elif [ "$rc" = 77 ] || { [ -n "$log" ] && grep -q '^SKIPPED' "$log"; }; then
@@ -50,9 +59,33 @@ verdict() {
   [ "$v" = PASS ] || failed=$((failed + 1))
 }
 
+bundle=${GSYNC_BUNDLE:-}
+if [ -z "$bundle" ] && [ -x gpu-bundle/run.sh ]; then
+  bundle="gpu-bundle"
+fi
+[ "$bundle" = none ] && bundle=
+# run: the prefix of every program run (a bundle's run.sh, or nothing).
+run=()
 build=${BUILD_DIR:-build-gpu}
 test_rc=not-built
-if [ -f "$build/build.ninja" ] ||
+if [ -n "$bundle" ]; then
+  if ! bundle=$(cd "$bundle" 2>/dev/null && pwd) || [ ! -x "$bundle/run.sh" ]; then
+    echo "device-check: GSYNC_BUNDLE=${GSYNC_BUNDLE:-} is not a bundle (no run.sh)" |
+      tee -a "$out/summary.txt"
+    exit 1
+  fi
+  { echo "device-check: the bundle $bundle, built nothing ($(sed -n 1p "$bundle/MANIFEST" |
+      sed 's/^# //'))"
+    sed -n 's/^needs /device-check: the bundle needs /p' "$bundle/MANIFEST"
+    echo "device-check: this machine: $(getconf GNU_LIBC_VERSION 2>/dev/null)"
+  } | tee -a "$out/summary.txt"
+  cp "$bundle/MANIFEST" "$out/bundle-manifest.txt"
+  run=("$bundle/run.sh")
+  test_exe=$bundle/bin/test_gpu_reduce
+  bench=$bundle/bin/bench_gpu_reduce
+  buffers_exe=$bundle/bin/test_gpu_buffers
+  abi_exe=$bundle/bin/test_cuda_abi
+elif [ -f "$build/build.ninja" ] ||
    meson setup "$build" --buildtype=release -Dcuda=enabled -Dverbs=auto -Ddpdk=disabled \
      >"$out/configure.txt" 2>&1; then
   # -k 0: the benchmark is built even if the test cannot be.
@@ -62,6 +95,7 @@ if [ -f "$build/build.ninja" ] ||
   test_exe="$build/tests/gpu/test_gpu_reduce"
   bench="$build/tools/bench/bench_gpu_reduce"
   buffers_exe="$build/tests/gpu/test_gpu_buffers"
+  abi_exe="$build/tests/gpu/test_cuda_abi"
 else
   echo "device-check: meson's configure failed (see $out/configure.txt):" \
     "building with nvcc and g++ alone" | tee -a "$out/summary.txt"
@@ -89,18 +123,37 @@ else
   test_exe=$dir/test_gpu_reduce
 fi
 if [ -x "$test_exe" ]; then
-  "$test_exe" 2>&1 | tee "$out/test_gpu_reduce.txt"
+  "${run[@]}" "$test_exe" 2>&1 | tee "$out/test_gpu_reduce.txt"
   test_rc=${PIPESTATUS[0]}
 fi
 verdict test_gpu_reduce "$test_rc" "$out/test_gpu_reduce.txt"
 abi_rc=not-built buffers_rc=not-built torch_rc=not-built
 if [ -n "${buffers_exe:-}" ] && [ -x "$buffers_exe" ]; then
-  if [ -x "$build/tests/gpu/test_cuda_abi" ]; then
-    "$build/tests/gpu/test_cuda_abi" 2>&1 | tee "$out/test_cuda_abi.txt"
+  if [ -x "${abi_exe:-}" ]; then
+    "${run[@]}" "$abi_exe" 2>&1 | tee "$out/test_cuda_abi.txt"
     abi_rc=${PIPESTATUS[0]}
   fi
-  GSYNCD="$build/daemon/gsyncd" "$buffers_exe" 2>&1 | tee "$out/test_gpu_buffers.txt"
+  # What each daemon's own CUDA context costs on the GPU (docs/gpu.md,
+  # "The daemon's contexts"): nvidia-smi's per-process memory, sampled
+  # while the daemons of the test run.
+  ( while :; do
+      nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv,noheader \
+        2>/dev/null
+      sleep 1
+    done ) >"$out/compute-apps.txt" &
+  sampler=$!
+  if [ -n "$bundle" ]; then
+    "$bundle/run.sh" "$buffers_exe" 2>&1 | tee "$out/test_gpu_buffers.txt"
+  else
+    GSYNCD="$build/daemon/gsyncd" "$buffers_exe" 2>&1 | tee "$out/test_gpu_buffers.txt"
+  fi
   buffers_rc=${PIPESTATUS[0]}
+  kill "$sampler" 2>/dev/null
+  wait "$sampler" 2>/dev/null
+  most=$(awk -F', *' '$2 ~ /gsyncd/ { sub(/ MiB/, "", $3); if ($3 + 0 > m) m = $3 + 0 }
+                      END { print m + 0 }' "$out/compute-apps.txt")
+  echo "device-check: a daemon's GPU memory (its context and kernels), most seen: $most MiB" |
+    tee -a "$out/summary.txt"
   # PyTorch's CUDA buckets through the hook: SKIPPED unless the machine's
   # python has a CUDA build of torch (and the test bed is built). The
   # first python on PATH may not be the one with torch (a pyenv's).
@@ -111,10 +164,18 @@ if [ -n "${buffers_exe:-}" ] && [ -x "$buffers_exe" ]; then
       break
     fi
   done
-  ninja -C "$build" libclient/libgsync.so tools/testbed/gsync-testbed >>"$out/build.txt" 2>&1
-  GSYNC_LIB="$build/libclient/libgsync.so" GSYNCD="$build/daemon/gsyncd" \
-    GSYNC_TESTBED="$build/tools/testbed/gsync-testbed" \
-    timeout 300 "$py" tests/torch/test_cuda.py 2>&1 | tee "$out/test_torch_cuda.txt"
+  if [ -n "$bundle" ]; then
+    # The machine's python and torch with libgsync, the bundle's daemons
+    # and test bed (GSYNC_LIB, GSYNCD, GSYNC_TESTBED from run.sh), and the
+    # bundle's python/gsync and test.
+    timeout 300 "$bundle/run.sh" --client "$py" "$bundle/tests/torch/test_cuda.py" 2>&1 |
+      tee "$out/test_torch_cuda.txt"
+  else
+    ninja -C "$build" libclient/libgsync.so tools/testbed/gsync-testbed >>"$out/build.txt" 2>&1
+    GSYNC_LIB="$build/libclient/libgsync.so" GSYNCD="$build/daemon/gsyncd" \
+      GSYNC_TESTBED="$build/tools/testbed/gsync-testbed" \
+      timeout 300 "$py" tests/torch/test_cuda.py 2>&1 | tee "$out/test_torch_cuda.txt"
+  fi
   torch_rc=${PIPESTATUS[0]}
 fi
 verdict test_cuda_abi "$abi_rc" "$out/test_cuda_abi.txt"
@@ -122,7 +183,8 @@ verdict test_gpu_buffers "$buffers_rc" "$out/test_gpu_buffers.txt"
 verdict test_torch_cuda "$torch_rc" "$out/test_torch_cuda.txt"
 bench_rc=not-built
 if [ -x "$bench" ]; then
-  { "$bench" --inputs 4 16 64 256 1024 && "$bench" --inputs 2 --dtype bf16 64 256; } 2>&1 |
+  { "${run[@]}" "$bench" --inputs 4 16 64 256 1024 &&
+    "${run[@]}" "$bench" --inputs 2 --dtype bf16 64 256; } 2>&1 |
     tee "$out/bench_gpu_reduce.txt"
   bench_rc=${PIPESTATUS[0]}
 fi
@@ -131,5 +193,7 @@ if [ "$failed" -eq 0 ]; then
   echo "device-check: PASS (every part ran and passed; driver $driver)" | tee -a "$out/summary.txt"
   exit 0
 fi
-echo "device-check: FAIL ($failed parts did not run and pass)" | tee -a "$out/summary.txt"
+nogpu=
+[ -z "$driver" ] && nogpu="; no GPU here: nvidia-smi found no driver"
+echo "device-check: FAIL ($failed parts did not run and pass$nogpu)" | tee -a "$out/summary.txt"
 exit 1
