@@ -93,6 +93,28 @@ Status use_device(int device);
 // for the whole device). Tests and benchmarks.
 Status copy_sync(void* dst, const void* src, size_t bytes);
 
+class Stream;
+
+// A point in one stream's work that other streams may wait for on the GPU
+// (cudaEvent, timing off): the daemon orders work across its streams with
+// these rather than with a round trip through the event thread. Made on
+// its device; recorded on a stream of that device; waited for by a stream
+// of any device.
+class Event {
+ public:
+  static Status create(int device, std::unique_ptr<Event>* out);
+  ~Event();
+  Event(const Event&) = delete;
+  Event& operator=(const Event&) = delete;
+  int device() const { return device_; }
+
+ private:
+  friend class Stream;
+  Event() = default;
+  void* event_ = nullptr;  // cudaEvent_t
+  int device_ = -1;
+};
+
 // One stream of the daemon's own on one device. create(), reduce() and the
 // destructor make its device the calling thread's current one and leave it
 // so (a kernel launch goes to the current device); copy(), record(),
@@ -115,6 +137,11 @@ class Stream {
   Status copy(void* dst, const void* src, size_t bytes);
   // Marks the work queued so far.
   Status record();
+  // Marks the work queued so far with e (an event of this stream's device).
+  Status record(Event& e);
+  // Work queued on this stream from now on starts only after the work e
+  // marked when it was recorded (on the GPU: the event thread does not wait).
+  Status wait(const Event& e);
   // True when the work up to the last record() ended (and before the
   // first record()); an error of that work goes to *error and also counts
   // as ended. A fault in a kernel (an illegal address) is sticky: the

@@ -216,6 +216,38 @@ Status Stream::copy(void* dst, const void* src, size_t bytes) {
       "cudaMemcpyAsync", device_);
 }
 
+Status Event::create(int device, std::unique_ptr<Event>* out) {
+  if (Status s = need_device(device); !s) return s;
+  std::unique_ptr<Event> e(new Event());
+  e->device_ = device;
+  cudaEvent_t ev = nullptr;
+  if (Status s = cuda_status(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming),
+                             "cudaEventCreateWithFlags", device);
+      !s)
+    return s;
+  e->event_ = ev;
+  *out = std::move(e);
+  return Status::ok();
+}
+
+Event::~Event() {
+  if (event_ == nullptr) return;
+  (void)cudaSetDevice(device_);
+  (void)cudaEventDestroy(static_cast<cudaEvent_t>(event_));
+}
+
+Status Stream::record(Event& e) {
+  return cuda_status(cudaEventRecord(static_cast<cudaEvent_t>(e.event_),
+                                     static_cast<cudaStream_t>(stream_)),
+                     "cudaEventRecord", device_);
+}
+
+Status Stream::wait(const Event& e) {
+  return cuda_status(cudaStreamWaitEvent(static_cast<cudaStream_t>(stream_),
+                                         static_cast<cudaEvent_t>(e.event_), 0),
+                     "cudaStreamWaitEvent", device_);
+}
+
 Status Stream::record() {
   return cuda_status(
       cudaEventRecord(static_cast<cudaEvent_t>(event_), static_cast<cudaStream_t>(stream_)),

@@ -34,7 +34,13 @@ CopyStage::CopyStage(StageLink link, Way way, std::vector<Pair> pairs, uint64_t 
                      bool pass_through)
     : Stage(link), way_(way), pairs_(std::move(pairs)), unit_(unit), pass_through_(pass_through) {}
 
-void CopyStage::ready(uint64_t begin, uint64_t end) {
+void CopyStage::ready(uint64_t begin, uint64_t end) { copy(begin, end, {}); }
+
+void CopyStage::ready_queued(uint64_t begin, uint64_t end, const std::vector<uint64_t>& gpu_tasks) {
+  copy(begin, end, gpu_tasks);
+}
+
+void CopyStage::copy(uint64_t begin, uint64_t end, const std::vector<uint64_t>& after) {
   if (aborting_ || begin >= end) return;
   received_upto_ = std::max(received_upto_, end);
   if (pass_through_ || pairs_.empty()) {
@@ -47,17 +53,25 @@ void CopyStage::ready(uint64_t begin, uint64_t end) {
   a.count = r.shape.count;
   a.n_outputs = 1;
   const uint64_t step = unit_ == 0 ? end - begin : unit_;
+  // The next stage on the GPU (the store, after the copy back) takes each
+  // piece as soon as its copies are queued, and follows them on the device.
+  const bool pass_queued = link_.next_takes_queued();
+  std::vector<uint64_t> tasks;
   for (uint64_t b = begin; b < end; b += step) {
     const uint64_t e = std::min(end, b + step);
-    pieces_.push_back({b, e, static_cast<int>(pairs_.size())});
+    pieces_.push_back({b, e, static_cast<int>(pairs_.size()), pass_queued});
+    tasks.clear();
     for (const Pair& p : pairs_) {
       const bool to_host = way_ == Way::kToHost;
       void* outputs[1] = {to_host ? p.host_ptr : p.device_ptr};
       a.outputs = outputs;
       const void* src = to_host ? p.device_ptr : p.host_ptr;
       const auto lane = to_host ? GpuWork::Lane::kToHost : GpuWork::Lane::kToDevice;
-      task_of_[link_.gpu()->submit(p.device, lane, a, src, b, e, link_.pool_tag())] = b;
+      const uint64_t task = link_.gpu()->submit(p.device, lane, a, src, b, e, link_.pool_tag(), after);
+      task_of_[task] = b;
+      tasks.push_back(task);
     }
+    if (pass_queued) link_.emit_queued(b, e, tasks);
   }
 }
 
@@ -83,7 +97,7 @@ void CopyStage::emit_landed() {
   while (!pieces_.empty() && pieces_.front().copies_left <= 0) {
     const Piece p = pieces_.front();
     pieces_.pop_front();
-    if (!aborting_) link_.emit(p.begin, p.end);
+    if (!aborting_ && !p.passed) link_.emit(p.begin, p.end);
   }
 }
 

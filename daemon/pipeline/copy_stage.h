@@ -15,7 +15,9 @@
 // engines and the wire overlap chunk by chunk; a piece is passed on once
 // its copies and every piece before it have landed. What the upstream
 // finished without saying which ranges (a local stage, the store) is
-// copied at its end. A broadcast moves the root's data only: on the wire
+// copied at its end. GPU work on either side is ordered on the device:
+// copies out follow the fold's kernels (ready_queued), and a piece copied
+// back goes to the store (on the GPU) as soon as it is queued. A broadcast moves the root's data only: on the wire
 // path the host without the root copies nothing to the host (its staging
 // is written by the wire), the root's host nothing back.
 #pragma once
@@ -46,6 +48,10 @@ class CopyStage final : public Stage {
   CopyStage(StageLink link, Way way, std::vector<Pair> pairs, uint64_t unit, bool pass_through);
   const char* name() const override { return way_ == Way::kToHost ? "to_host" : "to_device"; }
   void ready(uint64_t begin, uint64_t end) override;
+  // A range whose upstream GPU work (the fold) is queued: its copies are
+  // ordered after that work on the device.
+  bool takes_queued() const override { return !pass_through_; }
+  void ready_queued(uint64_t begin, uint64_t end, const std::vector<uint64_t>& gpu_tasks) override;
   void input_done() override;
   void abort(const Status& why) override;
   void task_done(uint64_t task) override;
@@ -62,7 +68,9 @@ class CopyStage final : public Stage {
   struct Piece {
     uint64_t begin = 0, end = 0;
     int copies_left = 0;
+    bool passed = false;  // passed on queued (emit_queued), not at landing
   };
+  void copy(uint64_t begin, uint64_t end, const std::vector<uint64_t>& after);
   void emit_landed();
   void maybe_finish();
 

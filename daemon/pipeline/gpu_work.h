@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <memory>
 #include <vector>
@@ -20,6 +21,7 @@
 #include "daemon/reduce/reduce.h"
 
 namespace gsync::gpu {
+class Event;
 class Stream;
 }
 
@@ -28,9 +30,13 @@ namespace gsync::pipeline {
 class GpuWork {
  public:
   // A GPU's streams, one per kind of work: the copies to and from pinned
-  // host memory overlap each other and the kernels. Work is ordered across
-  // streams by the pipeline itself: a stage queues only ranges whose
-  // upstream work has ended (its note came back).
+  // host memory overlap each other and the kernels. Work that follows other
+  // GPU work (the copy out after the fold, the store after the copy back)
+  // names it (`after`) and is ordered after it on the device - each task's
+  // end is an event its followers' streams wait for - so the pipeline
+  // queues it at once instead of after a round trip through the event
+  // thread; work that follows the host (the wire) is queued once its
+  // upstream has ended.
   enum class Lane : uint8_t { kCompute = 0, kToHost = 1, kToDevice = 2 };
 
   GpuWork();
@@ -45,8 +51,16 @@ class GpuWork {
   // that cannot be queued (no GPU, a launch the driver refuses) still gets
   // an id and ends with its error through the next take(true) (the
   // pipeline's fault check, within 100 ms), like any other.
+  // after: tasks whose work this task's must follow; those still in
+  // flight are waited for on the device, those ended need nothing, and one
+  // that failed to queue fails this one too (nothing is queued).
+  // note false: no note of its own (no host function stalls the stream
+  // after it): it ends with the next noted task of its stream, which the
+  // stream runs after it - for a burst of work of which only the end
+  // matters (a fold queued chunk by chunk notes its last chunk only).
   uint64_t submit(int device, Lane lane, const reduce::ReduceArgs& a, const void* copy_src,
-                  uint64_t begin, uint64_t end, uint64_t tag);
+                  uint64_t begin, uint64_t end, uint64_t tag,
+                  const std::vector<uint64_t>& after = {}, bool note = true);
 
   struct Finished {
     uint64_t tag = 0;
@@ -65,19 +79,34 @@ class GpuWork {
     int device = -1;
     Lane lane = Lane::kCompute;
     Status error;  // it could not be queued
+    std::unique_ptr<gpu::Event> end;  // recorded after its work: followers wait for it
   };
   // *queued: whether any of the work reached the stream (then, on a later
   // failure, the task must not end before that work has).
   Status queue(int device, Lane lane, const reduce::ReduceArgs& a, const void* copy_src,
-               uint64_t begin, uint64_t end, uint64_t task, bool* queued);
+               uint64_t begin, uint64_t end, uint64_t task, const std::vector<uint64_t>& after,
+               bool note, bool* queued);
+  // Every task of the stream up to and including `task` ended (its note
+  // came: the stream ran them in order).
+  void end_through(uint64_t task, std::vector<Finished>* out);
   Status stream_for(int device, Lane lane, gpu::Stream** out);
+  // The stream waits for the tasks of `after` still in flight.
+  Status wait_for(gpu::Stream& s, const std::vector<uint64_t>& after);
+  // An event of device's, from the spares or made; a task's goes back to
+  // the spares when the task ends.
+  Status event_for(int device, std::unique_ptr<gpu::Event>* out);
+  void retire(Task& t);
 
   NoteQueue notes_;  // the tasks whose work ended, from the driver's threads
   uint64_t next_task_ = 1;
   std::map<std::pair<int, Lane>, std::unique_ptr<gpu::Stream>> streams_;
   std::map<uint64_t, Task> tasks_;                       // in flight
   std::vector<uint64_t> unqueued_;  // tasks that failed to queue: no note will come
+  std::vector<uint64_t> landed_;    // ended by a wait for their stream (a failure's path)
+  // The tasks queued on each stream, in order, not ended yet.
+  std::map<std::pair<int, Lane>, std::deque<uint64_t>> queued_;
   std::vector<Finished> finished_;  // take()'s
+  std::map<int, std::vector<std::unique_ptr<gpu::Event>>> spare_events_;  // by device
 };
 
 }  // namespace gsync::pipeline

@@ -28,19 +28,20 @@ const Buffer& host_buffer(const OpRequest& req) {
 
 uint64_t LocalWork::run(const reduce::ReduceArgs& a, const void* copy_src, uint64_t begin,
                         uint64_t end, uint64_t progress_step, uint64_t tag,
-                        std::vector<int> mark_ranks) {
+                        std::vector<int> mark_ranks, const std::vector<uint64_t>& after,
+                        bool note) {
   if (gpu_ != nullptr) {
     // A slice per GPU, whole 64-element blocks but the last (the kernels'
     // 16-byte loop stays aligned in every slice).
     const uint64_t n = devices_.size();
     const uint64_t per = ((end - begin + n - 1) / n + 63) / 64 * 64;
-    uint64_t task = 0;
+    last_gpu_tasks_.clear();
     for (uint64_t i = 0, b = begin; i < n && b < end; i++, b += per) {
       in_flight_++;
-      task = gpu_->submit(devices_[i], GpuWork::Lane::kCompute, a, copy_src, b,
-                          std::min(end, b + per), tag);
+      last_gpu_tasks_.push_back(gpu_->submit(devices_[i], GpuWork::Lane::kCompute, a, copy_src,
+                                             b, std::min(end, b + per), tag, after, note));
     }
-    return task;
+    return last_gpu_tasks_.empty() ? 0 : last_gpu_tasks_.back();
   }
   size_t elem = proto::dtype_size(a.dtype);
   WorkPool::RangeFn fn;
@@ -204,8 +205,27 @@ void FoldStage::input_done() {
   std::vector<int> ranks;
   if (GuardStage::marks_ranks(link_.request()))
     for (const auto& c : link_.request().locals) ranks.push_back(c.rank);
+  if (ranks.empty() && fold_queued(count)) return;
   if (work_.run(args_, nullptr, 0, count, unit_, link_.pool_tag(), std::move(ranks)) == 0)
     on_task_done();
+}
+
+bool FoldStage::fold_queued(uint64_t count) {
+  if (!work_.on_gpu() || count == 0 || !link_.next_takes_queued()) return false;
+  // A kernel per chunk, each chunk's copy out queued behind it on the
+  // device: the copy engine starts on the first chunk while the next is
+  // folded, and no chunk waits for a note to come back first.
+  const uint64_t step = unit_ == 0 ? count : unit_;
+  // Only the last chunk's kernels bring a note back: the stream ran the
+  // others before them (GpuWork::submit), and no host function stalls
+  // the kernels' stream between chunks.
+  for (uint64_t b = 0; b < count; b += step) {
+    const uint64_t e = std::min(count, b + step);
+    work_.run(args_, nullptr, b, e, 0, link_.pool_tag(), {}, {}, /*note=*/e == count);
+    link_.emit_queued(b, e, work_.last_gpu_tasks());
+  }
+  emitted_ = count;
+  return true;
 }
 
 void FoldStage::task_progress(uint64_t, uint64_t done) {
@@ -256,11 +276,17 @@ void StoreStage::plan_once() {
   args_.n_outputs = outputs_.size();
 }
 
-void StoreStage::ready(uint64_t begin, uint64_t end) {
+void StoreStage::ready(uint64_t begin, uint64_t end) { store(begin, end, {}); }
+
+void StoreStage::ready_queued(uint64_t begin, uint64_t end, const std::vector<uint64_t>& gpu_tasks) {
+  store(begin, end, gpu_tasks);
+}
+
+void StoreStage::store(uint64_t begin, uint64_t end, const std::vector<uint64_t>& after) {
   if (aborting_) return;
   plan_once();
   if (nothing_ || begin >= end) return;
-  work_.run(args_, copy_src_, begin, end, 0, link_.pool_tag());
+  work_.run(args_, copy_src_, begin, end, 0, link_.pool_tag(), {}, after);
 }
 
 void StoreStage::input_done() {

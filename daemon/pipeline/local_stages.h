@@ -43,10 +43,18 @@ class LocalWork {
   }
   // Elements [begin, end) of a; copy_src set: plain copies into a.outputs
   // instead. mark_ranks (the inputs' ranks) set: a NaN or an Inf of an
-  // input is marked in the output with its rank (nonfinite.h). Returns
-  // the pool task, or 0 when it ran inline.
+  // input is marked in the output with its rank (nonfinite.h). after (on
+  // the GPU): the GPU tasks this work follows, waited for on the device
+  // (gpu_work.h). Returns the pool task, or 0 when it ran inline.
+  // note false (on the GPU): its tasks end with the next noted work of
+  // their streams (GpuWork::submit).
   uint64_t run(const reduce::ReduceArgs& a, const void* copy_src, uint64_t begin, uint64_t end,
-               uint64_t progress_step, uint64_t tag, std::vector<int> mark_ranks = {});
+               uint64_t progress_step, uint64_t tag, std::vector<int> mark_ranks = {},
+               const std::vector<uint64_t>& after = {}, bool note = true);
+  bool on_gpu() const { return gpu_ != nullptr; }
+  // The GPU tasks of the last run (a slice per GPU): what work that
+  // follows it names as `after`.
+  const std::vector<uint64_t>& last_gpu_tasks() const { return last_gpu_tasks_; }
   int in_flight() const { return in_flight_; }
   void task_done() { in_flight_--; }
 
@@ -55,6 +63,7 @@ class LocalWork {
   uint64_t inline_bytes_;
   GpuWork* gpu_ = nullptr;
   std::vector<int> devices_;
+  std::vector<uint64_t> last_gpu_tasks_;
   int in_flight_ = 0;
 };
 
@@ -106,6 +115,9 @@ class FoldStage final : public LocalStage {
 
  private:
   void on_task_done() override;
+  // On the GPU with a downstream that takes queued ranges (the copy to
+  // the staging): the fold queued chunk by chunk, each passed on at once.
+  bool fold_queued(uint64_t count);
   uint64_t unit_;
   uint64_t emitted_ = 0;
 };
@@ -115,10 +127,15 @@ class StoreStage final : public LocalStage {
   StoreStage(StageLink link, WorkPool& pool, uint64_t inline_bytes);
   const char* name() const override { return "store"; }
   void ready(uint64_t begin, uint64_t end) override;
+  // On the GPU: a range whose copy back is queued, not landed, is stored
+  // after it on the device.
+  bool takes_queued() const override { return work_.on_gpu(); }
+  void ready_queued(uint64_t begin, uint64_t end, const std::vector<uint64_t>& gpu_tasks) override;
   void input_done() override;
 
  private:
   void on_task_done() override;
+  void store(uint64_t begin, uint64_t end, const std::vector<uint64_t>& after);
   void plan_once();
   bool planned_ = false;
   bool nothing_ = false;  // no buffer needs the result written

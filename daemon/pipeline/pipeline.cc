@@ -46,6 +46,13 @@ void StageLink::note(std::string text) {
 uint64_t StageLink::pool_tag() const { return (op_.serial << 8) | static_cast<uint64_t>(index_); }
 GpuWork* StageLink::gpu() const { return op_.pipeline.gpu_work(); }
 void StageLink::emit(uint64_t begin, uint64_t end) { op_.pipeline.emit(op_, index_, begin, end); }
+bool StageLink::next_takes_queued() const {
+  const size_t next = size_t(index_) + 1;
+  return next < op_.stages.size() && op_.stages[next]->takes_queued();
+}
+void StageLink::emit_queued(uint64_t begin, uint64_t end, const std::vector<uint64_t>& gpu_tasks) {
+  op_.pipeline.emit(op_, index_, begin, end, &gpu_tasks);
+}
 void StageLink::finished() { op_.pipeline.stage_finished(op_, index_); }
 void StageLink::mark(const char* name) {
   if (op_.pipeline.options_.record)
@@ -272,12 +279,16 @@ void Pipeline::run(Op& op) {
   maybe_end(op);
 }
 
-void Pipeline::emit(Op& op, int stage, uint64_t begin, uint64_t end) {
+void Pipeline::emit(Op& op, int stage, uint64_t begin, uint64_t end,
+                    const std::vector<uint64_t>* gpu_tasks) {
   size_t next = size_t(stage) + 1;
   if (op.failing || next >= op.stages.size()) return;
   auto& times = op.states[next].times;
   if (times.first_input == Clock::time_point{}) times.first_input = stamp();
-  op.stages[next]->ready(begin, end);
+  if (gpu_tasks != nullptr)
+    op.stages[next]->ready_queued(begin, end, *gpu_tasks);
+  else
+    op.stages[next]->ready(begin, end);
 }
 
 void Pipeline::stage_finished(Op& op, int stage) {

@@ -231,7 +231,10 @@ class Pipeline {
   const char* choose_plan(const OpRequest& r, collective::PlanInputs* in) const;
   void add_ps_stages(Op& op);
   void run(Op& op);
-  void emit(Op& op, int stage, uint64_t begin, uint64_t end);
+  // gpu_tasks: the range's GPU work is queued as these, not ended
+  // (StageLink::emit_queued).
+  void emit(Op& op, int stage, uint64_t begin, uint64_t end,
+            const std::vector<uint64_t>* gpu_tasks = nullptr);
   void stage_finished(Op& op, int stage);
   void stage_failed(Op& op, int stage, const Status& st);
   void stage_quiet(Op& op, int stage);

@@ -19,11 +19,19 @@
 // and the stage reports through its StageLink: emit(b, e) for what it
 // finished, finished() once it has handled all its input and nothing of
 // its own is in flight, failed(st) to fail the op (abort follows).
+//
+// GPU work that follows GPU work need not wait for a round trip through
+// the event thread: a stage whose downstream takes_queued() may pass a
+// range on as soon as its GPU work for it is queued (emit_queued, naming
+// those GPU tasks), and the downstream orders its own GPU work after them
+// on the device (gpu_work.h). The range's own end still comes to the
+// upstream as task_done, which it needs to finish.
 #pragma once
 
 #include <chrono>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "daemon/core/status.h"
 
@@ -62,6 +70,12 @@ class StageLink {
   GpuWork* gpu() const;
 
   void emit(uint64_t begin, uint64_t end);
+  // Whether the next stage takes ranges whose GPU work is queued, not
+  // ended (Stage::takes_queued).
+  bool next_takes_queued() const;
+  // [begin, end) is queued on the GPU as tasks gpu_tasks: the next stage
+  // orders its GPU work after them (only where next_takes_queued()).
+  void emit_queued(uint64_t begin, uint64_t end, const std::vector<uint64_t>& gpu_tasks);
   // A moment of the stage's own, kept in its StageTimes (name: a literal).
   void mark(const char* name);
   void finished();
@@ -91,6 +105,13 @@ class Stage {
     (void)done;
   }
   virtual void task_done(uint64_t task) { (void)task; }
+  // A stage whose work on a range runs on the GPU: it takes ranges whose
+  // upstream GPU work is queued and not ended (ready_queued).
+  virtual bool takes_queued() const { return false; }
+  virtual void ready_queued(uint64_t begin, uint64_t end, const std::vector<uint64_t>& gpu_tasks) {
+    (void)gpu_tasks;
+    ready(begin, end);
+  }
 
   // The granularity in elements this stage wants its input in (0: all of
   // it at once); the upstream reports progress in steps of it.
