@@ -99,7 +99,8 @@ class Stream;
 // (cudaEvent, timing off): the daemon orders work across its streams with
 // these rather than with a round trip through the event thread. Made on
 // its device; recorded on a stream of that device; waited for by a stream
-// of any device.
+// of any device. create() and the destructor make its device the calling
+// thread's current one and leave it so.
 class Event {
  public:
   static Status create(int device, std::unique_ptr<Event>* out);

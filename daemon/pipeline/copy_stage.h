@@ -50,7 +50,7 @@ class CopyStage final : public Stage {
   void ready(uint64_t begin, uint64_t end) override;
   // A range whose upstream GPU work (the fold) is queued: its copies are
   // ordered after that work on the device.
-  bool takes_queued() const override { return !pass_through_; }
+  bool takes_queued() const override { return !pass_through_ && !pairs_.empty(); }
   void ready_queued(uint64_t begin, uint64_t end, const std::vector<uint64_t>& gpu_tasks) override;
   void input_done() override;
   void abort(const Status& why) override;

@@ -211,7 +211,10 @@ void FoldStage::input_done() {
 }
 
 bool FoldStage::fold_queued(uint64_t count) {
-  if (!work_.on_gpu() || count == 0 || !link_.next_takes_queued()) return false;
+  // Chunks of whole 64-element blocks keep every kernel's 16-byte loop
+  // aligned (the plan's chunk may be any size; then the fold goes whole).
+  if (!work_.on_one_gpu() || count == 0 || unit_ % 64 != 0 || !link_.next_takes_queued())
+    return false;
   // A kernel per chunk, each chunk's copy out queued behind it on the
   // device: the copy engine starts on the first chunk while the next is
   // folded, and no chunk waits for a note to come back first.

@@ -52,6 +52,11 @@ class LocalWork {
                uint64_t progress_step, uint64_t tag, std::vector<int> mark_ranks = {},
                const std::vector<uint64_t>& after = {}, bool note = true);
   bool on_gpu() const { return gpu_ != nullptr; }
+  // On one GPU only: the work that follows it on the device stays on that
+  // GPU's streams. Across GPUs it is ordered through the event thread - a
+  // fault on one GPU must not leave another's stream waiting forever on
+  // an event that will never come.
+  bool on_one_gpu() const { return gpu_ != nullptr && devices_.size() == 1; }
   // The GPU tasks of the last run (a slice per GPU): what work that
   // follows it names as `after`.
   const std::vector<uint64_t>& last_gpu_tasks() const { return last_gpu_tasks_; }
@@ -129,7 +134,7 @@ class StoreStage final : public LocalStage {
   void ready(uint64_t begin, uint64_t end) override;
   // On the GPU: a range whose copy back is queued, not landed, is stored
   // after it on the device.
-  bool takes_queued() const override { return work_.on_gpu(); }
+  bool takes_queued() const override { return work_.on_one_gpu(); }
   void ready_queued(uint64_t begin, uint64_t end, const std::vector<uint64_t>& gpu_tasks) override;
   void input_done() override;
 
