@@ -37,7 +37,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "python"))
 
-from gsync.testbed import Testbed  # noqa: E402
+from gsync_testbed import Testbed  # noqa: E402
 
 _OPENBLAS_SUBDIR = "usr/lib/x86_64-linux-gnu/openblas-pthread"
 

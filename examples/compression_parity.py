@@ -34,7 +34,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "python"))
 
-from gsync.testbed import Testbed  # noqa: E402
+from gsync_testbed import Testbed  # noqa: E402
 from bench_ddp import openblas_env  # noqa: E402
 
 DEFAULT_CODECS = ["none", "int8", "topk:0.01", "topk:0.01,noef"]

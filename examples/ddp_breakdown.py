@@ -30,7 +30,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "python"))
 sys.path.insert(0, str(REPO / "examples"))
 
-from gsync.testbed import Testbed  # noqa: E402
+from gsync_testbed import Testbed  # noqa: E402
 from bench_ddp import find_openblas  # noqa: E402
 
 

@@ -378,7 +378,7 @@ def _noop_hook(state, bucket):
 def launch(args: argparse.Namespace, argv: List[str]) -> int:
     """Starts --nproc ranks of this script and waits for them; if one fails,
     the others get 30 s to report their own error before they are killed."""
-    from gsync.launch import spawn_ranks
+    from gsync_testbed import spawn_ranks
     sockets = [s for s in args.sockets.split(",") if s]
     procs = spawn_ranks([sys.executable, str(Path(__file__).resolve()), *argv], args.nproc,
                         sockets, master_port=args.port)

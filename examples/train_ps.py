@@ -198,7 +198,7 @@ def main() -> int:
     if not args.nproc:
         print("train_ps: give --nproc (and --sockets) or run it under a launcher", file=sys.stderr)
         return 2
-    from gsync.launch import spawn_ranks
+    from gsync_testbed import spawn_ranks
     sockets = [s for s in args.sockets.split(",") if s]
     procs = spawn_ranks([sys.executable, str(Path(__file__).resolve()), *argv], args.nproc, sockets)
     rc = 0

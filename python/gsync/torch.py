@@ -42,19 +42,20 @@ import torch
 import torch.distributed as dist
 
 from gsync import _lib
-from gsync._cuda_memory import device_bytes
+from gsync._buffers import ArenaBuffer, DeviceBuffer
 from gsync._lib import GsyncError
+from gsync._torch_common import DTYPES as _DTYPES, pick as _pick
 from gsync.comm import Comm, Request
+# The parameter server's optimizer (docs/parameter-server.md), data parallel
+# training with the gradients in the arena, elastic jobs: modules of their
+# own, which import nothing from this one.
+from gsync.torch_dp import DataParallel
+from gsync.torch_elastic import ElasticDataParallel, elastic
+from gsync.torch_ps import LeasedBatchSampler, PSOptimizer
 
 __all__ = ["DataParallel", "ElasticDataParallel", "GsyncError", "GsyncState",
            "LeasedBatchSampler", "PSOptimizer", "allreduce_hook", "elastic", "init"]
 
-_DTYPES = {
-    torch.float32: _lib.FLOAT32,
-    torch.float16: _lib.FLOAT16,
-    torch.bfloat16: _lib.BFLOAT16,
-    torch.float64: _lib.FLOAT64,
-}
 
 # How long the completer sleeps on the doorbell before it looks again
 # anyway: the library notices a daemon that died (its socket hung up) only
@@ -206,51 +207,6 @@ class _Completer:
         self._thread.join(timeout=5)
 
 
-class _ArenaBuffer:
-    """One bucket's block of the shared arena, seen as a flat torch tensor."""
-
-    def __init__(self, comm: Comm, numel: int, dtype: torch.dtype):
-        elem = torch.tensor([], dtype=dtype).element_size()
-        self.nbytes = numel * elem
-        self.addr = comm.alloc(max(self.nbytes, 1))
-        self.comm, self.numel, self.dtype = comm, numel, dtype
-        raw = (ctypes.c_char * max(self.nbytes, 1)).from_address(self.addr)
-        # frombuffer keeps `raw` referenced; the memory itself lives as long
-        # as the session's mapping (see Comm).
-        self.tensor = torch.frombuffer(raw, dtype=dtype, count=numel)
-
-    def free(self) -> None:
-        """Gives the block back to the arena (the tensor must not be used
-        after)."""
-        if self.addr:
-            self.comm.free(self.addr)
-            self.addr = 0
-
-
-class _DeviceBuffer:
-    """One bucket's block of GPU memory shared with the daemon
-    (gsync_alloc_device), seen as a flat CUDA tensor on `device`."""
-
-    def __init__(self, comm: Comm, numel: int, dtype: torch.dtype, device: torch.device):
-        elem = torch.tensor([], dtype=dtype).element_size()
-        self.nbytes = numel * elem
-        with torch.cuda.device(device):
-            self.addr = comm.alloc_device(max(self.nbytes, 1))
-        self.comm, self.numel, self.dtype = comm, numel, dtype
-        # Bytes first, then the dtype: the array interface has no bfloat16.
-        # The memory lives until free() and the daemon's last op.
-        raw = device_bytes(self.addr, max(self.nbytes, 1), device)
-        self.tensor = raw[:self.nbytes].view(dtype)
-
-    def free(self) -> None:
-        """Gives the memory back (the tensor must not be used after)."""
-        if self.addr:
-            # DDP's copy of the last result out of it may still be queued.
-            torch.cuda.current_stream(self.tensor.device).synchronize()
-            self.comm.free_device(self.addr)
-            self.addr = 0
-
-
 @dataclass
 class _Stats:
     buckets: int = 0
@@ -278,7 +234,7 @@ class GsyncState:
         # "Where a DDP step goes").
         self.trace: Optional[List[dict]] = None
         self._steps: Dict[int, int] = {}
-        self._buffers: Dict[int, Union[_ArenaBuffer, _DeviceBuffer]] = {}
+        self._buffers: Dict[int, Union[ArenaBuffer, DeviceBuffer]] = {}
         self._children: List["GsyncState"] = []
         self._closed = False
 
@@ -305,11 +261,11 @@ class GsyncState:
         self._children.append(child)
         return child
 
-    def _buffer(self, index: int, tensor: torch.Tensor) -> Union[_ArenaBuffer, _DeviceBuffer]:
+    def _buffer(self, index: int, tensor: torch.Tensor) -> Union[ArenaBuffer, DeviceBuffer]:
         cuda = tensor.device.type == "cuda"
         buf = self._buffers.get(index)
         if (buf is not None and buf.numel == tensor.numel() and buf.dtype == tensor.dtype
-                and isinstance(buf, _DeviceBuffer) == cuda):
+                and isinstance(buf, DeviceBuffer) == cuda):
             return buf
         # DDP rebuilds its buckets after the first step (in the order the
         # gradients became ready), so sizes change once. The old block's
@@ -318,9 +274,9 @@ class GsyncState:
             buf.free()
             del self._buffers[index]
         if cuda:
-            buf = _DeviceBuffer(self.comm, tensor.numel(), tensor.dtype, tensor.device)
+            buf = DeviceBuffer(self.comm, tensor.numel(), tensor.dtype, tensor.device)
         else:
-            buf = _ArenaBuffer(self.comm, tensor.numel(), tensor.dtype)
+            buf = ArenaBuffer(self.comm, tensor.numel(), tensor.dtype)
         self._buffers[index] = buf
         return buf
 
@@ -406,7 +362,7 @@ class GsyncState:
             # GPU blocks go back to the driver (the daemon's mappings go
             # with the session); arena blocks go with the mapping.
             for buf in state._buffers.values():
-                if isinstance(buf, _DeviceBuffer):
+                if isinstance(buf, DeviceBuffer):
                     buf.free()
             state._buffers.clear()
             state._closed = True
@@ -434,18 +390,6 @@ def allreduce_hook(state: GsyncState,
 
 def _unwrap(fut: torch.futures.Future) -> torch.Tensor:
     return fut.value()
-
-
-def _env_int(name: str) -> Optional[int]:
-    v = os.environ.get(name)
-    return int(v) if v not in (None, "") else None
-
-
-def _pick(explicit: Optional[int], env: str, fallback: Optional[int]) -> Optional[int]:
-    if explicit is not None:
-        return explicit
-    v = _env_int(env)
-    return v if v is not None else fallback
 
 
 def init(job: Optional[str] = None, socket: Optional[str] = None, *,
@@ -505,12 +449,3 @@ def init(job: Optional[str] = None, socket: Optional[str] = None, *,
 def bucket_layout(state: GsyncState) -> List[Tuple[int, int]]:
     """(bucket index, elements) of the arena buffers held, for reports."""
     return sorted((i, b.numel) for i, b in state._buffers.items())
-
-
-# The parameter server's optimizer (docs/parameter-server.md); below the
-# helpers it uses from this module.
-from gsync.torch_ps import LeasedBatchSampler, PSOptimizer  # noqa: E402
-# Data parallel training with the gradients in the arena (no copies).
-from gsync.torch_dp import DataParallel  # noqa: E402
-# Elastic jobs: data parallel training that shrinks and grows with its hosts.
-from gsync.torch_elastic import ElasticDataParallel, elastic  # noqa: E402

@@ -42,7 +42,9 @@ from typing import Dict, List, Optional
 import torch
 
 from gsync import _lib
+from gsync._buffers import ArenaBuffer, DeviceBuffer
 from gsync._lib import GsyncError
+from gsync._torch_common import DTYPES as _DTYPES  # the dtypes gsync reduces
 
 __all__ = ["DataParallel"]
 
@@ -58,12 +60,11 @@ _KEY_BROADCAST = _KEY_SPAN - 2
 def _block(comm, numel: int, dtype: torch.dtype, device: torch.device):
     """A block for numel elements: in the arena for a CPU model, GPU memory
     the daemon reduces in place for a model on a GPU (gsync.torch's
-    _ArenaBuffer, _DeviceBuffer); or an error that says how to get one."""
-    from gsync.torch import _ArenaBuffer, _DeviceBuffer  # gsync.torch imports this module
+    ArenaBuffer, DeviceBuffer); or an error that says how to get one."""
     try:
         if device.type == "cuda":
-            return _DeviceBuffer(comm, numel, dtype, device)
-        return _ArenaBuffer(comm, numel, dtype)
+            return DeviceBuffer(comm, numel, dtype, device)
+        return ArenaBuffer(comm, numel, dtype)
     except GsyncError as e:
         if device.type == "cuda":
             raise GsyncError(e.code, f"gsync.torch.DataParallel: GPU memory for gradients on "
@@ -83,7 +84,6 @@ class DataParallel(torch.nn.Module):
                  first_bucket_mb: float = 1.0, broadcast_buffers: bool = True,
                  key_base: Optional[int] = None):
         super().__init__()
-        from gsync.torch import _DTYPES  # the dtypes gsync reduces
         self.module = module
         self._state = state
         self._comm = state.comm

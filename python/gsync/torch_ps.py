@@ -39,6 +39,7 @@ import torch
 
 from gsync import _lib
 from gsync._lib import GsyncError
+from gsync._torch_common import pick as _pick
 from gsync.comm import Comm, Request
 
 _OPTIMIZERS = {"sgd": _lib.OPT_SGD, "adam": _lib.OPT_ADAM, "adamw": _lib.OPT_ADAMW}
@@ -96,7 +97,6 @@ class PSOptimizer:
                  timeout_ms: int = 0, checkpoint_clocks: int = 0, checkpoint_ms: int = 0,
                  resume: bool = True, anomaly_guard: bool = False, anomaly_sigmas: int = 6,
                  anomaly_window: int = 128):
-        from gsync.torch import _pick
         job = job or os.environ.get("GSYNC_JOB")
         if not job:
             raise ValueError("PSOptimizer: job is required (argument or $GSYNC_JOB)")

@@ -22,7 +22,7 @@ import torch_common as tc  # noqa: E402
 tc.require_torch()
 tc.require_testbed()
 
-from gsync.testbed import Testbed  # noqa: E402
+from gsync_testbed import Testbed  # noqa: E402
 
 STEPS, RANKS, FAULTS = 2000, 2, 100
 

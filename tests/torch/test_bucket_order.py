@@ -59,8 +59,8 @@ def worker() -> int:
 def main() -> None:
     tc.require_torch()
     tc.require_testbed()
-    from gsync.launch import spawn_ranks
-    from gsync.testbed import Testbed
+    from gsync_testbed import spawn_ranks
+    from gsync_testbed import Testbed
     fails = tc.Failures()
     with Testbed(hosts=2, racks=1) as bed:
         t0 = time.monotonic()

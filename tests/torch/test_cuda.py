@@ -34,8 +34,8 @@ if not torch.cuda.is_available():
     tc.skip(f"torch {torch.__version__} sees no GPU (CUDA build: {torch.version.cuda}); "
             "CUDA tensors need PyTorch built with CUDA and a GPU")
 
-from gsync.launch import free_port  # noqa: E402
-from gsync.testbed import Testbed  # noqa: E402
+from gsync_testbed import free_port  # noqa: E402
+from gsync_testbed import Testbed  # noqa: E402
 
 WORKER = r'''
 import os, sys

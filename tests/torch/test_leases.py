@@ -23,8 +23,8 @@ import torch_common as tc  # noqa: E402
 tc.require_torch()
 tc.require_testbed()
 
-from gsync.launch import spawn_ranks  # noqa: E402
-from gsync.testbed import Testbed  # noqa: E402
+from gsync_testbed import spawn_ranks  # noqa: E402
+from gsync_testbed import Testbed  # noqa: E402
 
 RANKS, VICTIM, EPOCHS = 4, 3, 3
 SAMPLES, BATCH = 8192, 32  # 256 batches an epoch

@@ -20,7 +20,7 @@ tc.require_torch()
 tc.require_testbed()
 
 import torch  # noqa: E402
-from gsync.testbed import Testbed  # noqa: E402
+from gsync_testbed import Testbed  # noqa: E402
 
 STEPS, RANKS = 40, 4
 LOSS_RTOL, PARAM_ATOL, PARAM_RTOL = 1e-5, 1e-6, 1e-5

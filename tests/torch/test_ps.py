@@ -23,7 +23,7 @@ tc.require_torch()
 tc.require_testbed()
 
 import torch  # noqa: E402
-from gsync.testbed import Testbed  # noqa: E402
+from gsync_testbed import Testbed  # noqa: E402
 
 sys.path.insert(0, str(tc.REPO / "examples"))
 from train_ddp import make_model, make_shard  # noqa: E402

@@ -20,7 +20,7 @@ tc.require_torch()
 tc.require_testbed()
 
 import torch  # noqa: E402
-from gsync.testbed import Testbed  # noqa: E402
+from gsync_testbed import Testbed  # noqa: E402
 from gsync.torch import PSOptimizer  # noqa: E402
 
 JOB = "ps-resume"

@@ -21,8 +21,8 @@ import torch_common as tc  # noqa: E402
 tc.require_torch()
 tc.require_testbed()
 
-from gsync.launch import spawn_ranks  # noqa: E402
-from gsync.testbed import Testbed  # noqa: E402
+from gsync_testbed import spawn_ranks  # noqa: E402
+from gsync_testbed import Testbed  # noqa: E402
 
 RANKS, VICTIM, TIMEOUT_MS = 4, 3, 5000
 

@@ -24,7 +24,7 @@ STEPS = 4
 def main() -> None:
     tc.require_torch()
     tc.require_testbed()
-    from gsync.testbed import Testbed
+    from gsync_testbed import Testbed
     fails = tc.Failures()
     out = Path(tempfile.mkdtemp(prefix="gsync-trace-"))
     with Testbed(hosts=2, racks=1) as bed:

@@ -35,7 +35,7 @@ def require_torch() -> None:
 
 
 def require_testbed() -> None:
-    from gsync.testbed import find_tool
+    from gsync_testbed import find_tool
     if not find_tool("GSYNC_TESTBED", "tools/testbed/gsync-testbed", "gsync-testbed"):
         skip("gsync-testbed not found (set GSYNC_TESTBED or build it)")
 

@@ -17,7 +17,7 @@
 #               machine's own libstdc++ is older than the bundle needs
 #   wrap/       gsyncd, gsync-testbed, gsyncctl: scripts that run bin/'s
 #               with the bundle's libraries (for run.sh --client)
-#   python/gsync, tests/torch/{test_cuda,torch_common}.py
+#   python/gsync, python/gsync_testbed, tests/torch/{test_cuda,torch_common}.py
 #   run.sh      (tools/gpu/bundle-run.sh) runs a command with all of it
 #   MANIFEST    every file, and the glibc, libstdc++ and CUDA driver the
 #               machine must have
@@ -145,7 +145,7 @@ exec "$w/../run.sh" "$w/../bin/$(basename "$0")" "$@"
 EOF
     chmod +x "$out/wrap/$name"
   done
-  tar -C python --exclude=__pycache__ --exclude='*.pyc' -cf - gsync | tar -C "$out/python" -xf -
+  tar -C python --exclude=__pycache__ --exclude='*.pyc' -cf - gsync gsync_testbed | tar -C "$out/python" -xf -
   cp "${python_files[@]}" "$out/tests/torch/"
   cp tools/gpu/bundle-run.sh "$out/run.sh"
   chmod +x "$out/run.sh"
