@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <ctime>
 #include <thread>
 
 #include <fmt/format.h>
@@ -153,6 +154,14 @@ Status Gsyncd::start() {
 
 void Gsyncd::register_reports() {
   admin_.add("status", [this] { return status_report(); });
+  // The daemon's CPU time so far, every thread: read before and after a
+  // benchmark's timed ops (gsync-perf --cpu), so kept to the one reading.
+  admin_.add("cpu", [] {
+    timespec ts{};
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return json_text(nlohmann::json{{"cpu_s", double(ts.tv_sec) + double(ts.tv_nsec) * 1e-9},
+                                    {"pid", getpid()}});
+  });
   admin_.add("jobs", [this] { return json_text(jobs_->jobs_report()); });
   admin_.add("ops", [this] { return json_text(jobs_->ops_report()); });
   admin_.add_with_argument("checkpoint", [this](const std::string& job) {

@@ -15,7 +15,10 @@ it times (rounds of) three phases:
   no_sync  DDP under model.no_sync(): no communication at all
 
 and prints step_ms and exposed = 1 - t(no_sync) / t(phase) for each, and
-gloo's step time over gsync's (gsync_vs_gloo, gsync_dp_vs_gloo).
+gloo's step time over gsync's (gsync_vs_gloo, gsync_dp_vs_gloo); and the CPU
+of each phase per step - the ranks' and the daemons' (admin `cpu`) - with
+the communication's share: beyond the no_sync phase's compute
+(comm_cpu_ms_per_step; gsync_comm_cpu_vs_gloo in the summary).
 
 BLAS: Debian's torch uses the system libblas.so.3 (the reference BLAS here,
 ~25x slower than OpenBLAS on this model's GEMMs), which would hide any
@@ -87,6 +90,7 @@ def main() -> int:
     with Testbed(hosts=args.hosts, racks=1, daemon_args=args.daemon_arg) as bed:
         cmd = [sys.executable, str(REPO / "examples" / "train_ddp.py"), "--bench",
                "--nproc", str(args.nproc), "--sockets", ",".join(bed.sockets),
+               "--admin-sockets", ",".join(h.admin_socket for h in bed.hosts),
                "--steps", str(args.steps), "--warmup", str(args.warmup),
                "--rounds", str(args.rounds), *(["--staged"] if args.staged else []),
                *(["--json"] if args.json else []),

@@ -86,6 +86,9 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     # Launcher (when RANK is not in the environment).
     p.add_argument("--nproc", type=int, default=None, help="start this many local ranks")
     p.add_argument("--sockets", default="", help="comma-separated gsyncd sockets, one per host")
+    p.add_argument("--admin-sockets", default="",
+                   help="--bench: the hosts' admin sockets, comma-separated: each phase's CPU "
+                        "then counts the daemons' too (admin `cpu`)")
     p.add_argument("--port", type=int, default=None, help="MASTER_PORT (default: a free one)")
     return p.parse_args(argv)
 
@@ -289,6 +292,22 @@ def train_main(args: argparse.Namespace) -> int:
 
 # ---- benchmark: gloo DDP vs gsync DDP vs no communication, same processes ----
 
+def daemons_cpu_s(admin_sockets: List[str]) -> float:
+    """The daemons' CPU seconds so far, summed (admin `cpu`); 0 without them."""
+    import json
+    import socket
+    total = 0.0
+    for path in admin_sockets:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+            s.connect(path)
+            s.sendall(b"cpu\n")
+            reply = b""
+            while chunk := s.recv(4096):
+                reply += chunk
+        total += float(json.loads(reply)["cpu_s"])
+    return total
+
+
 def bench_main(args: argparse.Namespace) -> int:
     import torch
     import torch.distributed as dist
@@ -296,6 +315,11 @@ def bench_main(args: argparse.Namespace) -> int:
     x, y = make_shard(args, rank, world)
     phases = ["gloo", "gsync", "gsync_dp", "no_sync"] + (["noop_hook"] if args.noop_phase else [])
     times: Dict[str, List[float]] = {k: [] for k in phases}
+    # CPU per step: every rank's (compute and communication), and the
+    # daemons' (read by rank 0 around the timed steps).
+    rank_cpu: Dict[str, List[float]] = {k: [] for k in phases}
+    daemon_cpu: Dict[str, List[float]] = {k: [] for k in phases}
+    admins = [a for a in args.admin_sockets.split(",") if a]
     inflight: List[float] = []
     copy_in: List[float] = []
     for _ in range(args.rounds):
@@ -308,13 +332,19 @@ def bench_main(args: argparse.Namespace) -> int:
             if phase == "gsync":
                 c0, i0 = state.stats.copy_in_s, state.completer.inflight_s
             dist.barrier()
+            d0 = daemons_cpu_s(admins) if rank == 0 else 0.0
+            cpu0 = time.process_time()
             t0 = time.perf_counter()
             run_steps(model, opt, x, y, args.steps, args.batch, no_sync=phase == "no_sync")
             step_s = (time.perf_counter() - t0) / args.steps
+            cpu_s = (time.process_time() - cpu0) / args.steps
+            d1 = daemons_cpu_s(admins) if rank == 0 else 0.0
             dist.barrier()
-            t = torch.tensor([step_s])
+            t = torch.tensor([step_s, cpu_s])
             dist.all_reduce(t)
             times[phase].append(float(t[0]) / world)
+            rank_cpu[phase].append(float(t[1]))
+            daemon_cpu[phase].append((d1 - d0) / args.steps)
             if phase == "gsync":
                 copy_in.append((state.stats.copy_in_s - c0) / args.steps)
                 inflight.append((state.completer.inflight_s - i0) / args.steps)
@@ -328,20 +358,38 @@ def bench_main(args: argparse.Namespace) -> int:
         # Other work on the machine only ever adds time, so the best round
         # is shown beside the median: on a shared machine it is the steadier.
         best = {k: min(v) for k, v in times.items()}
+        # Communication CPU per step: what a phase costs the ranks beyond
+        # the no_sync phase's compute, plus the daemons' (gsync).
+        rcpu = {k: statistics.median(v) for k, v in rank_cpu.items()}
+        dcpu = {k: statistics.median(v) for k, v in daemon_cpu.items()}
+        comm = {k: rcpu[k] - rcpu["no_sync"] + dcpu[k] for k in phases}
         if args.json:
             import json
             for k in phases:
                 print(json.dumps({"phase": k, "hosts": hosts, "ranks": world,
                                   "step_ms": med[k] * 1e3, "exposed": 1 - med["no_sync"] / med[k],
                                   "best_step_ms": best[k] * 1e3,
-                                  "rounds_ms": [v * 1e3 for v in times[k]]}), flush=True)
-            print(json.dumps({"hosts": hosts, "ranks": world,
-                              "gsync_vs_gloo": med["gloo"] / med["gsync"],
-                              "gsync_dp_vs_gloo": med["gloo"] / med["gsync_dp"],
-                              "copy_in_ms": statistics.median(copy_in) * 1e3,
-                              "in_flight_ms": statistics.median(inflight) * 1e3}), flush=True)
+                                  "rounds_ms": [v * 1e3 for v in times[k]],
+                                  "rank_cpu_ms_per_step": rcpu[k] * 1e3,
+                                  "daemon_cpu_ms_per_step": dcpu[k] * 1e3 if admins else None,
+                                  "comm_cpu_ms_per_step": comm[k] * 1e3}), flush=True)
+            summary = {"hosts": hosts, "ranks": world,
+                       "gsync_vs_gloo": med["gloo"] / med["gsync"],
+                       "gsync_dp_vs_gloo": med["gloo"] / med["gsync_dp"],
+                       "copy_in_ms": statistics.median(copy_in) * 1e3,
+                       "in_flight_ms": statistics.median(inflight) * 1e3}
+            if admins and comm["gloo"] > 0:
+                # The daemons' CPU per step against gloo's communication CPU.
+                summary["gsync_comm_cpu_vs_gloo"] = comm["gsync"] / comm["gloo"]
+                summary["gsync_dp_comm_cpu_vs_gloo"] = comm["gsync_dp"] / comm["gloo"]
+                summary["gsync_daemon_cpu_vs_gloo"] = dcpu["gsync"] / comm["gloo"]
+            print(json.dumps(summary), flush=True)
         else:
             print_bench(args, world, hosts, n, blas, phases, times, med, best, copy_in, inflight)
+            if admins:
+                print("  CPU ms per step (ranks + daemons beyond no_sync's compute): " +
+                      ", ".join(f"{k} {comm[k] * 1e3:.2f}" for k in phases if k != "no_sync") +
+                      f"; daemons alone in gsync {dcpu['gsync'] * 1e3:.2f}", flush=True)
     state.close()
     dist.barrier()
     dist.destroy_process_group()

@@ -226,16 +226,20 @@ void run_size(GlooRank& g, const std::string& algo, std::vector<float>& buf, uin
   for (int w = 0; w < kWarmupOps; w++) op();
   const int k = gsync_ops_per_sample(bytes);
   std::vector<double> times(static_cast<size_t>(gsync_samples_for(iters, bytes)));
+  const double cpu0 = gsync_process_cpu_s();
   for (auto& t : times) {
     g.barrier();
     const auto t0 = std::chrono::steady_clock::now();
     for (int j = 0; j < k; j++) op();
     t = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / k;
   }
+  // Every rank's CPU over the samples, summed (sampling.h).
+  std::vector<double> cpu{gsync_process_cpu_s() - cpu0};
   // One reduction per size instead of one per sample: the slowest rank per
   // sample is the same, and Gloo's small ops cost milliseconds here.
   g.allreduce_f64(times, max_f64);
   g.allreduce_f64(wrong, sum_f64);
+  g.allreduce_f64(cpu, sum_f64);
 
   if (g.rank() == 0) {
     std::sort(times.begin(), times.end());
@@ -244,9 +248,11 @@ void run_size(GlooRank& g, const std::string& algo, std::vector<float>& buf, uin
     const double busbw = n > 1 ? algbw * 2.0 * (n - 1) / n : 0.0;
     std::printf(
         "{\"peer\": \"gloo\", \"ranks\": %d, \"bytes\": %llu, \"time_us\": %.3f, "
-        "\"algbw_gbps\": %.4f, \"busbw_gbps\": %.4f, \"wrong\": %lld, \"algo\": \"%s\"}\n",
+        "\"algbw_gbps\": %.4f, \"busbw_gbps\": %.4f, \"wrong\": %lld, \"algo\": \"%s\", "
+        "\"cpu_s\": %.6f, \"timed_ops\": %d}\n",
         n, static_cast<unsigned long long>(bytes), us, algbw, busbw,
-        static_cast<long long>(wrong[0]), algo.c_str());
+        static_cast<long long>(wrong[0]), algo.c_str(), cpu[0],
+        static_cast<int>(times.size()) * k);
     std::fflush(stdout);
   }
 }

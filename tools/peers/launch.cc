@@ -339,6 +339,8 @@ std::string parse_rows(const std::string& out, Result* r) {
       row.algbw_gbps = j.at("algbw_gbps").get<double>();
       row.busbw_gbps = j.at("busbw_gbps").get<double>();
       row.wrong = j.at("wrong").get<int64_t>();
+      if (j.contains("cpu_s")) row.cpu_s = j["cpu_s"].get<double>();
+      if (j.contains("timed_ops")) row.timed_ops = j["timed_ops"].get<int>();
       if (j.contains("algo")) r->algo = j["algo"].get<std::string>();
       r->rows[row.bytes] = row;
     } catch (const nlohmann::json::exception& e) {

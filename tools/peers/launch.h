@@ -38,6 +38,13 @@ struct Row {
   double algbw_gbps = 0;  // bytes / time
   double busbw_gbps = 0;  // algbw * 2(n-1)/n
   int64_t wrong = 0;      // elements that differed from n(n+1)/2 in the checked op, all ranks
+  double cpu_s = -1;      // every rank's CPU over the timed samples, summed (-1: not said)
+  int timed_ops = 0;      // the ops those samples ran
+  // CPU seconds per GB of tensor reduced (bytes x timed ops), or -1.
+  double cpu_s_per_gb() const {
+    return cpu_s >= 0 && timed_ops > 0 && bytes > 0 ? cpu_s / (double(bytes) * timed_ops / 1e9)
+                                                    : -1;
+  }
 };
 
 struct Result {

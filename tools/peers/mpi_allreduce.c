@@ -83,6 +83,7 @@ int main(int argc, char** argv) {
     for (int w = 0; w < 3; w++)
       MPI_Allreduce(MPI_IN_PLACE, buf, (int)count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
     const int k = gsync_ops_per_sample(bytes), samples = gsync_samples_for(iters, bytes);
+    const double cpu0 = gsync_process_cpu_s();
     for (int i = 0; i < samples; i++) {
       MPI_Barrier(MPI_COMM_WORLD);
       double t0 = MPI_Wtime();
@@ -90,14 +91,19 @@ int main(int argc, char** argv) {
         MPI_Allreduce(MPI_IN_PLACE, buf, (int)count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
       times[i] = (MPI_Wtime() - t0) / k;
     }
+    /* Every rank's CPU over the samples, summed (sampling.h). */
+    double cpu = gsync_process_cpu_s() - cpu0, cpu_sum = 0;
     /* One reduction per size: the slowest rank per sample, as gsync-perf. */
     MPI_Reduce(times, slowest, samples, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
+    MPI_Reduce(&cpu, &cpu_sum, 1, MPI_DOUBLE, MPI_SUM, 0, MPI_COMM_WORLD);
     if (rank == 0) {
       qsort(slowest, (size_t)samples, sizeof(double), cmp);
       double us = slowest[samples / 2] * 1e6, algbw = (double)bytes / us / 1e3;
       printf("{\"peer\": \"openmpi\", \"ranks\": %d, \"bytes\": %zu, \"time_us\": %.3f, "
-             "\"algbw_gbps\": %.4f, \"busbw_gbps\": %.4f, \"wrong\": %ld}\n",
-             n, bytes, us, algbw, n > 1 ? algbw * 2.0 * (n - 1) / n : 0.0, total);
+             "\"algbw_gbps\": %.4f, \"busbw_gbps\": %.4f, \"wrong\": %ld, "
+             "\"cpu_s\": %.6f, \"timed_ops\": %d}\n",
+             n, bytes, us, algbw, n > 1 ? algbw * 2.0 * (n - 1) / n : 0.0, total, cpu_sum,
+             samples * k);
       fflush(stdout);
     }
   }

@@ -13,11 +13,16 @@
  * a single small op timed alone mostly measures how far apart the ranks
  * left the barrier, not the op; a large op is timed alone. C and C++ both
  * include this file.
+ *
+ * The CPU of the timed ops (gsync-perf --cpu) is each process's CPU time
+ * across the samples, barriers included, summed over the ranks (and, for
+ * gsync, its daemons): one window for every system.
  */
 #ifndef GSYNC_TOOLS_PEERS_SAMPLING_H_
 #define GSYNC_TOOLS_PEERS_SAMPLING_H_
 
 #include <stddef.h>
+#include <time.h>
 
 /* Back-to-back ops in one sample for a tensor of `bytes`. */
 static inline int gsync_ops_per_sample(size_t bytes) {
@@ -34,6 +39,15 @@ static inline int gsync_samples_for(int iters, size_t bytes) {
   int s = (iters + k - 1) / k;
   if (s < 5) s = iters < 5 ? iters : 5;
   return s < 1 ? 1 : s;
+}
+
+/* This process's CPU time so far, user and system, every thread (seconds):
+ * read before and after the samples, it gives the CPU the timed ops cost
+ * the process - gsync-perf --cpu compares it per GB reduced. */
+static inline double gsync_process_cpu_s(void) {
+  struct timespec ts;
+  if (clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts) != 0) return 0.0;
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
 #endif /* GSYNC_TOOLS_PEERS_SAMPLING_H_ */

@@ -150,6 +150,12 @@ std::vector<std::string> rank_errors(const std::vector<tools::ChildResult>& res)
 
 double bus_factor(int n) { return n > 1 ? 2.0 * (n - 1) / n : 0.0; }
 
+double daemon_cpu_s(const std::string& admin_socket) {
+  auto j = nlohmann::json::parse(tools::admin_query(admin_socket, "cpu"), nullptr, false);
+  return j.is_object() && j.contains("cpu_s") && j["cpu_s"].is_number() ? j["cpu_s"].get<double>()
+                                                                         : -1;
+}
+
 std::string daemon_isa(const std::string& admin_socket) {
   std::string reply = tools::admin_query(admin_socket, "status");
   auto j = nlohmann::json::parse(reply, nullptr, false);

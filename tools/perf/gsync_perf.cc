@@ -107,6 +107,9 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 100000));
   app.add_option("--warmup", o.warmup, "untimed iterations per size")->check(CLI::Range(0, 100000));
   app.add_flag("--json", o.json_out, "one JSON object per line");
+  app.add_flag("--cpu", o.cpu,
+               "CPU seconds per GB reduced (ranks and daemons, timed ops only), and the ratio "
+               "to each --compare peer's (its ranks)");
   app.add_option("--compress", o.compress,
                  "run each size with this codec too (none fp16 bf16 int8[:BLOCK] "
                  "topk[:FRACTION], @cross_rack|@cross_host|@all, ,noef); may be given "

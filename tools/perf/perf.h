@@ -54,6 +54,9 @@ struct Options {
   std::string dtype = "float32", op = "sum";
   int iters = 20, warmup = 5;
   bool json_out = false;
+  // --cpu: each row's CPU per GB reduced (ranks and daemons, over the timed
+  // samples), against the peers' (their ranks) in the same run.
+  bool cpu = false;
   std::string workload;
   int steps = 10;
   int dtype_id = GSYNC_FLOAT32, op_id = GSYNC_SUM;
@@ -117,6 +120,8 @@ bool collect(const std::vector<tools::ChildResult>& res, const std::string& kind
 std::vector<std::string> rank_errors(const std::vector<tools::ChildResult>& res);
 double bus_factor(int n);
 std::string daemon_isa(const std::string& admin_socket);
+// The daemon's CPU seconds so far (admin `cpu`), or -1.
+double daemon_cpu_s(const std::string& admin_socket);
 
 // sweep.cc
 std::vector<uint64_t> sweep_sizes(const Options& o);

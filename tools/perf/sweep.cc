@@ -82,7 +82,9 @@ FirstOp check_push_pull(void* buf, size_t count, const Options& o) {
 
 // A rank of the size sweep. Reports one line per size and variant:
 // "size <bytes> <variant> <wrong> <relative error> <hash hi> <hash lo> <wire
-// bytes> <logical bytes> <t_0 us> ... <t_S-1 us>", one time per op for each
+// bytes> <logical bytes> <rank cpu s> <daemon cpu s> <t_0 us> ... <t_S-1
+// us>", the CPU over the samples (sampling.h; the daemon's from its host's
+// local rank 0, 0 from the others, -1 when it could not be read), one time per op for each
 // of S samples of k back-to-back ops after a barrier (tools/peers/sampling.h,
 // the schedule the peer drivers use too). The first op of each is checked
 // and, with --compress, bracketed by barriers so that the bytes its host's
@@ -132,19 +134,31 @@ int sweep_rank(const Options& o, int rank, const std::vector<uint64_t>& sizes) {
                                   : check_first(buf, count, o, codec, rank);
       for (int w = 0; w < o.warmup; w++)
         if (!op()) return 1;
-      std::string line = fmt::format("size {} {} {} {:.9g} {} {} {} {}", sizes[s], vi, first.wrong,
-                                     first.rel_error, first.hash >> 32, first.hash & 0xffffffffu,
-                                     after.wire - before.wire, after.logical - before.logical);
       const int k = gsync_ops_per_sample(sizes[s]), samples = gsync_samples_for(o.iters, sizes[s]);
+      const bool reads_daemon = o.cpu && me.local_rank == 0 && !me.admin.empty();
+      const double daemon0 = reads_daemon ? daemon_cpu_s(me.admin) : 0;
+      const double cpu0 = gsync_process_cpu_s();
+      std::string times;
       for (int i = 0; i < samples; i++) {
         if (!barrier(comm, &barrier_step, rank)) return 1;
         auto t0 = Clock::now();
         for (int j = 0; j < k; j++)
           if (!op()) return 1;
         double us = std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
-        line += fmt::format(" {:.3f}", us / k);
+        times += fmt::format(" {:.3f}", us / k);
       }
-      tools::report(line + "\n");
+      const double rank_cpu = gsync_process_cpu_s() - cpu0;
+      double daemon_cpu = 0;
+      if (reads_daemon) {
+        const double daemon1 = daemon_cpu_s(me.admin);
+        daemon_cpu = daemon0 >= 0 && daemon1 >= 0 ? daemon1 - daemon0 : -1;
+      } else if (o.cpu && me.local_rank == 0) {
+        daemon_cpu = -1;  // a daemon whose admin socket is not known (--cluster)
+      }
+      tools::report(fmt::format("size {} {} {} {:.9g} {} {} {} {} {:.6f} {:.6f}{}\n", sizes[s], vi,
+                                first.wrong, first.rel_error, first.hash >> 32,
+                                first.hash & 0xffffffffu, after.wire - before.wire,
+                                after.logical - before.logical, rank_cpu, daemon_cpu, times));
     }
   }
   gsync_close(comm);
@@ -204,11 +218,12 @@ struct Row {
   bool same_bits = true;  // every rank got the same bits
   double wire = 0, logical = 0;  // bytes per host on the compressed hop, one op
   int reported = 0;  // ranks that finished the row (and checked its first op)
+  double cpu_s = 0;  // ranks' and daemons' CPU over the samples; -1: a daemon's unknown
 };
 
 // The reports' fields: bytes, codec, wrong, error, hash hi, hash lo, wire,
-// logical, then the samples' times.
-constexpr size_t kFirstTime = 8;
+// logical, rank cpu, daemon cpu, then the samples' times.
+constexpr size_t kFirstTime = 10;
 
 Row row_of(const Options& o, const std::vector<std::vector<std::vector<double>>>& rows,
            size_t r, int samples) {
@@ -230,6 +245,7 @@ Row row_of(const Options& o, const std::vector<std::vector<std::vector<double>>>
     if (v[6] > 0 || v[7] > 0) measured++;
     out.wire += v[6];
     out.logical += v[7];
+    if (out.cpu_s >= 0) out.cpu_s = v[9] < 0 ? -1 : out.cpu_s + v[8] + v[9];
     for (int i = 0; i < samples && size_t(i) + kFirstTime < v.size(); i++)
       per_sample[size_t(i)] = std::max(per_sample[size_t(i)], v[size_t(i) + kFirstTime]);
   }
@@ -283,6 +299,8 @@ int run_sweep(const Options& o, const MemoryReference& ref, const std::string& i
     if (!o.compress.empty())
       extra = fmt::format(" {:>22} {:>10} {:>8} {:>9}", "compress", "wire_MB", "x_fewer", "x_none");
     if (o.ps) extra = fmt::format(" {:>10} {:>12}", "collective", "x_allreduce");
+    if (o.cpu) extra += fmt::format(" {:>9} {:>10} {:>11} {:>10}", "cpu_s/GB", "cpu_us/op",
+                                    "cpu_vs_gloo", "cpu_vs_mpi");
     std::printf("# %12s %12s %9s %7s %12s %11s %11s %11s %7s %8s %8s%s\n", "bytes", "count",
                 "dtype", "algo", "time_us", "algbw_GB/s", "busbw_GB/s", "reduce_GB/s", "wrong",
                 "vs_gloo", "vs_mpi", extra.c_str());
@@ -365,6 +383,18 @@ int run_sweep(const Options& o, const MemoryReference& ref, const std::string& i
       return it != r.rows.end() && it->second.busbw_gbps > 0 ? busbw / it->second.busbw_gbps : 0.0;
     };
     double vs_gloo = ratio_to(peer.gloo), vs_mpi = ratio_to(peer.mpi);
+    // --cpu: the CPU the timed ops cost, per GB of tensor (bytes x ops) and
+    // per op, and against each peer's at this size (sampling.h).
+    const int timed_ops = samples * gsync_ops_per_sample(sizes[s]);
+    const double cpu_per_gb = stats.cpu_s >= 0 ? stats.cpu_s / (bytes * timed_ops / 1e9) : -1;
+    auto peer_cpu = [&](const peers::Result& r) {
+      auto it = r.rows.find(sizes[s]);
+      return it != r.rows.end() ? it->second.cpu_s_per_gb() : -1.0;
+    };
+    const double gloo_cpu = peer_cpu(peer.gloo), mpi_cpu = peer_cpu(peer.mpi);
+    auto cpu_ratio = [&](double theirs) {
+      return cpu_per_gb >= 0 && theirs > 0 ? cpu_per_gb / theirs : -1.0;
+    };
     if (o.json_out) {
       json row{{"bytes", sizes[s]}, {"count", sizes[s] / elem}, {"dtype", o.dtype},
                {"op", variant.push_pull ? "weighted_avg" : o.op}, {"collective", collective},
@@ -382,6 +412,21 @@ int run_sweep(const Options& o, const MemoryReference& ref, const std::string& i
       if (vs_allreduce > 0) row["vs_allreduce"] = vs_allreduce;
       if (!peer.gloo.rows.empty()) row["vs_gloo"] = vs_gloo;
       if (!peer.mpi.rows.empty()) row["vs_mpi"] = vs_mpi;
+      if (o.cpu && cpu_per_gb >= 0) {
+        row["cpu_s_per_gb"] = cpu_per_gb;
+        row["cpu_us_per_op"] = stats.cpu_s / timed_ops * 1e6;
+        // Per op: the figure small ops are judged by (bytes cancel out).
+        if (gloo_cpu >= 0) {
+          row["gloo_cpu_s_per_gb"] = gloo_cpu;
+          row["gloo_cpu_us_per_op"] = gloo_cpu * bytes / 1e9 * 1e6;
+          row["cpu_vs_gloo"] = cpu_ratio(gloo_cpu);
+        }
+        if (mpi_cpu >= 0) {
+          row["mpi_cpu_s_per_gb"] = mpi_cpu;
+          row["mpi_cpu_us_per_op"] = mpi_cpu * bytes / 1e9 * 1e6;
+          row["cpu_vs_mpi"] = cpu_ratio(mpi_cpu);
+        }
+      }
       if (peer.tcp_gbps > 0) row["tcp_fraction"] = o.hosts * busbw / peer.tcp_gbps;
       if (double floor = uplink_floor_s(o, bytes); floor > 0) {
         row["uplink_floor_s"] = floor;
@@ -401,6 +446,16 @@ int run_sweep(const Options& o, const MemoryReference& ref, const std::string& i
       if (o.ps)
         codec_cols = fmt::format(" {:>10} {:>12}", collective,
                                  vs_allreduce > 0 ? fmt::format("{:.2f}", vs_allreduce) : "-");
+      if (o.cpu) {
+        auto num = [](double v, const char* f) {
+          return v >= 0 ? fmt::format(fmt::runtime(f), v) : std::string("-");
+        };
+        codec_cols += fmt::format(" {:>9} {:>10} {:>11} {:>10}", num(cpu_per_gb, "{:.3f}"),
+                                  num(stats.cpu_s >= 0 ? stats.cpu_s / timed_ops * 1e6 : -1,
+                                      "{:.1f}"),
+                                  num(cpu_ratio(gloo_cpu), "{:.2f}"),
+                                  num(cpu_ratio(mpi_cpu), "{:.2f}"));
+      }
       std::printf("  %12llu %12llu %9s %7s %12.1f %11.3f %11.3f %11.2f %7llu %8s %8s%s\n",
                   static_cast<unsigned long long>(sizes[s]),
                   static_cast<unsigned long long>(sizes[s] / elem), o.dtype.c_str(), algo.c_str(),
