@@ -219,6 +219,7 @@ struct Row {
   double wire = 0, logical = 0;  // bytes per host on the compressed hop, one op
   int reported = 0;  // ranks that finished the row (and checked its first op)
   double cpu_s = 0;  // ranks' and daemons' CPU over the samples; -1: a daemon's unknown
+  double cpu_ranks = 0, cpu_daemons = 0;  // its two parts
 };
 
 // The reports' fields: bytes, codec, wrong, error, hash hi, hash lo, wire,
@@ -246,6 +247,8 @@ Row row_of(const Options& o, const std::vector<std::vector<std::vector<double>>>
     out.wire += v[6];
     out.logical += v[7];
     if (out.cpu_s >= 0) out.cpu_s = v[9] < 0 ? -1 : out.cpu_s + v[8] + v[9];
+    out.cpu_ranks += v[8];
+    out.cpu_daemons += std::max(0.0, v[9]);
     for (int i = 0; i < samples && size_t(i) + kFirstTime < v.size(); i++)
       per_sample[size_t(i)] = std::max(per_sample[size_t(i)], v[size_t(i) + kFirstTime]);
   }
@@ -415,6 +418,8 @@ int run_sweep(const Options& o, const MemoryReference& ref, const std::string& i
       if (o.cpu && cpu_per_gb >= 0) {
         row["cpu_s_per_gb"] = cpu_per_gb;
         row["cpu_us_per_op"] = stats.cpu_s / timed_ops * 1e6;
+        row["rank_cpu_us_per_op"] = stats.cpu_ranks / timed_ops * 1e6;
+        row["daemon_cpu_us_per_op"] = stats.cpu_daemons / timed_ops * 1e6;
         // Per op: the figure small ops are judged by (bytes cancel out).
         if (gloo_cpu >= 0) {
           row["gloo_cpu_s_per_gb"] = gloo_cpu;
