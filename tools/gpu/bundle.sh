@@ -11,7 +11,8 @@
 # BUILD_DIR (default build) must be configured with CUDA and built; OUT_DIR
 # (default gpu-bundle, git-ignored) is made anew:
 #   bin/        gsyncd, gsyncctl, gsync-testbed, test_gpu_reduce,
-#               test_gpu_buffers, test_cuda_abi, bench_gpu_reduce
+#               test_gpu_buffers, test_cuda_abi, bench_gpu_reduce,
+#               bench_device_allreduce
 #   lib/        libgsync.so and every library those load (ldd), less
 #   lib/cxx/    libstdc++ and libgcc_s, which run.sh adds only where the
 #               machine's own libstdc++ is older than the bundle needs
@@ -52,6 +53,7 @@ programs=(
   "test_gpu_buffers tests/gpu/test_gpu_buffers 1"
   "test_cuda_abi tests/gpu/test_cuda_abi 1"
   "bench_gpu_reduce tools/bench/bench_gpu_reduce 1"
+  "bench_device_allreduce tools/bench/bench_device_allreduce 1"
 )
 # The wrap/ scripts: what a python process starts (GSYNCD, GSYNC_TESTBED).
 wrapped=(gsyncd gsync-testbed gsyncctl)

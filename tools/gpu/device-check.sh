@@ -90,7 +90,8 @@ elif [ -f "$build/build.ninja" ] ||
      >"$out/configure.txt" 2>&1; then
   # -k 0: the benchmark is built even if the test cannot be.
   ninja -C "$build" -k 0 tests/gpu/test_gpu_reduce tools/bench/bench_gpu_reduce \
-    tests/gpu/test_gpu_buffers tests/gpu/test_cuda_abi daemon/gsyncd >"$out/build.txt" 2>&1
+    tools/bench/bench_device_allreduce tests/gpu/test_gpu_buffers tests/gpu/test_cuda_abi \
+    daemon/gsyncd >"$out/build.txt" 2>&1
   echo "device-check: ninja rc=$?" | tee -a "$out/summary.txt"
   test_exe="$build/tests/gpu/test_gpu_reduce"
   bench="$build/tools/bench/bench_gpu_reduce"
@@ -189,6 +190,19 @@ if [ -x "$bench" ]; then
   bench_rc=${PIPESTATUS[0]}
 fi
 verdict bench_gpu_reduce "$bench_rc" "$out/bench_gpu_reduce.txt"
+# 256 MiB of device memory across 2 test-bed hosts next to the same bytes in
+# host memory, through the same daemons.
+e2e_rc=not-built
+e2e=${bundle:+$bundle/bin/bench_device_allreduce}
+[ -z "$bundle" ] && e2e="$build/tools/bench/bench_device_allreduce"
+if [ -x "$e2e" ]; then
+  # Namespaces need root; loopback hosts otherwise.
+  e2e_args=(--mib 256 --iters 10)
+  [ "$(id -u)" = 0 ] || e2e_args+=(--loopback)
+  "${run[@]}" "$e2e" "${e2e_args[@]}" 2>&1 | tee "$out/bench_device_allreduce.txt"
+  e2e_rc=${PIPESTATUS[0]}
+fi
+verdict bench_device_allreduce "$e2e_rc" "$out/bench_device_allreduce.txt"
 if [ "$failed" -eq 0 ]; then
   echo "device-check: PASS (every part ran and passed; driver $driver)" | tee -a "$out/summary.txt"
   exit 0
