@@ -46,6 +46,12 @@ verdict() {
   if [ "$rc" = not-built ]; then
     v="FAIL (not built: see $out/build.txt)"
     [ -n "$bundle" ] && v="FAIL (not in the bundle $bundle)"
+  elif [ "$rc" = no-sanitizer ]; then
+    v="FAIL (no compute-sanitizer on PATH or in /usr/local/cuda/bin)"
+  elif [ "$rc" = no-report ]; then
+    v="FAIL (the daemons under compute-sanitizer wrote no report)"
+  elif [ "$rc" = sanitizer-errors ]; then
+    v="FAIL (compute-sanitizer found errors: $(grep -l 'ERROR SUMMARY: [1-9]' "$out"/sanitizer-*.txt | tr '\n' ' '))"
   elif [ -n "$log" ] && grep -q '^\[  SKIPPED \]' "$log"; then
     v="FAIL ($(grep -c '^\[  SKIPPED \]' "$log") cases skipped: $(grep -m1 -E '^(no GPU|needs )' "$log"))"
   elif [ "$rc" = 77 ] || { [ -n "$log" ] && grep -q '^SKIPPED' "$log"; }; then
@@ -203,6 +209,37 @@ if [ -x "$e2e" ]; then
   e2e_rc=${PIPESTATUS[0]}
 fi
 verdict bench_device_allreduce "$e2e_rc" "$out/bench_device_allreduce.txt"
+# compute-sanitizer over the daemon for one pass of every dtype and op
+# (memcheck, then racecheck): test_gpu_buffers' daemon started through a
+# wrapper, each daemon's report in $out/sanitizer-TOOL-PID.txt.
+san_rc=not-built
+sanitizer=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+daemon_exe=${bundle:+$bundle/bin/gsyncd}
+[ -z "$bundle" ] && daemon_exe="$build/daemon/gsyncd"
+if [ ! -x "$sanitizer" ]; then
+  san_rc=no-sanitizer
+elif [ -n "${buffers_exe:-}" ] && [ -x "$buffers_exe" ] && [ -x "$daemon_exe" ]; then
+  san_rc=0
+  for tool in memcheck racecheck; do
+    wrapper="$out/gsyncd-$tool.sh"
+    printf '#!/bin/sh\nexec "%s" --tool %s --log-file "%s/sanitizer-%s-%%p.txt" "%s" "$@"\n' \
+      "$sanitizer" "$tool" "$(cd "$out" && pwd)" "$tool" "$daemon_exe" >"$wrapper"
+    chmod +x "$wrapper"
+    "${run[@]}" env GSYNCD="$wrapper" "$buffers_exe" \
+      --gtest_filter='GpuBuffers.EveryDtypeAndOpFrom1To4RanksMatchesTheReference' 2>&1 |
+      tee "$out/test_gpu_buffers_$tool.txt"
+    rc=${PIPESTATUS[0]}
+    [ "$rc" = 0 ] || san_rc=$rc
+  done
+  if ls "$out"/sanitizer-*.txt >/dev/null 2>&1 &&
+     grep -q 'ERROR SUMMARY: [1-9]' "$out"/sanitizer-*.txt; then
+    san_rc=sanitizer-errors
+  elif [ "$san_rc" = 0 ] && ! grep -qs '^\[  SKIPPED \]' "$out/test_gpu_buffers_racecheck.txt" &&
+       ! ls "$out"/sanitizer-*.txt >/dev/null 2>&1; then
+    san_rc=no-report
+  fi
+fi
+verdict compute_sanitizer "$san_rc" "$out/test_gpu_buffers_racecheck.txt"
 if [ "$failed" -eq 0 ]; then
   echo "device-check: PASS (every part ran and passed; driver $driver)" | tee -a "$out/summary.txt"
   exit 0
