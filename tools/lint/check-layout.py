@@ -31,6 +31,7 @@ FORBIDDEN = [
 DUMP = re.compile(r'\.dump\s*\(')
 DUMP_ALLOWED = "daemon/core/json_text.h"
 STRINGS = re.compile(r'"(\\.|[^"\\])*"|\'(\\.|[^\'\\])*\'')
+EXTERN_C = re.compile(r'^\s*extern\s+"C"\s*\{')
 
 
 def code_of(line):
@@ -41,8 +42,9 @@ def code_of(line):
 
 def functions(lines):
     """(opening line, first body line, last body line) of every top-level
-    definition: a '}' at column 0 that is not the end of a namespace or of
-    a type, matched with its '{' by counting braces backwards."""
+    definition: a '}' at column 0 that is not the end of a namespace, of an
+    extern "C" block or of a type, matched with its '{' by counting braces
+    backwards."""
     out = []
     for i, line in enumerate(lines):
         if not line.startswith("}") or line.startswith("};") or "namespace" in line:
@@ -52,7 +54,8 @@ def functions(lines):
             code = code_of(lines[j])
             depth += code.count("}") - code.count("{")
             if depth == 0:
-                out.append((j, j + 1, i - 1))
+                if not EXTERN_C.match(lines[j]):
+                    out.append((j, j + 1, i - 1))
                 break
     return out
 
