@@ -6,6 +6,10 @@
 // one "poller" that blocks on the completion doorbell; the others wait on a
 // condition variable and are woken by whoever drains the ring.
 //
+// The parts: comm.cc (open, the memory, liveness, the end), comm_submit.cc
+// (checks, staging, the submission ring), comm_wait.cc (the completion
+// ring, test and wait, results).
+//
 // Lifetime: gsync_comm and every gsync_request hold a shared_ptr. close()
 // fails pending requests with GSYNC_ERR_CLOSED and releases the socket and
 // doorbells at once; the mapping goes with the last reference.
@@ -95,11 +99,20 @@ class Session {
   // *device_offset: the entry offset of a buffer in device memory
   // (protocol/device.h), 0 for host memory.
   int validate(const OpArgs& a, bool* zero_copy, uint64_t* bytes, uint64_t* device_offset) const;
+  // validate()'s look at where a buffer of count x elem bytes lies (the
+  // arena, gsync_alloc_device's memory, other host memory): why it cannot
+  // be used there, or "".
+  std::string buffer_error(const OpArgs& a, size_t elem, bool* zero_copy, uint64_t* bytes,
+                           uint64_t* device_offset) const;
   // The session's socket for a device memory request, or -1 after close.
   int device_socket();
   // What the op's submission carries: its own codec, or the job's where
   // the job's can apply.
   proto::Compression compression_of(const OpArgs& a) const;
+  // Reserves the staging block of a tensor outside the arena and fills the
+  // request's copy fields; *copy_in: whether its data must go in.
+  int stage_locked(const OpArgs& a, uint64_t bytes, RequestState& st, uint64_t* offset,
+                   bool* copy_in);
   int publish_locked(const OpArgs& a, const std::shared_ptr<RequestState>& st, uint64_t offset);
   void undo_submit_locked(RequestState& st);
 
