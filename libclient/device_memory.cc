@@ -23,6 +23,31 @@ namespace {
 // milliseconds; this bounds a daemon that hangs.
 constexpr int kReplyTimeoutMs = 30000;
 
+// The GPU of this thread's CUDA context, if it can export memory as a file
+// descriptor, and its PCI bus id: the daemon opens the same GPU by it.
+int current_device(const cu::Driver& d, cu::Device* dev, char* bus_id, std::string* why) {
+  if (cu::Result r = d.ctx_get_device(dev); r != cu::kSuccess) {
+    *why = cu::error_text(d, "cuCtxGetDevice", r) +
+           ": no current CUDA context on this thread (call cudaSetDevice first)";
+    return GSYNC_ERR_INVALID;
+  }
+  int vmm = 0, posix_fd = 0;
+  (void)d.device_get_attribute(&vmm, cu::kAttributeVmmSupported, *dev);
+  (void)d.device_get_attribute(&posix_fd, cu::kAttributePosixFdSupported, *dev);
+  if (!vmm || !posix_fd) {
+    *why = format("GPU %d cannot export memory as a file descriptor (VMM %d, POSIX fd handles %d): "
+                  "a driver older than 450, or a GPU without the VMM API",
+                  *dev, vmm, posix_fd);
+    return GSYNC_ERR_UNSUPPORTED;
+  }
+  if (cu::Result r = d.device_get_pci_bus_id(bus_id, proto::kPciBusIdMax, *dev);
+      r != cu::kSuccess) {
+    *why = cu::error_text(d, "cuDeviceGetPCIBusId", r);
+    return GSYNC_ERR_INTERNAL;
+  }
+  return GSYNC_OK;
+}
+
 }  // namespace
 
 DeviceMemory::~DeviceMemory() {
@@ -62,74 +87,12 @@ int DeviceMemory::alloc(int sock, size_t bytes, void** out, std::string* why) {
     return GSYNC_ERR_UNSUPPORTED;
   }
   cu::Device dev = 0;
-  if (cu::Result r = d->ctx_get_device(&dev); r != cu::kSuccess) {
-    *why = cu::error_text(*d, "cuCtxGetDevice", r) +
-           ": no current CUDA context on this thread (call cudaSetDevice first)";
-    return GSYNC_ERR_INVALID;
-  }
-  int vmm = 0, posix_fd = 0;
-  (void)d->device_get_attribute(&vmm, cu::kAttributeVmmSupported, dev);
-  (void)d->device_get_attribute(&posix_fd, cu::kAttributePosixFdSupported, dev);
-  if (!vmm || !posix_fd) {
-    *why = format("GPU %d cannot export memory as a file descriptor (VMM %d, POSIX fd handles %d): "
-                  "a driver older than 450, or a GPU without the VMM API",
-                  dev, vmm, posix_fd);
-    return GSYNC_ERR_UNSUPPORTED;
-  }
   char bus_id[proto::kPciBusIdMax] = {};
-  if (cu::Result r = d->device_get_pci_bus_id(bus_id, sizeof bus_id, dev); r != cu::kSuccess) {
-    *why = cu::error_text(*d, "cuDeviceGetPCIBusId", r);
-    return GSYNC_ERR_INTERNAL;
-  }
-  cu::MemAllocationProp prop{};
-  prop.type = cu::kAllocationTypePinned;
-  prop.requested_handle_types = cu::kHandleTypePosixFd;
-  prop.location.type = cu::kLocationTypeDevice;
-  prop.location.id = dev;
-  size_t granularity = 0;
-  if (cu::Result r = d->mem_get_allocation_granularity(&granularity, &prop,
-                                                       cu::kGranularityRecommended);
-      r != cu::kSuccess || granularity == 0) {
-    *why = cu::error_text(*d, "cuMemGetAllocationGranularity", r);
-    return GSYNC_ERR_INTERNAL;
-  }
+  if (int rc = current_device(*d, &dev, bus_id, why); rc != GSYNC_OK) return rc;
   Alloc a;
-  a.asked = bytes;
-  a.mapped = (bytes + granularity - 1) / granularity * granularity;
-  {
-    std::lock_guard lock(mu_);
-    a.id = next_id_++;
-  }
-  if (a.id > proto::kMaxDeviceAllocId) {
-    *why = "this session has made the most device allocations it may";
-    return GSYNC_ERR_NOMEM;
-  }
-  if (cu::Result r = d->mem_create(&a.handle, a.mapped, &prop, 0); r != cu::kSuccess) {
-    *why = format("%s (%zu bytes on GPU %d)", cu::error_text(*d, "cuMemCreate", r).c_str(),
-                  a.mapped, dev);
-    return r == 2 /* CUDA_ERROR_OUT_OF_MEMORY */ ? GSYNC_ERR_NOMEM : GSYNC_ERR_INTERNAL;
-  }
-  // Reserve, map, open to this GPU, export: on a failure unmap() gives
-  // back whatever of it was done.
   cu::DevicePtr va = 0;
-  cu::MemAccessDesc access{prop.location, cu::kAccessReadWrite};
   int fd = -1;
-  const char* failed = nullptr;
-  cu::Result r = cu::kSuccess;
-  if ((r = d->mem_address_reserve(&va, a.mapped, granularity, 0, 0)) != cu::kSuccess)
-    failed = "cuMemAddressReserve";
-  else if ((r = d->mem_map(va, a.mapped, 0, a.handle, 0)) != cu::kSuccess)
-    failed = "cuMemMap";
-  else if ((r = d->mem_set_access(va, a.mapped, &access, 1)) != cu::kSuccess)
-    failed = "cuMemSetAccess";
-  else if ((r = d->mem_export_to_shareable_handle(&fd, a.handle, cu::kHandleTypePosixFd, 0)) !=
-           cu::kSuccess)
-    failed = "cuMemExportToShareableHandle";
-  if (failed != nullptr) {
-    unmap(va, a);
-    *why = cu::error_text(*d, failed, r);
-    return GSYNC_ERR_INTERNAL;
-  }
+  if (int rc = create(*d, dev, bytes, &a, &va, &fd, why); rc != GSYNC_OK) return rc;
   const int rc = exchange(sock, static_cast<uint32_t>(proto::DeviceRequestKind::kRegister), a.id,
                           a.mapped, bus_id, fd, why);
   close(fd);  // the daemon has its own (or nothing, on failure)
@@ -147,6 +110,57 @@ int DeviceMemory::alloc(int sock, size_t bytes, void** out, std::string* why) {
   std::lock_guard lock(mu_);
   allocs_.emplace(static_cast<uintptr_t>(va), a);
   *out = reinterpret_cast<void*>(static_cast<uintptr_t>(va));
+  return GSYNC_OK;
+}
+
+int DeviceMemory::create(const cu::Driver& d, int dev, size_t bytes, Alloc* a,
+                         unsigned long long* va, int* fd, std::string* why) {
+  cu::MemAllocationProp prop{};
+  prop.type = cu::kAllocationTypePinned;
+  prop.requested_handle_types = cu::kHandleTypePosixFd;
+  prop.location.type = cu::kLocationTypeDevice;
+  prop.location.id = dev;
+  size_t granularity = 0;
+  if (cu::Result r = d.mem_get_allocation_granularity(&granularity, &prop,
+                                                      cu::kGranularityRecommended);
+      r != cu::kSuccess || granularity == 0) {
+    *why = cu::error_text(d, "cuMemGetAllocationGranularity", r);
+    return GSYNC_ERR_INTERNAL;
+  }
+  a->asked = bytes;
+  a->mapped = (bytes + granularity - 1) / granularity * granularity;
+  {
+    std::lock_guard lock(mu_);
+    a->id = next_id_++;
+  }
+  if (a->id > proto::kMaxDeviceAllocId) {
+    *why = "this session has made the most device allocations it may";
+    return GSYNC_ERR_NOMEM;
+  }
+  if (cu::Result r = d.mem_create(&a->handle, a->mapped, &prop, 0); r != cu::kSuccess) {
+    *why = format("%s (%zu bytes on GPU %d)", cu::error_text(d, "cuMemCreate", r).c_str(),
+                  a->mapped, dev);
+    return r == 2 /* CUDA_ERROR_OUT_OF_MEMORY */ ? GSYNC_ERR_NOMEM : GSYNC_ERR_INTERNAL;
+  }
+  // Reserve, map, open to this GPU, export: on a failure unmap() gives
+  // back whatever of it was done.
+  cu::MemAccessDesc access{prop.location, cu::kAccessReadWrite};
+  const char* failed = nullptr;
+  cu::Result r = cu::kSuccess;
+  if ((r = d.mem_address_reserve(va, a->mapped, granularity, 0, 0)) != cu::kSuccess)
+    failed = "cuMemAddressReserve";
+  else if ((r = d.mem_map(*va, a->mapped, 0, a->handle, 0)) != cu::kSuccess)
+    failed = "cuMemMap";
+  else if ((r = d.mem_set_access(*va, a->mapped, &access, 1)) != cu::kSuccess)
+    failed = "cuMemSetAccess";
+  else if ((r = d.mem_export_to_shareable_handle(fd, a->handle, cu::kHandleTypePosixFd, 0)) !=
+           cu::kSuccess)
+    failed = "cuMemExportToShareableHandle";
+  if (failed != nullptr) {
+    unmap(*va, *a);
+    *why = cu::error_text(d, failed, r);
+    return GSYNC_ERR_INTERNAL;
+  }
   return GSYNC_OK;
 }
 

@@ -21,6 +21,10 @@
 
 namespace gsync::client {
 
+namespace cu {
+struct Driver;
+}
+
 class DeviceMemory {
  public:
   DeviceMemory() = default;
@@ -52,6 +56,11 @@ class DeviceMemory {
   int exchange(int sock, uint32_t kind, uint64_t id, uint64_t bytes, const char* bus_id, int fd,
                std::string* why, bool wait = true);
   void unmap(uintptr_t va, const Alloc& a) const;
+  // The memory of a new allocation of `bytes` on GPU dev: created, mapped
+  // at *va in this process, open to dev, exported as *fd. On a failure
+  // nothing of it is left.
+  int create(const cu::Driver& d, int dev, size_t bytes, Alloc* a, unsigned long long* va,
+             int* fd, std::string* why);
 
   mutable std::mutex mu_;               // allocs_ and next_id_, held briefly
   std::map<uintptr_t, Alloc> allocs_;  // by the client's address
