@@ -115,10 +115,11 @@ int socket_from_config(const gsync_config_t& cfg, ConnectParams* p) {
   }
   if (p->socket_path.empty() || p->socket_path == "@" ||
       p->socket_path.size() >= sizeof(sockaddr_un{}.sun_path)) {
-    return fail(GSYNC_ERR_INVALID,
-                format("gsync_connect: socket path '%s' (from %s) is empty or longer than %zu bytes",
-                       p->socket_path.c_str(), p->socket_source.c_str(),
-                       sizeof(sockaddr_un{}.sun_path) - 1));
+    return fail(
+        GSYNC_ERR_INVALID,
+        format("gsync_connect: socket path '%s' (from %s) is empty or longer than %zu bytes",
+               p->socket_path.c_str(), p->socket_source.c_str(),
+               sizeof(sockaddr_un{}.sun_path) - 1));
   }
   return GSYNC_OK;
 }
@@ -168,7 +169,6 @@ int guard_from_config(const gsync_config_t& cfg, uint32_t* out) {
 }
 
 }  // namespace
-
 
 int parse_config(const gsync_config_t* cfg, ConnectParams* out) {
   if (cfg == nullptr) return fail(GSYNC_ERR_INVALID, "gsync_connect: cfg is NULL");

@@ -59,8 +59,8 @@ class DeviceMemory {
   // The memory of a new allocation of `bytes` on GPU dev: created, mapped
   // at *va in this process, open to dev, exported as *fd. On a failure
   // nothing of it is left.
-  int create(const cu::Driver& d, int dev, size_t bytes, Alloc* a, unsigned long long* va,
-             int* fd, std::string* why);
+  int create(const cu::Driver& d, int dev, size_t bytes, Alloc* a, unsigned long long* va, int* fd,
+             std::string* why);
 
   mutable std::mutex mu_;               // allocs_ and next_id_, held briefly
   std::map<uintptr_t, Alloc> allocs_;  // by the client's address
