@@ -1,36 +1,23 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "tools/peers/launch.h"
 
-#include <fcntl.h>
-#include <poll.h>
-#include <signal.h>
-#include <sys/prctl.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
-#include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <filesystem>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "tools/common/procs.h"
+#include "tools/peers/child.h"
 
 namespace gsync::peers {
 
 namespace {
-
-using Clock = std::chrono::steady_clock;
-
-constexpr size_t kStderrKeep = 16 << 10;  // tail of a child's stderr kept for errors
-constexpr auto kReapGrace = std::chrono::seconds(1);
-constexpr auto kTermGrace = std::chrono::seconds(2);
-
-std::string errno_text(int e) { return std::strerror(e); }
 
 bool executable_file(const std::string& p) {
   return !p.empty() && access(p.c_str(), X_OK) == 0 && std::filesystem::is_regular_file(p);
@@ -61,265 +48,10 @@ std::string slot_text(const HostSlot& s) {
          slot_address(s);
 }
 
-std::string describe_status(int status) {
-  if (WIFEXITED(status)) return "exit " + std::to_string(WEXITSTATUS(status));
-  if (WIFSIGNALED(status)) {
-    int sig = WTERMSIG(status);
-    // The drivers arm alarm(--timeout) as their kill switch.
-    return "signal " + std::to_string(sig) + " (" + strsignal(sig) +
-           (sig == SIGALRM ? ": its --timeout ran out)" : ")");
-  }
-  return "status " + std::to_string(status);
-}
-
 std::string join(const std::vector<std::string>& argv) {
   std::string s;
   for (const auto& a : argv) s += (s.empty() ? "" : " ") + a;
   return s;
-}
-
-// A /var/run/netns file, open across fork: the child enters it with
-// setns(2) before exec, the parent closes its copy afterwards.
-class NetnsFd {
- public:
-  NetnsFd() = default;
-  NetnsFd(const NetnsFd&) = delete;
-  NetnsFd& operator=(const NetnsFd&) = delete;
-  ~NetnsFd() {
-    if (fd_ >= 0) close(fd_);
-  }
-  // "" = stay in the caller's namespace (fd -1).
-  bool open(const std::string& name, std::string* error) {
-    if (name.empty()) return true;
-    const std::string path = "/var/run/netns/" + name;
-    fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd_ < 0) *error = "network namespace " + path + ": " + errno_text(errno);
-    return fd_ >= 0;
-  }
-  int fd() const { return fd_; }
-
- private:
-  int fd_ = -1;
-};
-
-// One child program: its own process group (so that mpirun's ranks can be
-// signalled with it), stdin from /dev/null, stdout and stderr captured. The
-// destructor kills and reaps whatever is still there, so no early return
-// leaves a process behind.
-class Child {
- public:
-  Child(std::string label, std::vector<std::string> argv)
-      : label_(std::move(label)), argv_(std::move(argv)) {}
-  Child(const Child&) = delete;
-  Child& operator=(const Child&) = delete;
-  ~Child() {
-    // pid_ stays -1 if never started, and waitpid(-1) would reap someone else's child.
-    if (pid_ > 0 && !reaped_) {
-      kill_group(SIGKILL);
-      int st;
-      while (waitpid(pid_, &st, 0) < 0 && errno == EINTR) {
-      }
-    }
-    for (int fd : {out_fd_, err_fd_})
-      if (fd >= 0) close(fd);
-  }
-
-  // Forks and execs argv[0], inside the namespace netns_fd (-1 = the
-  // caller's), confined to cpus (empty: any). Only async-signal-safe calls
-  // between fork and exec: the caller may have threads.
-  bool start(int netns_fd, std::string* error, const std::vector<int>& cpus = {}) {
-    int out[2], err[2];
-    if (pipe2(out, O_CLOEXEC) != 0) return fail(error, "pipe");
-    if (pipe2(err, O_CLOEXEC) != 0) {
-      close(out[0]);
-      close(out[1]);
-      return fail(error, "pipe");
-    }
-    int devnull = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
-    std::vector<char*> cargv;
-    for (auto& a : argv_) cargv.push_back(a.data());
-    cargv.push_back(nullptr);
-    const std::string setns_msg = label_ + ": setns(CLONE_NEWNET) failed\n";
-    const std::string pin_msg = label_ + ": sched_setaffinity failed\n";
-    const std::string exec_msg = label_ + ": cannot execute " + argv_[0] + "\n";
-    const pid_t parent = getpid();
-
-    pid_ = fork();
-    if (pid_ == 0) {
-      setpgid(0, 0);
-      // Ranks must not outlive the benchmark that started them. (This ties
-      // them to the forking thread, which waits for them in this call.)
-      prctl(PR_SET_PDEATHSIG, SIGKILL);
-      if (getppid() != parent) _exit(125);
-      sigset_t none;
-      sigemptyset(&none);
-      sigprocmask(SIG_SETMASK, &none, nullptr);
-      signal(SIGPIPE, SIG_DFL);
-      if (!tools::pin_to(cpus)) {
-        (void)!write(err[1], pin_msg.data(), pin_msg.size());
-        _exit(126);
-      }
-      if (netns_fd >= 0 && setns(netns_fd, CLONE_NEWNET) != 0) {
-        (void)!write(err[1], setns_msg.data(), setns_msg.size());
-        _exit(126);
-      }
-      if (devnull >= 0) dup2(devnull, 0);
-      dup2(out[1], 1);
-      dup2(err[1], 2);
-      execv(cargv[0], cargv.data());
-      (void)!write(2, exec_msg.data(), exec_msg.size());
-      _exit(127);
-    }
-    const int fork_errno = errno;
-    close(out[1]);
-    close(err[1]);
-    if (devnull >= 0) close(devnull);
-    if (pid_ < 0) {
-      close(out[0]);
-      close(err[0]);
-      reaped_ = true;
-      errno = fork_errno;
-      return fail(error, "fork");
-    }
-    setpgid(pid_, pid_);  // also here: kill_group may run before the child's own call
-    out_fd_ = out[0];
-    err_fd_ = err[0];
-    return true;
-  }
-
-  // Signals the child's whole process group; the leader is not reaped yet,
-  // so the group id is still this child's own.
-  void kill_group(int sig) {
-    if (pid_ <= 0 || reaped_) return;
-    if (kill(-pid_, sig) != 0) kill(pid_, sig);
-  }
-
-  void reap() {
-    if (reaped_ || pid_ <= 0) return;
-    if (waitpid(pid_, &status_, WNOHANG) == pid_) {
-      reaped_ = true;
-      reaped_at_ = Clock::now();
-    }
-  }
-
-  // Exited, and its pipes drained (or held open only by a leftover
-  // grandchild for longer than a grace period).
-  bool done() const {
-    return reaped_ && ((out_fd_ < 0 && err_fd_ < 0) || Clock::now() > reaped_at_ + kReapGrace);
-  }
-  bool failed() const { return reaped_ && !(WIFEXITED(status_) && WEXITSTATUS(status_) == 0); }
-
-  // Collects its pipe ends for poll(); read_ready consumes what poll found.
-  void add_fds(std::vector<pollfd>* fds, std::vector<std::pair<Child*, int*>>* owners) {
-    for (int* fd : {&out_fd_, &err_fd_}) {
-      if (*fd < 0) continue;
-      fds->push_back(pollfd{*fd, POLLIN, 0});
-      owners->push_back({this, fd});
-    }
-  }
-  void read_ready(int* fd) {
-    char buf[65536];
-    ssize_t n = read(*fd, buf, sizeof buf);
-    if (n < 0 && (errno == EINTR || errno == EAGAIN)) return;
-    if (n <= 0) {
-      close(*fd);
-      *fd = -1;
-      return;
-    }
-    std::string& dst = fd == &out_fd_ ? out_ : err_;
-    dst.append(buf, static_cast<size_t>(n));
-    if (fd == &err_fd_ && err_.size() > 2 * kStderrKeep) err_.erase(0, err_.size() - kStderrKeep);
-  }
-
-  const std::string& label() const { return label_; }
-  const std::string& out() const { return out_; }
-  const std::vector<std::string>& argv() const { return argv_; }
-
-  // "<label>: exit 1: <last stderr lines>"
-  std::string report() const {
-    std::string s = label_ + ": " + (reaped_ ? describe_status(status_) : "still running");
-    std::string tail = err_.size() > 2000 ? "..." + err_.substr(err_.size() - 2000) : err_;
-    while (!tail.empty() && (tail.back() == '\n' || tail.back() == ' ')) tail.pop_back();
-    if (!tail.empty()) s += ": " + tail;
-    return s;
-  }
-
- private:
-  bool fail(std::string* error, const char* what) {
-    *error = label_ + ": " + what + ": " + errno_text(errno);
-    return false;
-  }
-
-  std::string label_;
-  std::vector<std::string> argv_;
-  pid_t pid_ = -1;
-  int out_fd_ = -1, err_fd_ = -1;
-  int status_ = 0;
-  bool reaped_ = false;
-  Clock::time_point reaped_at_;
-  std::string out_, err_;
-};
-
-// Reads from every child's pipes for up to wait_ms and reaps those that exited.
-void pump(const std::vector<Child*>& children, int wait_ms) {
-  std::vector<pollfd> fds;
-  std::vector<std::pair<Child*, int*>> owners;
-  for (Child* c : children) c->add_fds(&fds, &owners);
-  if (poll(fds.data(), fds.size(), wait_ms) > 0) {
-    for (size_t i = 0; i < fds.size(); i++) {
-      if (fds[i].revents) owners[i].first->read_ready(owners[i].second);
-    }
-  }
-  for (Child* c : children) c->reap();
-}
-
-// Runs until every child is done, one has failed (the others then cannot
-// finish: a collective needs all ranks), or the deadline. Returns "" or the
-// error, naming the failed child or those still running.
-// Asks politely first (mpirun then stops its ranks), then kills.
-void stop_all(const std::vector<Child*>& children) {
-  for (Child* c : children) c->kill_group(SIGTERM);
-  for (auto t = Clock::now() + kTermGrace; Clock::now() < t;) {
-    pump(children, 50);
-    if (std::all_of(children.begin(), children.end(), [](Child* c) { return c->done(); })) break;
-  }
-  for (Child* c : children) c->kill_group(SIGKILL);
-}
-
-std::string wait_all(const std::vector<Child*>& children, Clock::time_point deadline,
-                     const std::string& what, int timeout_s) {
-  for (;;) {
-    pump(children, 50);
-    bool all_done = true;
-    for (Child* c : children) {
-      if (c->failed()) {
-        // Give the others a moment to print their side of the failure.
-        for (auto t = Clock::now() + std::chrono::milliseconds(300); Clock::now() < t;)
-          pump(children, 50);
-        std::string e = what + " failed: " + c->report();
-        for (Child* o : children) {
-          if (o != c && o->failed()) e += "; " + o->report();
-        }
-        // The rest would only wait for the failed one until their timeout.
-        for (Child* o : children) o->kill_group(SIGKILL);
-        for (auto t = Clock::now() + kTermGrace; Clock::now() < t;) {
-          pump(children, 50);
-          if (std::all_of(children.begin(), children.end(), [](Child* o) { return o->done(); }))
-            break;
-        }
-        return e;
-      }
-      all_done = all_done && c->done();
-    }
-    if (all_done) return "";
-    if (Clock::now() > deadline) break;
-  }
-  std::string e = what + " timed out after " + std::to_string(timeout_s) + " s";
-  for (Child* c : children) {
-    if (!c->done()) e += "; " + c->report();
-  }
-  stop_all(children);
-  return e;
 }
 
 // The JSON lines a driver printed, as rows; "" or an error.
@@ -379,6 +111,51 @@ bool valid_sizes(uint64_t min_bytes, uint64_t max_bytes, int iters, Result* r) {
 void remove_store(const std::string& dir) {
   std::error_code ec;
   std::filesystem::remove_all(dir, ec);
+}
+
+// mpirun's arguments for ranks in the test bed's namespaces, each
+// namespace one host started through netns-rsh.sh; *net: the network its
+// ranks talk over. "" or an error.
+std::string add_netns_hosts(const std::vector<HostSlot>& slots, std::vector<std::string>* argv,
+                            std::string* net) {
+  const std::string rsh = netns_rsh_path();
+  if (rsh.empty())
+    return "netns-rsh.sh not found (built into tools/peers/; or set GSYNC_NETNS_RSH)";
+  // One host name per namespace, in rank order; slots of one namespace
+  // are contiguous (rank i = slots[i]), as mpirun fills hosts in order.
+  std::vector<std::pair<std::string, int>> hosts;
+  for (const auto& s : slots) {
+    if (hosts.empty() || hosts.back().first != s.netns) hosts.push_back({s.netns, 0});
+    hosts.back().second++;
+  }
+  std::string map, list;
+  for (size_t i = 0; i < hosts.size(); i++) {
+    std::string name = "h" + std::to_string(i);
+    map += (i ? "," : "") + name + "=" + hosts[i].first;
+    list += (i ? "," : "") + name + ":" + std::to_string(hosts[i].second);
+  }
+  // The bed's addresses are 10.R.x.y: the /16 of the first slot covers them.
+  const std::string a = slot_address(slots[0]);
+  size_t dot = a.find('.', a.find('.') + 1);
+  *net = a.substr(0, dot) + ".0.0/16";
+  argv->insert(argv->end(),
+               {"--host", list, "--mca", "plm_rsh_agent", "/bin/sh " + rsh + " " + map, "--mca",
+                "plm_rsh_no_tree_spawn", "1", "--mca", "mpi_yield_when_idle", "1"});
+  return "";
+}
+
+// Pinned hosts: each rank confines itself (mpi_allreduce.c) to its slot's
+// CPUs, listed by rank: "0;1;0;1", "0,1;2,3". "" when no slot is pinned.
+std::string rank_cpus(const std::vector<HostSlot>& slots) {
+  std::string cpus;
+  bool pinned = false;
+  for (size_t i = 0; i < slots.size(); i++) {
+    cpus += i ? ";" : "";
+    for (size_t k = 0; k < slots[i].cpus.size(); k++)
+      cpus += (k ? "," : "") + std::to_string(slots[i].cpus[k]);
+    pinned |= !slots[i].cpus.empty();
+  }
+  return pinned ? cpus : "";
 }
 
 }  // namespace
@@ -486,43 +263,13 @@ Result run_mpi_tcp(const std::vector<HostSlot>& slots, uint64_t min_bytes, uint6
                                    "btl",  "self,tcp"};
   std::string net = "lo";
   if (netns) {
-    const std::string rsh = netns_rsh_path();
-    if (rsh.empty()) {
-      r.error = "mpi: netns-rsh.sh not found (built into tools/peers/; or set GSYNC_NETNS_RSH)";
+    if (std::string e = add_netns_hosts(slots, &argv, &net); !e.empty()) {
+      r.error = "mpi: " + e;
       return r;
     }
-    // One host name per namespace, in rank order; slots of one namespace
-    // are contiguous (rank i = slots[i]), as mpirun fills hosts in order.
-    std::vector<std::pair<std::string, int>> hosts;
-    for (const auto& s : slots) {
-      if (hosts.empty() || hosts.back().first != s.netns) hosts.push_back({s.netns, 0});
-      hosts.back().second++;
-    }
-    std::string map, list;
-    for (size_t i = 0; i < hosts.size(); i++) {
-      std::string name = "h" + std::to_string(i);
-      map += (i ? "," : "") + name + "=" + hosts[i].first;
-      list += (i ? "," : "") + name + ":" + std::to_string(hosts[i].second);
-    }
-    // The bed's addresses are 10.R.x.y: the /16 of the first slot covers them.
-    const std::string a = slot_address(slots[0]);
-    size_t dot = a.find('.', a.find('.') + 1);
-    net = a.substr(0, dot) + ".0.0/16";
-    argv.insert(argv.end(), {"--host", list, "--mca", "plm_rsh_agent", "/bin/sh " + rsh + " " + map,
-                             "--mca", "plm_rsh_no_tree_spawn", "1", "--mca",
-                             "mpi_yield_when_idle", "1"});
   }
-  // Pinned hosts: each rank confines itself (mpi_allreduce.c) to its
-  // slot's CPUs, listed by rank: "0;1;0;1", "0,1;2,3".
-  std::string cpus;
-  bool pinned = false;
-  for (size_t i = 0; i < slots.size(); i++) {
-    cpus += i ? ";" : "";
-    for (size_t k = 0; k < slots[i].cpus.size(); k++)
-      cpus += (k ? "," : "") + std::to_string(slots[i].cpus[k]);
-    pinned |= !slots[i].cpus.empty();
-  }
-  if (pinned) argv.insert(argv.end(), {"-x", "GSYNC_PEER_CPUS=" + cpus});
+  if (std::string cpus = rank_cpus(slots); !cpus.empty())
+    argv.insert(argv.end(), {"-x", "GSYNC_PEER_CPUS=" + cpus});
   argv.insert(argv.end(), {"--mca", "btl_tcp_if_include", net, "--mca", "oob_tcp_if_include", net,
                            driver, std::to_string(min_bytes), std::to_string(max_bytes),
                            std::to_string(iters)});
