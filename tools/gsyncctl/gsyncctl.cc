@@ -193,6 +193,29 @@ void add_file_commands(CLI::App& app, FileCommand* trace, FileCommand* report) {
                           "admin sockets of the daemons to show (default: --socket)");
 }
 
+void add_global_options(CLI::App& app, std::string* socket_path, bool* as_json, int* timeout_ms) {
+  app.add_option("-s,--socket", *socket_path, "admin socket of the daemon")
+      ->envname("GSYNC_ADMIN_SOCKET")
+      ->capture_default_str();
+  app.add_flag("--json", *as_json, "print the daemon's JSON reply (pretty-printed)");
+  app.add_option("--timeout-ms", *timeout_ms, "give up when the daemon has not answered by then")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 3600 * 1000));
+  // Global options may also follow the command: "gsyncctl status --json".
+  app.fallthrough();
+  app.require_subcommand(1);
+}
+
+// What a query prints: the reply itself with --json, else its command's
+// rendering; a checkpoint request (no command) one line.
+std::string reply_text(const nlohmann::json& reply, const Command* command, bool as_json,
+                       bool stragglers, const std::string& checkpoint_job) {
+  if (as_json) return reply.dump(2) + "\n";
+  if (command && stragglers) return gsync::cli::render_stragglers(reply);
+  if (command) return command->render(reply);
+  return fmt::format("job {}: {}\n", checkpoint_job, reply.value("requested", std::string()));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -201,16 +224,7 @@ int main(int argc, char** argv) {
   std::string socket_path = kDefaultAdminSocket;
   bool as_json = false;
   int timeout_ms = kDefaultTimeoutMs;
-  app.add_option("-s,--socket", socket_path, "admin socket of the daemon")
-      ->envname("GSYNC_ADMIN_SOCKET")
-      ->capture_default_str();
-  app.add_flag("--json", as_json, "print the daemon's JSON reply (pretty-printed)");
-  app.add_option("--timeout-ms", timeout_ms, "give up when the daemon has not answered by then")
-      ->capture_default_str()
-      ->check(CLI::Range(1, 3600 * 1000));
-  // Global options may also follow the command: "gsyncctl status --json".
-  app.fallthrough();
-  app.require_subcommand(1);
+  add_global_options(app, &socket_path, &as_json, &timeout_ms);
   bool stragglers = false;
   for (const Command& c : kCommands) {
     CLI::App* sub = app.add_subcommand(c.name, c.help);
@@ -270,15 +284,7 @@ int main(int argc, char** argv) {
   nlohmann::json reply;
   if (int rc = query_json(socket_path, request, timeout_ms, &reply); rc != 0) return rc;
 
-  std::string out;
-  if (as_json)
-    out = reply.dump(2) + "\n";
-  else if (command && stragglers)
-    out = gsync::cli::render_stragglers(reply);
-  else if (command)
-    out = command->render(reply);
-  else  // checkpoint
-    out = fmt::format("job {}: {}\n", checkpoint_job, reply.value("requested", std::string()));
+  const std::string out = reply_text(reply, command, as_json, stragglers, checkpoint_job);
   std::fputs(out.c_str(), stdout);
   // A closed pipe or full disk must not look like success to a script.
   if (std::fflush(stdout) != 0) return kExitUnreachable;
