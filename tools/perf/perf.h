@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 //
 // What gsync-perf's parts share (gsync_perf.cc: the command line and the
-// test bed; sweep.cc: the size sweep; workload.cc: the ResNet-50 workload;
-// common.cc: the ranks' connect and allreduce, the reports they send back).
+// test bed; sweep.cc and sweep_print.cc: the size sweep, its ranks and its
+// printing; workload.cc: the ResNet-50 workload; common.cc: the ranks'
+// connect and allreduce, the reports they send back).
 #pragma once
 
 #include <chrono>
@@ -128,6 +129,7 @@ std::vector<uint64_t> sweep_sizes(const Options& o);
 // Each size's time per op (the median over samples of the slowest rank);
 // false when a rank failed or a result was wrong.
 bool measure_sizes(const Options& o, const std::vector<uint64_t>& sizes, std::vector<double>* us);
+// sweep_print.cc
 int run_sweep(const Options& o, const MemoryReference& ref, const std::string& isa,
               const Peers& peer);
 // The first host outside host 1's rack, or -1.
