@@ -26,6 +26,9 @@ CommandResult run_command(const std::vector<std::string>& argv);
 Status must_run(const std::vector<std::string>& argv);
 
 std::string join(const std::vector<std::string>& argv);
+// How a child ended, from its waitpid() status: "exited with status 1",
+// "killed by Killed".
+std::string describe_status(int status);
 // Without trailing newlines and blanks: a command's output as a message.
 std::string trim(std::string s);
 

@@ -220,10 +220,13 @@ class Testbed {
   Testbed() = default;
   Status build(const Options& options);
   Status plan(const Options& options);
+  Status choose_mode(const Options& options, const std::vector<int>& rack_sizes);
+  Status plan_hosts(const Options& options, const std::vector<int>& rack_sizes, int hosts);
   Status build_network();
   Status verify_network();
   Status write_cluster_file();
   Status start_etcd();
+  // daemons.cc
   Status launch_daemon(int h);
   Status wait_ready(const std::vector<int>& hosts);
   // links.cc
