@@ -123,6 +123,49 @@ int run_up(const Options& options) {
   return 0;
 }
 
+// gsync-testbed cleanup: what beds of processes that are gone left behind.
+int run_cleanup() {
+  std::string report;
+  gsync::Status st = Testbed::cleanup_stale(&report);
+  fmt::print("{}", report.empty() ? "nothing to clean up\n" : report);
+  if (!st) {
+    fmt::print(stderr, "gsync-testbed: {}\n", st.message());
+    return 1;
+  }
+  return 0;
+}
+
+// --rack-sizes 3,1 into options->rack_sizes; false (the error printed) for
+// a size that is not a number, or hosts or racks given that disagree.
+bool parse_rack_sizes(const std::string& rack_sizes, bool hosts_given, bool racks_given,
+                      Options* options) {
+  std::string item;
+  for (char c : rack_sizes + ",") {
+    if (c != ',') {
+      item += c;
+      continue;
+    }
+    try {
+      options->rack_sizes.push_back(std::stoi(item));
+    } catch (const std::exception&) {
+      fmt::print(stderr, "gsync-testbed: --rack-sizes: '{}' is not a number\n", item);
+      return false;
+    }
+    item.clear();
+  }
+  int total = 0;
+  for (int s : options->rack_sizes) total += s;
+  int racks = static_cast<int>(options->rack_sizes.size());
+  if ((hosts_given && options->hosts != total) || (racks_given && options->racks != racks)) {
+    fmt::print(
+        stderr,
+        "gsync-testbed: --rack-sizes {} means {} hosts in {} racks, not --hosts {} --racks {}\n",
+        rack_sizes, total, racks, options->hosts, options->racks);
+    return false;
+  }
+  return true;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -189,44 +232,11 @@ int main(int argc, char** argv) {
   if (app.got_subcommand("remove-host"))
     return gsync::testbed::ask_bed(
         bed_dir, fmt::format("remove-host {} {}", remove_id, remove_kill ? "kill" : "term"));
-  if (app.got_subcommand("cleanup")) {
-    std::string report;
-    gsync::Status st = Testbed::cleanup_stale(&report);
-    fmt::print("{}", report.empty() ? "nothing to clean up\n" : report);
-    if (!st) {
-      fmt::print(stderr, "gsync-testbed: {}\n", st.message());
-      return 1;
-    }
-    return 0;
-  }
+  if (app.got_subcommand("cleanup")) return run_cleanup();
 
-  if (!rack_sizes.empty()) {
-    std::string item;
-    for (char c : rack_sizes + ",") {
-      if (c != ',') {
-        item += c;
-        continue;
-      }
-      try {
-        options.rack_sizes.push_back(std::stoi(item));
-      } catch (const std::exception&) {
-        fmt::print(stderr, "gsync-testbed: --rack-sizes: '{}' is not a number\n", item);
-        return 2;
-      }
-      item.clear();
-    }
-    int total = 0;
-    for (int s : options.rack_sizes) total += s;
-    int racks = static_cast<int>(options.rack_sizes.size());
-    if ((hosts_opt->count() && options.hosts != total) ||
-        (racks_opt->count() && options.racks != racks)) {
-      fmt::print(
-          stderr,
-          "gsync-testbed: --rack-sizes {} means {} hosts in {} racks, not --hosts {} --racks {}\n",
-          rack_sizes, total, racks, options.hosts, options.racks);
-      return 2;
-    }
-  }
+  if (!rack_sizes.empty() &&
+      !parse_rack_sizes(rack_sizes, hosts_opt->count() > 0, racks_opt->count() > 0, &options))
+    return 2;
   options.start_daemons = !no_daemons;
   return run_up(options);
 }
