@@ -161,6 +161,100 @@ Round run_round(const std::string& dir, size_t n, int steps, uint32_t every_ms) 
   return r;
 }
 
+// Rounds with checkpoints off and on, alternating: the steps' times and
+// what the daemon says of its checkpoints.
+struct Overhead {
+  std::vector<double> off, on, worst_off, worst_on, stall, write_mbps, copy_ms;
+  uint64_t taken = 0;
+};
+
+bool measure_overhead(const std::string& dir, size_t n, int steps, int rounds, uint32_t every_ms,
+                      Overhead* o) {
+  for (int r = 0; r < rounds; r++) {
+    Round a = run_round(dir, n, steps, 0);
+    Round b = run_round(dir, n, steps, every_ms);
+    if (a.steps.empty() || b.steps.empty()) return false;
+    o->off.push_back(median(a.steps));
+    o->on.push_back(median(b.steps));
+    o->worst_off.push_back(*std::max_element(a.steps.begin(), a.steps.end()));
+    o->worst_on.push_back(*std::max_element(b.steps.begin(), b.steps.end()));
+    if (b.ckpt.is_object()) {
+      o->stall.push_back(b.ckpt.value("longest_stall_s", 0.0));
+      o->taken += b.ckpt.value("taken", 0ull);
+      auto& last = b.ckpt["last"];
+      if (last.is_object() && last.value("duration_s", 0.0) > 0) {
+        o->write_mbps.push_back(last.value("bytes", 0.0) / last.value("duration_s", 1.0) / 1e6);
+        o->copy_ms.push_back(1e3 * last.value("copy_s", 0.0));
+      }
+    }
+  }
+  return true;
+}
+
+// Recovery: the state checkpointed, the daemon killed, a new one started.
+struct Recovery {
+  double restart_s = 0, declare_s = 0, first_s = 0;
+  uint64_t resumed = 0;
+};
+
+bool measure_recovery(const std::string& dir, size_t n, Recovery* rec) {
+  auto* d = new DaemonProcess({"--checkpoint-dir", dir}, "", "warn");
+  Client c;
+  if (!open_client(*d, n, 1, true, &c)) return false;  // every clock: the newest is the last
+  for (int s = 0; s < 5; s++) step(&c);
+  for (int i = 0; i < 600; i++) {  // until the fifth is on disk (at most a minute)
+    auto ck = checkpoint_report(*d);
+    if (ck.is_object() && ck["last"].is_object() && ck["last"].value("clock", 0) >= 5 &&
+        !ck.value("writing", true))
+      break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  kill(d->pid(), SIGKILL);
+  gsync_close(c.comm);
+  auto t0 = Clock::now();
+  DaemonProcess d2({"--checkpoint-dir", dir}, "", "warn");
+  auto t1 = Clock::now();
+  Client c2;
+  if (!open_client(d2, n, 1, true, &c2)) return false;
+  auto t2 = Clock::now();
+  rec->resumed = c2.clock;
+  if (!step(&c2)) return false;
+  auto t3 = Clock::now();
+  rec->restart_s = secs(t1 - t0);
+  rec->declare_s = secs(t2 - t1);
+  rec->first_s = secs(t3 - t0);
+  gsync_close(c2.comm);
+  delete d;
+  return true;
+}
+
+// Rollback: the guard on, clean steps, then one with a NaN.
+struct Rollback {
+  double rollback_s = 0, guarded_step_s = 0;
+  uint64_t rolled = 0;
+};
+
+bool measure_rollback(size_t n, Rollback* rb) {
+  DaemonProcess d({}, "", "warn");
+  Client c;
+  if (!open_client(d, n, 0, false, &c, true)) return false;
+  std::vector<double> times;
+  for (int s = 0; s < 12; s++) {
+    auto t0 = Clock::now();
+    if (!step(&c)) return false;
+    times.push_back(secs(Clock::now() - t0));
+  }
+  rb->guarded_step_s = median(times);
+  if (!step(&c, true)) return false;
+  auto k = key_report(d);
+  if (k.is_object()) {
+    rb->rollback_s = k.value("last_rollback_s", 0.0);
+    rb->rolled = k.value("anomalies", 0ull);
+  }
+  gsync_close(c.comm);
+  return true;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -178,109 +272,42 @@ int main(int argc, char** argv) {
   gsync::tools::run_command("mkdir -p " + dir);
   const size_t n = size_t(mb) << 18;
 
-  std::vector<double> off, on, worst_off, worst_on, stall, write_mbps, copy_ms;
-  uint64_t taken = 0;
-  for (int r = 0; r < rounds; r++) {
-    Round a = run_round(dir, n, steps, 0);
-    Round b = run_round(dir, n, steps, every_ms);
-    if (a.steps.empty() || b.steps.empty()) return 1;
-    off.push_back(median(a.steps));
-    on.push_back(median(b.steps));
-    worst_off.push_back(*std::max_element(a.steps.begin(), a.steps.end()));
-    worst_on.push_back(*std::max_element(b.steps.begin(), b.steps.end()));
-    if (b.ckpt.is_object()) {
-      stall.push_back(b.ckpt.value("longest_stall_s", 0.0));
-      taken += b.ckpt.value("taken", 0ull);
-      auto& last = b.ckpt["last"];
-      if (last.is_object() && last.value("duration_s", 0.0) > 0) {
-        write_mbps.push_back(last.value("bytes", 0.0) / last.value("duration_s", 1.0) / 1e6);
-        copy_ms.push_back(1e3 * last.value("copy_s", 0.0));
-      }
-    }
-  }
+  Overhead o;
+  if (!measure_overhead(dir, n, steps, rounds, every_ms, &o)) return 1;
   const double dd = dd_mbps(dir, mb);
-
-  // Recovery: the state checkpointed, the daemon killed, a new one started.
   gsync::tools::run_command("rm -rf " + dir + "/bench-ckpt");
-  double restart_s = 0, declare_s = 0, first_s = 0;
-  uint64_t resumed = 0;
-  {
-    auto* d = new DaemonProcess({"--checkpoint-dir", dir}, "", "warn");
-    Client c;
-    if (!open_client(*d, n, 1, true, &c)) return 1;  // every clock: the newest is the last
-    for (int s = 0; s < 5; s++) step(&c);
-    for (int i = 0; i < 600; i++) {  // until the fifth is on disk (at most a minute)
-      auto ck = checkpoint_report(*d);
-      if (ck.is_object() && ck["last"].is_object() && ck["last"].value("clock", 0) >= 5 &&
-          !ck.value("writing", true))
-        break;
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    }
-    kill(d->pid(), SIGKILL);
-    gsync_close(c.comm);
-    auto t0 = Clock::now();
-    DaemonProcess d2({"--checkpoint-dir", dir}, "", "warn");
-    auto t1 = Clock::now();
-    Client c2;
-    if (!open_client(d2, n, 1, true, &c2)) return 1;
-    auto t2 = Clock::now();
-    resumed = c2.clock;
-    if (!step(&c2)) return 1;
-    auto t3 = Clock::now();
-    restart_s = secs(t1 - t0);
-    declare_s = secs(t2 - t1);
-    first_s = secs(t3 - t0);
-    gsync_close(c2.comm);
-    delete d;
-  }
+  Recovery rec;
+  if (!measure_recovery(dir, n, &rec)) return 1;
   gsync::tools::run_command("rm -rf " + dir + "/bench-ckpt");
-
-  // Rollback: the guard on, clean steps, then one with a NaN.
-  double rollback_s = 0, guarded_step_s = 0;
-  uint64_t rolled = 0;
-  {
-    DaemonProcess d({}, "", "warn");
-    Client c;
-    if (!open_client(d, n, 0, false, &c, true)) return 1;
-    std::vector<double> times;
-    for (int s = 0; s < 12; s++) {
-      auto t0 = Clock::now();
-      if (!step(&c)) return 1;
-      times.push_back(secs(Clock::now() - t0));
-    }
-    guarded_step_s = median(times);
-    if (!step(&c, true)) return 1;
-    auto k = key_report(d);
-    if (k.is_object()) {
-      rollback_s = k.value("last_rollback_s", 0.0);
-      rolled = k.value("anomalies", 0ull);
-    }
-    gsync_close(c.comm);
-  }
+  Rollback rb;
+  if (!measure_rollback(n, &rb)) return 1;
 
   std::printf("# bench_checkpoint: %d MiB of state (sgd), %d steps x %d rounds each, a "
               "checkpoint every %u ms, %.0f ms of compute a step; medians of the rounds\n",
               mb, steps, rounds, every_ms, g_compute_ms);
-  std::printf("step_ms_without     %8.2f   (worst %.2f)\n", 1e3 * median(off), 1e3 * median(worst_off));
-  std::printf("step_ms_with        %8.2f   (worst %.2f)\n", 1e3 * median(on), 1e3 * median(worst_on));
+  std::printf("step_ms_without     %8.2f   (worst %.2f)\n", 1e3 * median(o.off),
+              1e3 * median(o.worst_off));
+  std::printf("step_ms_with        %8.2f   (worst %.2f)\n", 1e3 * median(o.on),
+              1e3 * median(o.worst_on));
   std::printf("step_overhead       %8.3f   (with / without - 1; target <= 0.02)\n",
-              median(on) / median(off) - 1);
+              median(o.on) / median(o.off) - 1);
   std::printf("longest_stall_ms    %8.2f   (the most one checkpoint took from the event thread, its copy-before-write all told; target <= 30)\n",
-              1e3 * (stall.empty() ? 0 : *std::max_element(stall.begin(), stall.end())));
-  std::printf("checkpoints_taken   %8llu\n", static_cast<unsigned long long>(taken));
-  std::printf("write_MBps          %8.0f   (copy, hash, write, fsync, rename)\n", median(write_mbps));
+              1e3 * (o.stall.empty() ? 0 : *std::max_element(o.stall.begin(), o.stall.end())));
+  std::printf("checkpoints_taken   %8llu\n", static_cast<unsigned long long>(o.taken));
+  std::printf("write_MBps          %8.0f   (copy, hash, write, fsync, rename)\n",
+              median(o.write_mbps));
   std::printf("  snapshot_copy_ms  %8.2f   (of which the snapshot's copy, by the writer's thread)\n",
-              median(copy_ms));
+              median(o.copy_ms));
   std::printf("dd_direct_MBps      %8.0f   (dd oflag=direct conv=fsync, same folder)\n", dd);
-  std::printf("write_vs_dd         %8.2f\n", dd > 0 ? median(write_mbps) / dd : 0);
+  std::printf("write_vs_dd         %8.2f\n", dd > 0 ? median(o.write_mbps) / dd : 0);
   std::printf("recovery_s          %8.3f   (kill -9 to the first update applied; target <= 2)\n",
-              first_s);
+              rec.first_s);
   std::printf("  daemon_start_s    %8.3f\n  declare_load_s    %8.3f   (resumed from clock %llu)\n",
-              restart_s, declare_s, static_cast<unsigned long long>(resumed));
+              rec.restart_s, rec.declare_s, static_cast<unsigned long long>(rec.resumed));
   std::printf("rollback_ms         %8.2f   (a NaN clock rolled back from memory; target <= 50; "
               "%llu rolled back)\n",
-              1e3 * rollback_s, static_cast<unsigned long long>(rolled));
+              1e3 * rb.rollback_s, static_cast<unsigned long long>(rb.rolled));
   std::printf("guarded_step_ms     %8.2f   (the guard on: copy and norm while applying)\n",
-              1e3 * guarded_step_s);
+              1e3 * rb.guarded_step_s);
   return 0;
 }
