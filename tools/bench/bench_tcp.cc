@@ -119,7 +119,9 @@ void drive(tr::Context& ctx, Done done) {
   }
 }
 
-Row transport_run(int streams, double seconds, uint64_t size, int window) {
+// Two TCP contexts on loopback, a (host 0) and b (host 1), with this many
+// streams between them; false, said on stderr, when one cannot be made.
+bool make_contexts(int streams, std::unique_ptr<tr::Context>* a, std::unique_ptr<tr::Context>* b) {
   tr::ContextOptions base;
   base.identity = {"bench", 1, "bench"};
   base.hosts = {{"a", "127.0.0.1", free_port(), ""}, {"b", "127.0.0.1", free_port(), ""}};
@@ -128,16 +130,22 @@ Row transport_run(int streams, double seconds, uint64_t size, int window) {
   oa.self = 0;
   ob.self = 1;
   Status st;
-  auto a = tr::make_tcp_context(oa, &st);
-  if (!a) {
+  *a = tr::make_tcp_context(oa, &st);
+  if (!*a) {
     fmt::print(stderr, "context a: {}\n", st.message());
-    return {};
+    return false;
   }
-  auto b = tr::make_tcp_context(ob, &st);
-  if (!b) {
+  *b = tr::make_tcp_context(ob, &st);
+  if (!*b) {
     fmt::print(stderr, "context b: {}\n", st.message());
-    return {};
+    return false;
   }
+  return true;
+}
+
+Row transport_run(int streams, double seconds, uint64_t size, int window) {
+  std::unique_ptr<tr::Context> a, b;
+  if (!make_contexts(streams, &a, &b)) return {};
   std::vector<uint8_t> src(size), dst(size);
   for (size_t i = 0; i < size; i++) src[i] = static_cast<uint8_t>(i * 7 + 3);
   tr::Region region = b->register_region(dst.data(), dst.size());
