@@ -1,10 +1,12 @@
 #!/usr/bin/env python3
-"""check-layout.py [ROOT]: the size and layering rules of daemon/.
+"""check-layout.py [ROOT]: the size rules of the C++ folders and the
+layering rules of daemon/.
 
-  - no file in daemon/ over 600 lines;
-  - no function in daemon/ over 80 lines (a definition whose body opens at
+  - no .cc or .h file in daemon/, libclient/ or tools/ over 600 lines;
+  - no function in them over 80 lines (a definition whose body opens at
     the end of a line at namespace depth and closes with a '}' at column 0,
-    as clang-format lays them out; the lines between the braces count);
+    as clang-format lays them out; the lines between the braces count; a
+    namespace or an extern "C" block is not a function);
   - the include rules docs/architecture.md states: collective/ includes
     nothing of jobs/ or shm/, admin/ nothing of the daemon's wiring, core/
     nothing of another daemon folder but config/, jobs/ nothing of
@@ -21,6 +23,8 @@ import sys
 
 MAX_FILE = 600
 MAX_FUNCTION = 80
+# The C++ folders the size rules cover.
+SIZED = ["daemon", "libclient", "tools"]
 FORBIDDEN = [
     ("daemon/collective/", re.compile(r'#include "daemon/(jobs|shm|ps)/')),
     ("daemon/ps/", re.compile(r'#include "daemon/(jobs|shm|collective|pipeline)/')),
@@ -60,38 +64,61 @@ def functions(lines):
     return out
 
 
+def read_lines(path):
+    with open(path, encoding="utf-8") as fh:
+        lines = fh.read().split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    return lines
+
+
+def sources(root, folder):
+    """(path relative to root, lines) of every .cc and .h under folder."""
+    for dirpath, dirnames, files in os.walk(os.path.join(root, folder)):
+        dirnames.sort()
+        for f in sorted(files):
+            if f.endswith((".cc", ".h")):
+                path = os.path.join(dirpath, f)
+                yield os.path.relpath(path, root), read_lines(path)
+
+
+def size_violations(rel, lines):
+    bad = []
+    if len(lines) > MAX_FILE:
+        bad.append(f"{rel}: {len(lines)} lines (at most {MAX_FILE})")
+    for name, first, last in functions(lines):
+        n = last - first + 1
+        if n > MAX_FUNCTION:
+            bad.append(f"{rel}:{name + 1}: function of {n} lines (at most {MAX_FUNCTION}): "
+                       f"{lines[name].strip()[:70]}")
+    return bad
+
+
+def daemon_violations(rel, lines):
+    """The rules of daemon/ beyond size: JSON through json_text(), layers."""
+    bad = []
+    if rel != DUMP_ALLOWED:
+        for n, line in enumerate(lines, 1):
+            if DUMP.search(code_of(line)):
+                bad.append(f"{rel}:{n}: {line.strip()}: write JSON with json_text() "
+                           f"({DUMP_ALLOWED}): dump() throws on invalid UTF-8")
+    for prefix, pattern in FORBIDDEN:
+        if not rel.startswith(prefix):
+            continue
+        for n, line in enumerate(lines, 1):
+            if pattern.search(line):
+                bad.append(f"{rel}:{n}: {line.strip()} breaks the layering "
+                           f"(docs/architecture.md, \"Layers\")")
+    return bad
+
+
 def check(root):
     bad = []
-    daemon = os.path.join(root, "daemon")
-    for dirpath, _, files in os.walk(daemon):
-        for f in sorted(files):
-            if not f.endswith((".cc", ".h")):
-                continue
-            path = os.path.join(dirpath, f)
-            rel = os.path.relpath(path, root)
-            with open(path, encoding="utf-8") as fh:
-                lines = fh.read().split("\n")
-            if lines and lines[-1] == "":
-                lines.pop()
-            if len(lines) > MAX_FILE:
-                bad.append(f"{rel}: {len(lines)} lines (at most {MAX_FILE})")
-            for name, first, last in functions(lines):
-                n = last - first + 1
-                if n > MAX_FUNCTION:
-                    bad.append(f"{rel}:{name + 1}: function of {n} lines (at most {MAX_FUNCTION}): "
-                               f"{lines[name].strip()[:70]}")
-            if rel != DUMP_ALLOWED:
-                for n, line in enumerate(lines, 1):
-                    if DUMP.search(code_of(line)):
-                        bad.append(f"{rel}:{n}: {line.strip()}: write JSON with json_text() "
-                                   f"({DUMP_ALLOWED}): dump() throws on invalid UTF-8")
-            for prefix, pattern in FORBIDDEN:
-                if not rel.startswith(prefix):
-                    continue
-                for n, line in enumerate(lines, 1):
-                    if pattern.search(line):
-                        bad.append(f"{rel}:{n}: {line.strip()} breaks the layering "
-                                   f"(docs/architecture.md, \"Layers\")")
+    for folder in SIZED:
+        for rel, lines in sources(root, folder):
+            bad += size_violations(rel, lines)
+            if folder == "daemon":
+                bad += daemon_violations(rel, lines)
     return bad
 
 

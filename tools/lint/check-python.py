@@ -8,7 +8,7 @@ and the test tooling `gsync_testbed` apart, and no import cycle.
 - no import cycle among the modules of a package, counting imports inside
   functions too (they hide a cycle, they do not remove it; the package's
   own __init__ aside, which every submodule's import runs first anyway);
-- no file over 600 lines (the daemon's rule, tools/lint/check-layout.py).
+- no file over 600 lines (the C++ folders' rule, tools/lint/check-layout.py).
 
 Usage: check-python.py ROOT. Exit 1 naming each problem.
 """
