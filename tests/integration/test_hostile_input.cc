@@ -153,7 +153,7 @@ TEST(AdminSocket, EveryMalformedRequestGetsAJsonErrorAndOneLogLine) {
     std::string bytes, says;
   } cases[] = {
       {std::string(4096, 'a'), "longer than 256 bytes"},
-      {"staus\n", "unknown admin command 'staus'; known: clients, jobs, ops, peers, status"},
+      {"staus\n", "unknown admin command 'staus'; known: clients, cpu, jobs, ops, peers, status"},
       {"status\x1b]0;owned\x07\n", "control characters"},
       {std::string("jobs\0\n", 6), "control characters"},
       {"\xff\xfe\n", "not valid UTF-8"},
