@@ -196,16 +196,8 @@ std::vector<uint8_t> encode(DType t, const std::vector<float>& v) {
   return out;
 }
 
-float decode_one(DType t, const uint8_t* p) {
-  if (t == DType::kF32) {
-    float f;
-    std::memcpy(&f, p, 4);
-    return f;
-  }
-  uint16_t h;
-  std::memcpy(&h, p, 2);
-  return t == DType::kF16 ? reduce::half::f16_to_f32(h) : reduce::half::bf16_to_f32(h);
-}
+// One element as fp32 (kernel_model.h: NaNs keep their payloads).
+float decode_one(DType t, const uint8_t* p) { return kernel_model::load(t, p); }
 
 // Equal bits, except that two NaNs are equal whatever their payloads: of
 // two NaN inputs the host's AVX2 and scalar paths may keep either's payload
