@@ -21,6 +21,7 @@
 #include <cstring>
 #include <memory>
 #include <thread>
+#include <random>
 #include <vector>
 
 #include <fmt/format.h>
@@ -126,6 +127,11 @@ bool make_contexts(int streams, std::unique_ptr<tr::Context>* a, std::unique_ptr
   base.identity = {"bench", 1, "bench"};
   base.hosts = {{"a", "127.0.0.1", free_port(), ""}, {"b", "127.0.0.1", free_port(), ""}};
   base.streams = streams;
+  // A context refuses to start without the cluster key its handshake
+  // proves (docs/security.md): one of random bytes for this run.
+  base.cluster_key.resize(tr::kClusterKeyBytes);
+  std::random_device rd;
+  for (char& c : base.cluster_key) c = static_cast<char>(rd());
   tr::ContextOptions oa = base, ob = base;
   oa.self = 0;
   ob.self = 1;
