@@ -91,10 +91,10 @@ Status ControlPlane::start() {
                 kDpdkRxAnyCpu == transport::ContextOptions::Dpdk::kRxAnyCpu);
   o.dpdk.rx_lcore = dpdk_rx_cpu(cfg_);
   Status err;
-  // Membership on etcd changes the hosts table while running, which only
-  // the TCP provider does (docs/membership.md, "Limits").
-  net_ = registry_ ? transport::make_tcp_context(o, &err)
-                   : transport::make_context(o, cfg_.transport != "tcp", &err);
+  // With membership on etcd the hosts table changes while running: every
+  // context takes set_peer/drop_peer (a fast provider links the hosts it
+  // started with; one that joins later links to this daemon over TCP).
+  net_ = transport::make_context(o, cfg_.transport != "tcp", &err);
   if (!net_) return err;
   transport::Handlers h;
   h.on_control = [this](int peer, std::string_view msg) { on_control(peer, msg); };

@@ -137,11 +137,6 @@ std::optional<ConfigProblem> check_etcd(const DaemonConfig& cfg) {
     return problem("cluster.port", fmt::format("must be 1 to 65535, got {}", cfg.port));
   if (cfg.rack.empty() || cfg.rack.size() > 255 || !is_printable(cfg.rack))
     return problem("cluster.rack", "must be 1 to 255 printable bytes");
-  if (cfg.transport == "verbs" || cfg.transport == "dpdk")
-    return ConfigProblem{{"cluster.transport", "cluster.etcd"},
-                         fmt::format("\"{}\" keeps the hosts it started with; membership on "
-                                     "etcd runs on \"tcp\" (or \"auto\", which is tcp there)",
-                                     cfg.transport)};
   return std::nullopt;
 }
 

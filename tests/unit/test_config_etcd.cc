@@ -49,7 +49,13 @@ TEST(ConfigEtcd, EachRuleNamesItsKey) {
             std::string::npos);
   EXPECT_NE(with([](DaemonConfig& c) { c.port = 70000; }).find("cluster.port"),
             std::string::npos);
-  EXPECT_NE(with([](DaemonConfig& c) { c.transport = "verbs"; }).find("tcp"), std::string::npos);
+  // Any transport goes with etcd: verbs and DPDK links too (docs/membership.md).
+  EXPECT_EQ(with([](DaemonConfig& c) { c.transport = "verbs"; }), "");
+  EXPECT_EQ(with([](DaemonConfig& c) {
+              c.transport = "dpdk";
+              c.dpdk_eal_args = "--no-huge --no-pci --vdev=net_memif0";
+            }),
+            "");
   // Without etcd none of this is asked for.
   DaemonConfig plain;
   plain.port = 0;

@@ -6,6 +6,8 @@
 # docs/transport.md), creates rxe0 on lo and runs, inside the VM, from this
 # very build tree:
 #   1. TEST_BINARY (tests/rxe/test_verbs_rxe: the verbs provider on rxe0),
+#      then each feature over verbs (test_compose_verbs), and the same with
+#      membership on an etcd started in the VM (test_compose_etcd_verbs),
 #   2. ib_write_bw (perftest) as the device's reference figure,
 #   3. three gsyncd with transport = "verbs" on 127.0.0.1 in two racks
 #      ({h0,h1}, {h2}: verbs between h0 and h1, TCP to h2) and gsync-perf
@@ -78,6 +80,10 @@ echo "RXE-GTEST-EXIT: \$?"
 echo "RXE-STEP: each feature over verbs (test_compose_verbs)"
 GSYNCD=\$PWD/daemon/gsyncd timeout 600 ./tests/rxe/test_compose_verbs
 echo "RXE-COMPOSE-EXIT: \$?"
+
+echo "RXE-STEP: each feature over verbs, membership on etcd (test_compose_etcd_verbs)"
+GSYNCD=\$PWD/daemon/gsyncd timeout 600 ./tests/rxe/test_compose_etcd_verbs
+echo "RXE-COMPOSE-ETCD-EXIT: \$?"
 
 echo "RXE-STEP: ib_write_bw 1 MiB x 200 (reference)"
 timeout 120 ib_write_bw -d rxe0 -x \$RXE_GID_INDEX -F -s 1048576 -n 200 > /tmp/bw-srv.log 2>&1 &

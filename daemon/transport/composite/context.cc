@@ -88,6 +88,7 @@ Status CompositeContext::start(Handlers handlers) {
   started_ = true;
   handlers_ = std::move(handlers);
   if (provider_) provider_->start(*this);
+  fast_ok_.assign(options_.hosts.size(), provider_ != nullptr);
   Handlers h;
   h.on_peer_up = [this](int p) { on_link_up(p); };
   h.on_peer_down = [this](int p, const Status& why) { on_link_down(p, why); };
@@ -103,13 +104,62 @@ Status CompositeContext::start(Handlers handlers) {
   return inner_->start(std::move(h));
 }
 
+// ---------------------------------------------------------------- membership
+
+Caps CompositeContext::offer_for(int peer) const {
+  if (offer_.kind == LinkKind::kNone || fast_ok_[size_t(peer)]) return offer_;
+  return {LinkKind::kNone, fmt::format("its {} links cannot take a host that joined later",
+                                       kind_name(offer_.kind))};
+}
+
+void CompositeContext::grow(int peer) {
+  const size_t n = size_t(peer) + 1;
+  if (n <= link_.size()) return;
+  options_.hosts.resize(n);
+  fast_ok_.resize(n, false);
+  partial_.resize(n);
+  link_.resize(n, Link::kUnknown);
+  decided_.resize(n, false);
+  logged_.resize(n);
+  mismatch_.resize(n);
+}
+
+Status CompositeContext::set_peer(int peer, const PeerInfo& info) {
+  // The inner context checks the index and the host and links it.
+  if (Status st = inner_->set_peer(peer, info); !st) return st;
+  grow(peer);
+  PeerInfo& now = options_.hosts[size_t(peer)];
+  if (now.host_id != info.host_id || now.address != info.address || now.port != info.port ||
+      now.rack != info.rack) {
+    // Another host at the index (or the first): its link is chosen anew
+    // on its CAPS; the old one's went down with the inner link.
+    now = info;
+    // A fast provider makes the new host's link state now (it was not
+    // among the hosts it started with, or held another host's).
+    if (provider_ && started_ && !fast_ok_[size_t(peer)])
+      fast_ok_[size_t(peer)] = provider_->add_peer(peer);
+    link_[size_t(peer)] = Link::kUnknown;
+    decided_[size_t(peer)] = false;
+    logged_[size_t(peer)].clear();
+    mismatch_[size_t(peer)].clear();
+    partial_[size_t(peer)].reset();
+  }
+  return Status::ok();
+}
+
+void CompositeContext::drop_peer(int peer, const Status& why) {
+  if (!valid_peer(peer)) return;
+  // The inner link goes down (on_link_down: the fast link with it).
+  inner_->drop_peer(peer, why);
+}
+
 // ---------------------------------------------------------------- the TCP link
 
 void CompositeContext::on_link_up(int peer) {
   // First on the link, so the peer decides before anything else of ours
   // arrives; the fast link (if any) starts once its CAPS is here.
   decided_[size_t(peer)] = false;
-  send_bootstrap(peer, encode(offer_));
+  send_bootstrap(peer, encode(offer_for(peer)));
 }
 
 std::string CompositeContext::why_tcp(int peer, const Caps& m) const {
@@ -123,6 +173,9 @@ std::string CompositeContext::why_tcp(int peer, const Caps& m) const {
     return fmt::format("peer offers no fast link{}", detail(m.detail));
   if (offer_.kind == LinkKind::kNone)
     return fmt::format("this daemon offers no {} link{}", kind_name(m.kind), detail(offer_.detail));
+  if (!fast_ok_[size_t(peer)])
+    return fmt::format("this daemon's {} links cannot take a host that joined later",
+                       kind_name(offer_.kind));
   if (m.kind != offer_.kind)
     return fmt::format("peer offers {}, this daemon {}", kind_name(m.kind), kind_name(offer_.kind));
   return "";

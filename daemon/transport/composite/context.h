@@ -62,6 +62,12 @@ class CompositeContext : public Context, public LinkHost {
   std::chrono::microseconds tick() const override {
     return provider_ ? provider_->tick() : std::chrono::microseconds{};
   }
+  // Membership that changes ([cluster] etcd): the inner TCP context grows
+  // its table and links the host as any other; the provider makes the new
+  // host's link state (add_peer), and the link is chosen on its CAPS as at
+  // start - TCP on both ends where the provider could not take it.
+  Status set_peer(int peer, const PeerInfo& info) override;
+  void drop_peer(int peer, const Status& why) override;
   bool peer_up(int peer) const override;
   PeerStats stats(int peer) const override;
   std::string summary() const override;
@@ -113,6 +119,8 @@ class CompositeContext : public Context, public LinkHost {
   void flush_events();
   bool valid_peer(int peer) const;
   bool fast_linked(int peer) const;
+  // The per-peer tables hold index peer.
+  void grow(int peer);
 
   ContextOptions options_;
   Handlers handlers_;
@@ -127,6 +135,12 @@ class CompositeContext : public Context, public LinkHost {
   // was not CAPS: it runs the plain TCP context), "" when it speaks ours.
   std::vector<LastError> mismatch_;
   Caps offer_;  // what we tell peers
+  // Per host: whether the provider holds its link's state (the hosts it
+  // started with, and those add_peer took); the others link over TCP.
+  std::vector<bool> fast_ok_;
+  // What we tell the peer: the offer, or none for a host the provider
+  // could not take (both ends then choose TCP).
+  Caps offer_for(int peer) const;
   HandlerQueue events_;
   bool in_poll_ = false;
   bool wake_pending_ = false;  // wake_fd_ was written and not yet read

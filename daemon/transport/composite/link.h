@@ -52,6 +52,13 @@ class LinkProvider {
   // Readable when poll() has completions; -1 when there is none.
   virtual int event_fd() const = 0;
   virtual void start(LinkHost& host) = 0;
+  // A host joined after start() (membership on etcd): make the state of
+  // its link, as start() did for the hosts it knew. False: this provider
+  // cannot, and the host links over TCP.
+  virtual bool add_peer(int peer) {
+    (void)peer;
+    return false;
+  }
 
   // The peer's link is ours (both ends offer this kind, same rack), or no
   // longer is (the bootstrap link went down).

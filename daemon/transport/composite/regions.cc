@@ -59,7 +59,9 @@ void CompositeContext::deregister_region(uint32_t id, std::function<void()> rele
 
 void CompositeContext::region_acked(uint32_t id, int peer) {
   auto it = retiring_.find(id);
-  if (it == retiring_.end() || !it->second.waiting[size_t(peer)]) return;
+  if (it == retiring_.end() || size_t(peer) >= it->second.waiting.size() ||
+      !it->second.waiting[size_t(peer)])
+    return;
   it->second.waiting[size_t(peer)] = false;
   if (--it->second.left > 0) return;
   provider_->drop_region(id);

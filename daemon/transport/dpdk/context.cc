@@ -84,11 +84,23 @@ void DpdkLinks::start(composite::LinkHost& host) {
                  device_->describe(), rte_strerror(rte_errno));
   env.teardowns = &teardowns_;
   port_up_ = device_->link_up();
+  env_ = env;
   pairs_.resize(options_.hosts.size());
   for (int i = 0; i < int(options_.hosts.size()); i++)
     if (i != options_.self)
       pairs_[size_t(i)] = std::make_unique<Pair>(env, i, host_->describe_host(options_.self),
                                                   host_->describe_host(i));
+}
+
+bool DpdkLinks::add_peer(int peer) {
+  if (peer < 0 || peer == options_.self || host_ == nullptr) return false;
+  // Frames are taken on the event thread (receive), as this runs: growing
+  // the table here races with nothing.
+  if (size_t(peer) >= pairs_.size()) pairs_.resize(size_t(peer) + 1);
+  if (!pairs_[size_t(peer)])
+    pairs_[size_t(peer)] = std::make_unique<Pair>(env_, peer, host_->describe_host(options_.self),
+                                                  host_->describe_host(peer));
+  return true;
 }
 
 void DpdkLinks::link_up(int peer) {

@@ -49,6 +49,7 @@ class DpdkLinks final : public composite::LinkProvider {
     return std::chrono::microseconds(options_.dpdk.idle_poll_us);
   }
   void start(composite::LinkHost& host) override;
+  bool add_peer(int peer) override;
   void link_up(int peer) override;
   void link_down(int peer, const Status& why) override;
   void on_bootstrap(int peer, std::string_view msg) override;
@@ -85,6 +86,7 @@ class DpdkLinks final : public composite::LinkProvider {
   std::unique_ptr<RxLcore> rx_;  // [dpdk] rx_lcore; null: received here
   RegionTable regions_;
   std::vector<std::unique_ptr<Pair>> pairs_;  // by host index; null for self
+  PairEnv env_;  // what start() gave every pair, for a host that joins later
   std::array<uint64_t, size_t(Drop::kCount)> drops_{};
   uint32_t cluster_ = 0;  // cluster_tag
   int links_up_ = 0;

@@ -45,6 +45,13 @@ void VerbsLinks::start(composite::LinkHost& host) {
     if (i != options_.self) pairs_[size_t(i)] = std::make_unique<Pair>(*this, i);
 }
 
+bool VerbsLinks::add_peer(int peer) {
+  if (peer < 0 || peer == options_.self) return false;
+  if (size_t(peer) >= pairs_.size()) pairs_.resize(size_t(peer) + 1);
+  if (!pairs_[size_t(peer)]) pairs_[size_t(peer)] = std::make_unique<Pair>(*this, peer);
+  return true;
+}
+
 void VerbsLinks::link_up(int peer) {
   pairs_[size_t(peer)]->on_link_up();
   for (auto& [id, r] : regions_.all()) announce(peer, r);

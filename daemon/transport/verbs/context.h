@@ -37,6 +37,7 @@ class VerbsLinks final : public composite::LinkProvider {
   std::string detail() const override;
   int event_fd() const override { return device_->channel()->fd; }
   void start(composite::LinkHost& host) override;
+  bool add_peer(int peer) override;
   void link_up(int peer) override;
   void link_down(int peer, const Status& why) override;
   void on_bootstrap(int peer, std::string_view msg) override;
