@@ -32,6 +32,8 @@ struct PeerInfo {
   std::string address;  // IPv4/IPv6 literal or name
   uint16_t port = 0;
   std::string rack;
+  // The same host at the same endpoint (set_peer leaves such a host be).
+  bool operator==(const PeerInfo&) const = default;
 };
 
 // Checked at connect time on both ends; a mismatch refuses the link with a

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "daemon/gpu/device.h"
+#include "tools/common/gpu_probe.h"
 #include "tests/integration/allreduce_cases.h"
 #include "tests/integration/bed_util.h"
 #include "tests/integration/client_util.h"
@@ -30,38 +31,10 @@
 namespace gsync::test {
 namespace {
 
-// How many GPUs there are, asked in a child so this process stays
-// CUDA-free; why none, when none are.
-int gpus_here(std::string* why) {
-  int pipefd[2];
-  if (pipe(pipefd) != 0) {
-    *why = "pipe failed";
-    return false;
-  }
-  const pid_t pid = fork();
-  if (pid == 0) {
-    close(pipefd[0]);
-    const gpu::Devices& d = gpu::devices();
-    std::string text = d.count > 0 ? "" : d.why_none;
-    int usable = d.count > 100 ? 100 : d.count;
-    [[maybe_unused]] ssize_t n = write(pipefd[1], text.data(), text.size());
-    _exit(usable);
-  }
-  close(pipefd[1]);
-  char buf[512];
-  std::string text;
-  for (ssize_t n; (n = read(pipefd[0], buf, sizeof buf)) > 0;) text.append(buf, size_t(n));
-  close(pipefd[0]);
-  int status = 0;
-  waitpid(pid, &status, 0);
-  *why = text;
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 0;
-}
-
 #define NEED_GPUS(n)                                                            \
   do {                                                                          \
     std::string why;                                                            \
-    const int have = gpus_here(&why);                                           \
+    const int have = tools::gpus_in_child(&why);                                           \
     if (have == 0) GTEST_SKIP() << why;                                         \
     if (have < (n)) GTEST_SKIP() << "needs " << (n) << " GPUs, has " << have;   \
   } while (0)

@@ -13,7 +13,6 @@
 // Prints, per memory, the median time per op and its algbw (bytes / time),
 // then device's time over host's. --host-only runs the host memory half
 // alone (no GPU needed): the harness itself, checked where there is none.
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -28,36 +27,13 @@
 
 #include "daemon/gpu/device.h"
 #include "gsync/gsync.h"
+#include "tools/common/gpu_probe.h"
 #include "tools/common/procs.h"
 #include "tools/testbed/testbed.h"
 
 namespace {
 
 using gsync::Status;
-
-// Why there is no GPU ("" when there is one), asked in a child: the bench's
-// own process stays CUDA-free, since CUDA does not survive fork.
-std::string no_gpu() {
-  int fds[2];
-  if (pipe(fds) != 0) return "pipe failed";
-  const pid_t pid = fork();
-  if (pid == 0) {
-    close(fds[0]);
-    const auto& d = gsync::gpu::devices();
-    const std::string why = d.count > 0 ? "" : d.why_none;
-    [[maybe_unused]] ssize_t n = write(fds[1], why.data(), why.size());
-    _exit(d.count > 0 ? 0 : 1);
-  }
-  close(fds[1]);
-  std::string why;
-  char buf[512];
-  for (ssize_t n; (n = read(fds[0], buf, sizeof buf)) > 0;) why.append(buf, size_t(n));
-  close(fds[0]);
-  int status = 0;
-  waitpid(pid, &status, 0);
-  if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return "";
-  return why.empty() ? "the GPU probe failed" : why;
-}
 
 // A rank: `iters` timed allreduces of `bytes` in device memory, then in
 // host memory; reports "device <median s>" and "host <median s>".
@@ -156,7 +132,10 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  if (std::string why = host_only ? "" : no_gpu(); !why.empty()) {
+  // Asked in a child: this process forks the ranks, and CUDA does not
+  // survive fork.
+  std::string why;
+  if (!host_only && gsync::tools::gpus_in_child(&why) == 0) {
     std::printf("SKIPPED: %s\n", why.c_str());
     return 0;
   }

@@ -129,8 +129,7 @@ Status CompositeContext::set_peer(int peer, const PeerInfo& info) {
   if (Status st = inner_->set_peer(peer, info); !st) return st;
   grow(peer);
   PeerInfo& now = options_.hosts[size_t(peer)];
-  if (now.host_id != info.host_id || now.address != info.address || now.port != info.port ||
-      now.rack != info.rack) {
+  if (now != info) {
     // Another host at the index (or the first): its link is chosen anew
     // on its CAPS; the old one's went down with the inner link.
     now = info;

@@ -271,8 +271,7 @@ Status TcpContext::set_peer(int peer, const PeerInfo& info) {
   }
   PeerInfo& now = options_.hosts[size_t(peer)];
   Pair* p = pair_of(peer);
-  bool same = now.host_id == info.host_id && now.address == info.address &&
-              now.port == info.port && now.rack == info.rack;
+  const bool same = now == info;
   if (p != nullptr && same && !p->absent()) return Status::ok();
   if (p != nullptr && !p->absent())
     p->leave(Status(GSYNC_ERR_HOST_LOST,
