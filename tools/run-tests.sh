@@ -25,7 +25,7 @@
 # lanes (a quicker local run; not what CI runs).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-bash tools/setup-deps.sh || exit 1
+bash tools/setup-deps.sh --lab || exit 1
 build=${BUILD_DIR:-build}
 release_suites=(soak systemd rxe torch demo dpdk etcd gpu)
 if [ $# -gt 0 ] || [ "${GSYNC_LANES:-1}" = 0 ]; then

@@ -29,7 +29,7 @@ targets=("$@")
 jobs=${FUZZ_JOBS:-$(nproc)}
 start=$(date +%s)
 
-"$root/tools/setup-deps.sh"
+"$root/tools/setup-deps.sh" --lab
 source "$root/tools/unity-args.sh"
 if [ ! -f "$build/build.ninja" ]; then
   # -O1 and line tables only: the build is most of the lane's time on 2

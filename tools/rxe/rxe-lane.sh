@@ -31,9 +31,9 @@ mkdir -p "$WORK"
 skip() { echo "SKIPPED: $*"; exit 77; }
 t0=$(date +%s)
 
-command -v qemu-system-x86_64 >/dev/null || skip "qemu-system-x86_64 not installed (tools/setup-deps.sh)"
+command -v qemu-system-x86_64 >/dev/null || skip "qemu-system-x86_64 not installed (tools/setup-deps.sh --lab)"
 for t in busybox cpio depmod modprobe rdma ibv_devinfo ib_write_bw; do
-  command -v "$t" >/dev/null || [ -x /usr/bin/$t ] || skip "$t not installed (tools/setup-deps.sh)"
+  command -v "$t" >/dev/null || [ -x /usr/bin/$t ] || skip "$t not installed (tools/setup-deps.sh --lab)"
 done
 [ -x "$TEST_BIN" ] || { echo "0 passed, 1 failed"; echo "no test binary $TEST_BIN"; exit 1; }
 

@@ -19,7 +19,7 @@ build=${SANITIZE_BUILD_DIR:-$root/build-sanitize}
 case $build in /*) ;; *) build=$root/$build ;; esac
 start=$(date +%s)
 
-bash "$root/tools/setup-deps.sh" || exit 1
+bash "$root/tools/setup-deps.sh" --lab || exit 1
 source "$root/tools/unity-args.sh"
 if [ ! -f "$build/build.ninja" ]; then
   # -O0 and line tables only (-g1): the build is most of the lane's time
