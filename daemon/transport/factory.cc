@@ -8,8 +8,14 @@
 // protocol. Which, and why, is said once in the log. The plain TCP context
 // where verbs is not asked for, or the build has no libibverbs; the daemon
 // always calls this one function.
+#include <dlfcn.h>
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <string>
+#include <vector>
 
 #include "daemon/transport/transport.h"
 #include "gsync_build_config.h"
@@ -19,15 +25,103 @@
 #endif
 #include "daemon/transport/composite/context.h"
 
+#if GSYNC_HAVE_DPDK
+#include "daemon/transport/dpdk/plugin_abi.h"
+#endif
+
 namespace gsync::transport {
+
+#if GSYNC_HAVE_DPDK
+// Linked into the program (the provider's tests, bench_dpdk), the provider
+// is called directly; gsyncd does not link it and loads the plugin.
+[[gnu::weak]] std::unique_ptr<Context> make_dpdk_context(const ContextOptions& options,
+                                                         Status* err);
+
+namespace {
+
+using PluginMake = Context* (*)(const ContextOptions*, Status*);
+using PluginAbi = const char* (*)();
+constexpr const char* kPluginFile = "gsync-transport-dpdk.so";
+
+// Where the plugin may be: $GSYNC_PLUGIN_DIR alone when set; else beside
+// a gsyncd that runs from its build tree (build/daemon/gsyncd,
+// build/daemon/transport/), then where it installs (GSYNC_PLUGIN_DIR:
+// <libdir>/gsync).
+std::vector<std::string> plugin_paths() {
+  std::vector<std::string> out;
+  if (const char* dir = std::getenv("GSYNC_PLUGIN_DIR"); dir != nullptr && *dir != 0) {
+    out.push_back(std::string(dir) + "/" + kPluginFile);
+    return out;
+  }
+  char exe[4096];
+  ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+  if (n > 0) {
+    std::string self(exe, size_t(n));
+    out.push_back(self.substr(0, self.rfind('/')) + "/transport/" + kPluginFile);
+  }
+  out.push_back(std::string(GSYNC_PLUGIN_DIR) + "/" + kPluginFile);
+  return out;
+}
+
+// The plugin's entry point, loaded once; null with *why naming every
+// place looked and what each said.
+PluginMake load_plugin(std::string* why) {
+  static PluginMake make = nullptr;
+  static std::string failed;
+  if (make != nullptr || !failed.empty()) {
+    *why = failed;
+    return make;
+  }
+  std::string tried;
+  for (const std::string& path : plugin_paths()) {
+    if (access(path.c_str(), F_OK) != 0) {
+      tried += fmt::format("{}{}: absent", tried.empty() ? "" : "; ", path);
+      continue;
+    }
+    void* h = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (h == nullptr) {
+      tried += fmt::format("{}{}: {}", tried.empty() ? "" : "; ", path, dlerror());
+      continue;
+    }
+    auto abi = reinterpret_cast<PluginAbi>(dlsym(h, "gsync_transport_dpdk_abi"));
+    auto fn = reinterpret_cast<PluginMake>(dlsym(h, "gsync_transport_dpdk_make"));
+    const std::string want = dpdk_plugin_abi();
+    if (abi == nullptr || fn == nullptr || want != abi()) {
+      tried += fmt::format("{}{}: from another build (it says '{}', this gsyncd '{}')",
+                           tried.empty() ? "" : "; ", path, abi != nullptr ? abi() : "nothing",
+                           want);
+      dlclose(h);
+      continue;
+    }
+    spdlog::info("transport: DPDK provider from {}", path);
+    make = fn;
+    return make;
+  }
+  failed = fmt::format("the DPDK provider is not installed (package gsyncd-dpdk; {})", tried);
+  *why = failed;
+  return nullptr;
+}
+
+std::unique_ptr<Context> dpdk_context(const ContextOptions& options, Status* err,
+                                      std::string* why) {
+  if (make_dpdk_context) return make_dpdk_context(options, err);
+  PluginMake make = load_plugin(why);
+  if (make == nullptr) return nullptr;
+  return std::unique_ptr<Context>(make(&options, err));
+}
+
+}  // namespace
+#endif
 
 std::unique_ptr<Context> make_context(const ContextOptions& options, bool prefer_verbs,
                                       Status* err) {
   if (options.dpdk.wanted) {
 #if GSYNC_HAVE_DPDK
-    return make_dpdk_context(options, err);
+    std::string why;
+    if (auto c = dpdk_context(options, err, &why); c != nullptr || why.empty()) return c;
 #else
     std::string why = "built without DPDK (meson feature dpdk)";
+#endif
     if (options.dpdk.required) {
       if (err != nullptr)
         *err = Status(GSYNC_ERR_UNSUPPORTED,
@@ -42,7 +136,6 @@ std::unique_ptr<Context> make_context(const ContextOptions& options, bool prefer
     if (!st) return nullptr;
     spdlog::warn("transport: tcp on every link ({})", why);
     return c;
-#endif
   }
   if (!prefer_verbs) {
     spdlog::info("transport: tcp (verbs not asked for)");

@@ -80,6 +80,27 @@ std::vector<OpCase> sizes_and_dtypes() {
   return cases;
 }
 
+// gsyncd carries no DPDK: its provider is a plugin (factory.cc). Where the
+// plugin is not (GSYNC_PLUGIN_DIR names the only place looked), a daemon
+// that must run DPDK does not start, and says what to install.
+TEST(DpdkCluster, WithoutItsPluginADaemonRefusesAndNamesThePackage) {
+  ASSERT_EQ(setenv("GSYNC_PLUGIN_DIR", "/nonexistent/gsync-plugins", 1), 0);
+  testbed::Options o;
+  o.rack_sizes = {2};
+  o.dpdk = "memif";
+  o.loopback = true;
+  std::unique_ptr<testbed::Testbed> bed;
+  Status st = testbed::Testbed::create(o, &bed);
+  unsetenv("GSYNC_PLUGIN_DIR");
+  ASSERT_FALSE(st) << "daemons started with no DPDK provider to load";
+  EXPECT_NE(st.message().find("the DPDK provider is not installed (package gsyncd-dpdk"),
+            std::string::npos)
+      << st.message();
+  EXPECT_NE(st.message().find("/nonexistent/gsync-plugins/gsync-transport-dpdk.so: absent"),
+            std::string::npos)
+      << st.message();
+}
+
 TEST(DpdkCluster, MemifPairEveryDtypeAndSize) {
   auto bed = dpdk_bed({2}, "memif", "ring");
   ASSERT_TRUE(bed);
