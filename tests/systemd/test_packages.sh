@@ -43,7 +43,7 @@ trap cleanup EXIT
 echo "== tools/package/build-deb.sh --prebuilt $build --lintian"
 bash "$src/tools/package/build-deb.sh" --prebuilt "$build" --out "$tmp/debs" --lintian
 ls "$tmp/debs"
-for p in gsyncd libgsync0 libgsync-dev python3-gsync gsync-tools; do
+for p in gsyncd gsyncd-dpdk libgsync0 libgsync-dev python3-gsync gsync-tools; do
   ls "$tmp/debs/${p}_"*.deb >/dev/null 2>&1 || { echo "test_packages: FAIL: no $p package" >&2; exit 1; }
 done
 
@@ -77,7 +77,13 @@ inside() {
 }
 # Booted: is-system-running --wait returns once start-up finished; a unit
 # of this machine's that fails in a container (degraded) is not ours.
-state=$(inside timeout "$deadline_s" systemctl is-system-running --wait || true)
+# Until systemd has made its socket, systemctl cannot ask at all (no state
+# printed): asked again until the deadline.
+state=""
+while [ -z "$state" ] && [ $SECONDS -lt $end ]; do
+  state=$(inside timeout "$deadline_s" systemctl is-system-running --wait 2>/dev/null || true)
+  [ -n "$state" ] || sleep 0.2
+done
 case $state in
   running | degraded) echo "container: $state" ;;
   *) echo "test_packages: FAIL: the container's systemd did not come up ($state)" >&2

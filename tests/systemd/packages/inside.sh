@@ -6,7 +6,7 @@
 set -euo pipefail
 debs=$1 tests=$2
 export DEBIAN_FRONTEND=noninteractive
-packages=(gsyncd libgsync0 libgsync-dev python3-gsync gsync-tools)
+packages=(gsyncd gsyncd-dpdk libgsync0 libgsync-dev python3-gsync gsync-tools)
 step() { echo "== $*"; }
 fail() {
   echo "test_packages: FAIL: $*" >&2
@@ -18,6 +18,10 @@ fail() {
 # started or stopped by a package) is not what a host has; this overlay is
 # thrown away, so the host keeps its own.
 rm -f /usr/sbin/policy-rc.d
+
+step "gsyncd needs no DPDK: its provider is the package gsyncd-dpdk"
+deps=$(dpkg-deb -f "$debs"/gsyncd_*.deb Depends)
+grep -q "librte" <<<"$deps" && fail "gsyncd depends on DPDK's libraries: $deps"
 
 step "apt-get install ./*.deb"
 apt-get install -y -q --no-install-recommends "$debs"/*.deb || fail "apt-get install of the packages"
@@ -33,6 +37,10 @@ step "systemctl start gsyncd"
 timeout 60 systemctl start gsyncd.service || fail "systemctl start gsyncd"
 [ "$(systemctl is-active gsyncd.service)" = active ] || fail "gsyncd.service is not active"
 [ -S /run/gsync/gsyncd.sock ] || fail "no client socket /run/gsync/gsyncd.sock"
+
+step "the DPDK plugin's libraries resolve"
+plugin=$(dpkg -L gsyncd-dpdk | grep '/gsync-transport-dpdk\.so$') || fail "gsyncd-dpdk holds no plugin"
+ldd "$plugin" | grep -q "not found" && fail "the DPDK plugin lacks libraries: $(ldd "$plugin")"
 
 step "a C program built with pkg-config --cflags --libs libgsync"
 cflags=$(pkg-config --cflags --libs libgsync) || fail "pkg-config knows no libgsync"
