@@ -1,6 +1,9 @@
 #!/bin/sh
-# run.sh of a GPU bundle (tools/gpu/bundle.sh copies this file there; see
-# docs/gpu.md, "The bundle for a machine without -dev libraries").
+# run.sh of a bundle (tools/common/bundle-lib.sh's bundle_finish copies this
+# file there: the GPU check's, tools/gpu/bundle.sh, docs/gpu.md "The bundle
+# for a machine without -dev libraries"; the core-per-process measurement's,
+# tools/bench/cores-bundle.sh, docs/performance.md "With a core per
+# process").
 #
 #   run.sh COMMAND [ARGS]           COMMAND with the bundle's libraries
 #   run.sh --client COMMAND [ARGS]  COMMAND of the machine's own (python
@@ -11,7 +14,9 @@
 # The default puts the bundle's lib/ in LD_LIBRARY_PATH. --client leaves it
 # out, so that the machine's python and torch keep the machine's libssl,
 # libz, libffi...; GSYNCD and GSYNC_TESTBED then name wrap/ scripts that
-# come back here for the bundle's libraries.
+# come back here for the bundle's libraries. A bundle's env.sh, where it
+# has one, is sourced last with $b the bundle (the cores bundle's tells
+# Open MPI where its components and help files are).
 #
 # libstdc++ and libgcc_s (lib/cxx) go in only where the machine's libstdc++
 # lacks the GLIBCXX_ / CXXABI_ versions MANIFEST names: a newer one serves
@@ -80,4 +85,6 @@ if [ -n "$path" ]; then
   export LD_LIBRARY_PATH="$path${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 fi
 export GSYNC_LIB="$b/lib/libgsync.so" PATH="$b/bin:$PATH"
+# shellcheck source=/dev/null  # the bundle's own, where it has one
+[ -f "$b/env.sh" ] && . "$b/env.sh"
 exec "$@"
