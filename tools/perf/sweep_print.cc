@@ -268,13 +268,21 @@ void print_summary(const Options& o, const MemoryReference& ref, const std::stri
                    const Peers& peer, const std::vector<uint64_t>& sizes, const Totals& t) {
   double ratio = ref.add_gbps > 0 ? t.last_reduce / ref.add_gbps : 0;
   if (o.json_out) {
-    std::printf("%s\n", json{{"memcpy_gbps", ref.memcpy_gbps}, {"add_gbps", ref.add_gbps},
-                             {"reduce_gbps", t.last_reduce}, {"reduce_vs_add", ratio},
-                             {"reference_bytes", o.max_bytes}, {"isa", isa}, {"wrong", t.wrong},
-                             {"checked_ops", t.checked}, {"failed_rows", t.failed_rows},
-                             {"tcp_stream_gbps", peer.tcp_gbps}, {"gloo_algo", peer.gloo.algo}}
-                            .dump()
-                            .c_str());
+    json j{{"memcpy_gbps", ref.memcpy_gbps},
+           {"add_gbps", ref.add_gbps},
+           {"reduce_gbps", t.last_reduce},
+           {"reduce_vs_add", ratio},
+           {"reference_bytes", o.max_bytes},
+           {"isa", isa},
+           {"wrong", t.wrong},
+           {"checked_ops", t.checked},
+           {"failed_rows", t.failed_rows},
+           {"tcp_stream_gbps", peer.tcp_gbps},
+           {"gloo_algo", peer.gloo.algo}};
+    // Why a --compare peer has no vs_ figure (the text's "# peer run failed").
+    if (!peer.gloo.error.empty()) j["gloo_error"] = peer.gloo.error;
+    if (!peer.mpi.error.empty()) j["mpi_error"] = peer.mpi.error;
+    std::printf("%s\n", j.dump().c_str());
     return;
   }
   std::printf("# memory reference (1 thread, %llu MiB buffers): memcpy %.2f GB/s, fp32 a+=b %.2f "
