@@ -11,19 +11,9 @@ root=$1
 build=$2
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
-if ! bash "$root/tools/gpu/bundle.sh" "$build" "$dir/bundle" >"$dir/make.txt" 2>&1; then
-  cat "$dir/make.txt"
-  echo "FAIL: tools/gpu/bundle.sh could not make the bundle"
-  exit 1
-fi
-tail -5 "$dir/make.txt"
-bash "$root/tools/gpu/bundle.sh" --check "$dir/bundle" >"$dir/check.txt" 2>&1
-rc=$?
-cat "$dir/check.txt"
-if [ "$rc" -ne 0 ] || ! tail -1 "$dir/check.txt" | grep -q '^bundle check: PASS'; then
-  echo "FAIL: the bundle is not self-contained (exit status $rc)"
-  exit 1
-fi
+# shellcheck source=tests/util/bundle_test.sh
+. "$root/tests/util/bundle_test.sh"
+made_and_checked "$root" tools/gpu/bundle.sh "$build" "$dir/bundle"
 if nvidia-smi -L >/dev/null 2>&1; then
   echo "SKIPPED: a GPU is here: the device check's dry run is for a machine without one" \
     "(run tools/gpu/device-check.sh itself)"

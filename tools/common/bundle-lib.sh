@@ -17,8 +17,32 @@
 # Making: bundle_programs, bundle_libgsync, bundle_libs, bundle_wraps,
 # bundle_python, bundle_finish. Checking: check_begin, check_ldd, part,
 # check_testbed, check_chroot, check_end (they record problems with fail).
+# bundle_main: the command line, calling the script's make_bundle and
+# check_bundle.
 
 bundle_limit=$((64 << 20))
+
+# A path the caller gave (relative to $caller, where the script was started).
+given() { case "$1" in /*) echo "$1" ;; *) echo "$caller/$1" ;; esac; }
+
+# bundle_main DEFAULT_OUT ARGS...: "[--no-strip] [BUILD_DIR [OUT_DIR]]" makes
+# the bundle (make_bundle STRIP BUILD OUT), "--check [OUT_DIR]" proves it
+# (check_bundle DIR); anything else prints the script's header ($self).
+bundle_main() {
+  local default_out=$1 strip=1
+  shift
+  if [ "${1:-}" = --check ]; then
+    check_bundle "$([ -n "${2:-}" ] && given "$2" || echo "$default_out")"
+    return
+  fi
+  if [ "${1:-}" = --no-strip ]; then
+    strip=0
+    shift
+  fi
+  case "${1:-}" in -*) sed -n '2,/^set -euo/p' "$self" | sed '$d'; exit 2 ;; esac
+  make_bundle "$strip" "$([ -n "${1:-}" ] && given "$1" || echo build)" \
+    "$([ -n "${2:-}" ] && given "$2" || echo "$default_out")"
+}
 
 # glibc's own libraries (with the NSS modules /etc/nsswitch.conf names), and
 # the driver's: the machine's, never bundled.
@@ -78,12 +102,13 @@ bundle_libgsync() {
 # bundle_libs OUT FILE...: every library the FILEs load, as ldd resolves it
 # here (their RUNPATH, then the system's; ldd lists the whole closure), into
 # OUT/lib, libstdc++ and libgcc_s into OUT/lib/cxx; glibc's, the driver's
-# and libgsync (bundle_libgsync) aside.
+# and libgsync (bundle_libgsync) aside. FILEs that are scripts load none.
 bundle_libs() {
   local out=$1 f lib arrow path dest
   shift
   mkdir -p "$out/lib/cxx"
   for f in "$@"; do
+    is_elf "$f" || continue
     while read -r lib arrow path _; do
       [ "$arrow" = "=>" ] || continue
       is_system_lib "$lib" && continue
@@ -336,7 +361,8 @@ check_testbed() {
 }
 
 # check_chroot "PROGRAM ARGS"...: as root with chroot(1), each PROGRAM
-# (bundle-relative) in a root holding only glibc and the bundle.
+# (bundle-relative) in a root holding only glibc and the bundle, with what
+# the bundle's env.sh sets.
 check_chroot() {
   local chroot
   chroot=$(command -v chroot || true)
@@ -354,10 +380,15 @@ check_chroot() {
     cp -L "/lib/x86_64-linux-gnu/$g" "$root/lib/x86_64-linux-gnu/" 2>/dev/null || true
   done
   cp -L /lib64/ld-linux-x86-64.so.2 "$root/lib64/"
+  # What the bundle's env.sh (where it has one) sets, for the bundle at /b.
+  local extra=()
+  # shellcheck disable=SC2016  # $1 is the inner shell's
+  [ -f "$dir/env.sh" ] && mapfile -t extra < <(env -i b=/b /bin/sh -c '. "$1"; unset b; env' sh \
+    "$dir/env.sh" | grep -vE '^(PWD|SHLVL|_)=')
   for cmd in "$@"; do
     # shellcheck disable=SC2086  # the program and its arguments, one a word
-    env -i LD_LIBRARY_PATH=/b/lib:/b/lib/cxx "$chroot" "$root" /b/$cmd >>"$tmp/chroot.txt" 2>&1 ||
-      { rc=$?; break; }
+    env -i LD_LIBRARY_PATH=/b/lib:/b/lib/cxx "${extra[@]}" "$chroot" "$root" /b/$cmd \
+      >>"$tmp/chroot.txt" 2>&1 || { rc=$?; break; }
     ran+=("${cmd##*/}")
   done
   if [ "$rc" = 0 ]; then

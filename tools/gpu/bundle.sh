@@ -42,7 +42,6 @@ set -euo pipefail
 caller=$PWD
 self=$(cd "$(dirname "$0")" && pwd)/$(basename "$0")
 cd "$(dirname "$0")/../.."
-given() { case "$1" in /*) echo "$1" ;; *) echo "$caller/$1" ;; esac; }
 
 # shellcheck source=tools/common/bundle-lib.sh
 . tools/common/bundle-lib.sh
@@ -111,15 +110,4 @@ check_bundle() {
   check_end
 }
 
-strip=1
-if [ "${1:-}" = --check ]; then
-  check_bundle "$([ -n "${2:-}" ] && given "$2" || echo gpu-bundle)"
-  exit
-fi
-if [ "${1:-}" = --no-strip ]; then
-  strip=0
-  shift
-fi
-case "${1:-}" in -*) sed -n '2,/^set -euo/p' "$self" | sed '$d'; exit 2 ;; esac
-make_bundle "$strip" "$([ -n "${1:-}" ] && given "$1" || echo build)" \
-  "$([ -n "${2:-}" ] && given "$2" || echo gpu-bundle)"
+bundle_main gpu-bundle "$@"
