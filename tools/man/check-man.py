@@ -12,12 +12,15 @@ no other subcommand. For the config page: the keys of
 table of docs/operations.md, whose defaults agree with the daemon's.
 
 It reads the --help text and the roff on its own, not through gen-man.py,
-so that a fault of the generator shows here. Exit 1 naming each problem.
+so that a fault of the generator shows here; the config keys it reads as
+the generator does (config_keys.py). Exit 1 naming each problem.
 """
 import argparse
 import re
 import subprocess
 import sys
+
+import config_keys
 
 
 def run(argv):
@@ -93,36 +96,9 @@ def check_program(page, program):
     return problems
 
 
-def daemon_keys(gsyncd):
-    """{dotted key: default} of `gsyncd --print-config` over no file."""
-    keys, section = {}, None
-    for line in run([gsyncd, "--config", "/dev/null", "--print-config"]).splitlines():
-        if line.startswith("["):
-            section = line.strip("[]")
-        elif " = " in line and not line.startswith("#"):
-            key, value = line.split(" = ", 1)
-            keys[f"{section}.{key}"] = value
-    return keys
-
-
-def table_keys(doc):
-    """{dotted key: default or None} of the "### Keys" table."""
-    keys, inside = {}, False
-    with open(doc, encoding="utf-8") as fh:
-        for line in fh:
-            if line.startswith("#"):
-                inside = line.strip() == "### Keys"
-            elif inside and line.startswith("| `"):
-                cells = re.split(r"(?<!\\)\|", line)[1:3]
-                names = re.findall(r"`([a-z_]+\.[a-z_]+)`", cells[0])
-                defaults = re.findall(r"`([^`]*)`", cells[1])
-                for i, name in enumerate(names):
-                    keys[name] = defaults[i] if len(defaults) == len(names) else None
-    return keys
-
-
 def check_config(page, gsyncd, doc):
-    want, problems = daemon_keys(gsyncd), []
+    want = {f"{sec}.{key}": value for sec, key, value in config_keys.daemon_keys(gsyncd)}
+    problems = []
     have = set()
     for sh, ss, lines in page_sections(page):
         if sh == "KEYS" and ss:
@@ -133,7 +109,7 @@ def check_config(page, gsyncd, doc):
     problems += [f"{page}: key {k} missing (gsyncd knows it)" for k in sorted(set(want) - have)]
     problems += [f"{page}: key {k} listed, but gsyncd has no such key"
                  for k in sorted(have - set(want))]
-    table = table_keys(doc)
+    table = {k: row.default for k, row in config_keys.documented_keys(doc).items()}
     problems += [f"{doc}: key {k} has no row in the Keys table (gsyncd knows it)"
                  for k in sorted(set(want) - set(table))]
     problems += [f"{doc}: Keys table lists {k}, but gsyncd has no such key"
@@ -152,7 +128,10 @@ def main():
     for page, program in args.program:
         problems += check_program(page, program)
     if args.config:
-        problems += check_config(*args.config)
+        try:
+            problems += check_config(*args.config)
+        except RuntimeError as e:  # gsyncd --print-config failed
+            problems.append(str(e))
     for p in problems:
         print(p)
     checked = len(args.program) + bool(args.config)

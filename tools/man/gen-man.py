@@ -24,6 +24,7 @@ import subprocess
 import sys
 
 import cli11_help
+import config_keys
 import roff
 
 MANUALS = {"1": "User Commands", "5": "File Formats", "8": "System Administration"}
@@ -102,45 +103,15 @@ def program_parts(name, program):
     return parts
 
 
-def daemon_keys(gsyncd):
-    """[(section, key, default)] as `gsyncd --print-config` prints them; the
-    empty file /dev/null keeps a host's own /etc/gsync/gsyncd.toml out."""
-    argv = [gsyncd, "--config", "/dev/null", "--print-config"]
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=60)
-    if done.returncode != 0:
-        raise RuntimeError(f"{' '.join(argv)}: exit {done.returncode}: {done.stderr.strip()}")
-    out, section = [], None
-    for raw in done.stdout.splitlines():
-        if raw.startswith("[") and raw.endswith("]"):
-            section = raw[1:-1]
-        elif " = " in raw and not raw.startswith("#"):
-            key, value = raw.split(" = ", 1)
-            out.append((section, key, value))
-    return out
-
-
-def documented_keys(path):
-    """{dotted key: meaning} of the "### Keys" table of docs/operations.md."""
-    rows, inside = {}, False
-    with open(path, encoding="utf-8") as fh:
-        for raw in fh:
-            if raw.startswith("#"):
-                inside = raw.strip() == "### Keys"
-            elif inside and raw.startswith("| `"):
-                cells = [c.strip() for c in re.split(r"(?<!\\)\|", raw.strip())[1:-1]]
-                for key in re.findall(r"`([a-z_]+\.[a-z_]+)`", cells[0]):
-                    rows[key] = cells[-1].replace("\\|", "|")
-    return rows
-
-
 def config_parts(gsyncd, keys_doc):
-    docs = documented_keys(keys_doc)
+    docs = config_keys.documented_keys(keys_doc)
     lines, section = [], None
-    for sec, key, value in daemon_keys(gsyncd):
+    for sec, key, value in config_keys.daemon_keys(gsyncd):
         if sec != section:
             section = sec
             lines.append(".SS \"[" + roff.escape(sec) + "]\"")
-        meaning = docs.get(f"{sec}.{key}")
+        row = docs.get(f"{sec}.{key}")
+        meaning = row.meaning if row else None
         if meaning is None:
             print(f"gen-man.py: {sec}.{key} has no row in {keys_doc}", file=sys.stderr)
             meaning = "(No row in the Keys table of docs/operations.md.)"
