@@ -53,7 +53,7 @@ std::string argument_error(const OpArgs& a, int world, size_t* elem) {
   if (a.key == kBarrierKey) return "key 0xffffffffffffffff is reserved for barriers";
   proto::DType dtype{};
   if (!proto::dtype_from_wire(a.dtype, &dtype)) {
-    return format("dtype %d is not a gsync_dtype (GSYNC_FLOAT32 .. GSYNC_INT32)", a.dtype);
+    return format("dtype %d is not a gsync_dtype (GSYNC_FLOAT32 .. GSYNC_UINT8)", a.dtype);
   }
   if (a.opcode == proto::Opcode::kAllreduce) {
     proto::RedOp redop{};

@@ -55,7 +55,7 @@ constexpr const char* error_code_name(int c) {
   static_assert(std::size(kNames) == size_t(-kLowestError));
   return is_error_code(c) ? kNames[-c - 1] : "unknown";
 }
-enum class DType : uint8_t { kF32 = 0, kF16 = 1, kBF16 = 2, kF64 = 3, kI32 = 4 };
+enum class DType : uint8_t { kF32 = 0, kF16 = 1, kBF16 = 2, kF64 = 3, kI32 = 4, kU8 = 5 };
 enum class RedOp : uint8_t { kSum = 0, kAvg = 1, kWeightedAvg = 2, kMin = 3, kMax = 4 };
 // How fp32 gradients cross between hosts (docs/compression.md).
 enum class Codec : uint8_t { kNone = 0, kF16 = 1, kBF16 = 2, kInt8 = 3, kTopk = 4 };
@@ -65,7 +65,8 @@ static_assert(static_cast<int>(DType::kF32) == GSYNC_FLOAT32 &&
               static_cast<int>(DType::kF16) == GSYNC_FLOAT16 &&
               static_cast<int>(DType::kBF16) == GSYNC_BFLOAT16 &&
               static_cast<int>(DType::kF64) == GSYNC_FLOAT64 &&
-              static_cast<int>(DType::kI32) == GSYNC_INT32);
+              static_cast<int>(DType::kI32) == GSYNC_INT32 &&
+              static_cast<int>(DType::kU8) == GSYNC_UINT8);
 static_assert(static_cast<int>(RedOp::kSum) == GSYNC_SUM &&
               static_cast<int>(RedOp::kAvg) == GSYNC_AVG &&
               static_cast<int>(RedOp::kWeightedAvg) == GSYNC_WEIGHTED_AVG &&
@@ -91,7 +92,7 @@ constexpr bool opcode_from_wire(int v, Opcode* out) {
   return true;
 }
 constexpr bool dtype_from_wire(int v, DType* out) {
-  if (v < 0 || v > 4) return false;
+  if (v < 0 || v > 5) return false;
   *out = static_cast<DType>(v);
   return true;
 }
@@ -128,6 +129,7 @@ constexpr const char* name(DType v) {
     case DType::kBF16: return "bfloat16";
     case DType::kF64: return "float64";
     case DType::kI32: return "int32";
+    case DType::kU8: return "uint8";
   }
   return "unknown-dtype";
 }
@@ -190,14 +192,18 @@ constexpr size_t dtype_size(DType v) {
     case DType::kF16:
     case DType::kBF16: return 2;
     case DType::kF64: return 8;
+    case DType::kU8: return 1;
   }
   return 0;
 }
 
 
-// Whether a reduction has a meaning on an element type (a weighted average
-// of integers has none).
-constexpr bool defined(DType t, RedOp op) { return !(t == DType::kI32 && op == RedOp::kWeightedAvg); }
+// Whether a reduction has a meaning on an element type: a weighted average
+// of integers has none, and bytes are summed (mod 256), not averaged.
+constexpr bool defined(DType t, RedOp op) {
+  if (t == DType::kU8) return op == RedOp::kSum || op == RedOp::kMin || op == RedOp::kMax;
+  return !(t == DType::kI32 && op == RedOp::kWeightedAvg);
+}
 
 // Which hops of an allreduce a codec applies to (docs/compression.md,
 // "Where the codecs apply"): between racks only, every hop between hosts, or

@@ -64,12 +64,34 @@ struct I32 {
   }
 };
 
+// Bytes (a reproducible allreduce's exponents): sum wraps mod 256, min and
+// max unsigned. proto::defined() refuses avg and weighted avg on them, so
+// divide() is never called; it exists for the templates.
+struct U8 {
+  using Elem = uint8_t;
+  using Scalar = uint8_t;
+  using Vec = __m256i;
+  static constexpr size_t kLanes = 32;
+  static Vec load(const Elem* p) { return _mm256_loadu_si256(reinterpret_cast<const Vec*>(p)); }
+  static void store(Elem* p, Vec v) { _mm256_storeu_si256(reinterpret_cast<Vec*>(p), v); }
+  static Vec load_acc(const Scalar* p) {
+    return _mm256_load_si256(reinterpret_cast<const Vec*>(p));
+  }
+  static void store_acc(Scalar* p, Vec v) { _mm256_store_si256(reinterpret_cast<Vec*>(p), v); }
+  static Vec set1(Scalar s) { return _mm256_set1_epi8(static_cast<char>(s)); }
+  static Vec add(Vec a, Vec b) { return _mm256_add_epi8(a, b); }
+  static Vec min(Vec acc, Vec x) { return _mm256_min_epu8(acc, x); }
+  static Vec max(Vec acc, Vec x) { return _mm256_max_epu8(acc, x); }
+  static Vec divide(Vec acc, size_t) { return acc; }
+};
+
 struct Target {
   using F32 = avx2::F32;
   using F16 = avx2::F16;
   using BF16 = avx2::BF16;
   using F64 = avx2::F64;
   using I32 = avx2::I32;
+  using U8 = avx2::U8;
 
   // Copies one block of results to one output. Streaming stores need 32-byte
   // aligned addresses, so the unaligned head and the tail go through memcpy.

@@ -62,12 +62,32 @@ struct I32 {
   }
 };
 
+// Bytes (a reproducible allreduce's exponents): sum wraps mod 256, min and
+// max unsigned. proto::defined() refuses avg and weighted avg on them, so
+// divide() is never called; it exists for the templates.
+struct U8 {
+  using Elem = uint8_t;
+  using Scalar = uint8_t;
+  using Vec = __m512i;
+  static constexpr size_t kLanes = 64;
+  static Vec load(const Elem* p) { return _mm512_loadu_si512(p); }
+  static void store(Elem* p, Vec v) { _mm512_storeu_si512(p, v); }
+  static Vec load_acc(const Scalar* p) { return _mm512_load_si512(p); }
+  static void store_acc(Scalar* p, Vec v) { _mm512_store_si512(p, v); }
+  static Vec set1(Scalar s) { return _mm512_set1_epi8(static_cast<char>(s)); }
+  static Vec add(Vec a, Vec b) { return _mm512_add_epi8(a, b); }
+  static Vec min(Vec acc, Vec x) { return _mm512_min_epu8(acc, x); }
+  static Vec max(Vec acc, Vec x) { return _mm512_max_epu8(acc, x); }
+  static Vec divide(Vec acc, size_t) { return acc; }
+};
+
 struct Target {
   using F32 = avx512::F32;
   using F16 = avx512::F16;
   using BF16 = avx512::BF16;
   using F64 = avx512::F64;
   using I32 = avx512::I32;
+  using U8 = avx512::U8;
 
   // Copies one block of results to one output. Streaming stores need 64-byte
   // aligned addresses; the unaligned head and the tail use byte-masked stores

@@ -4,14 +4,14 @@
 // define, in their own namespace, a `Target` policy and include this file:
 //
 //   struct Target {
-//     using F32 = ...; F16, BF16, F64, I32   // one "kind" per dtype, below
+//     using F32 = ...; F16, BF16, F64, I32, U8   // one "kind" per dtype, below
 //     static void copy(void* dst, const void* src, size_t bytes, bool stream);
 //     static void fence();                   // after streaming stores
 //   };
 //
 //   struct Kind {
 //     using Elem;    // storage type (uint16_t for fp16/bf16)
-//     using Scalar;  // accumulator lane type (float, double, int32_t)
+//     using Scalar;  // accumulator lane type (float, double, int32_t, uint8_t)
 //     using Vec;     // kLanes accumulator lanes
 //     static constexpr size_t kLanes;
 //     static Vec load(const Elem*);   static void store(Elem*, Vec);   // unaligned
@@ -277,6 +277,9 @@ void reduce_range_impl(const ReduceArgs& args, size_t begin, size_t end) {
       break;
     case DType::kI32:
       run_op<I, typename I::I32>(args, begin, end, stream);
+      break;
+    case DType::kU8:
+      run_op<I, typename I::U8>(args, begin, end, stream);
       break;
   }
 }

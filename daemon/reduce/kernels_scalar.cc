@@ -43,12 +43,32 @@ struct I32 {
   }
 };
 
+// Bytes (a reproducible allreduce's exponents): sum wraps mod 256, min and
+// max unsigned. proto::defined() refuses avg and weighted avg on them, so
+// divide() is never called; it exists for the templates.
+struct U8 {
+  using Elem = uint8_t;
+  using Scalar = uint8_t;
+  using Vec = uint8_t;
+  static constexpr size_t kLanes = 1;
+  static Vec load(const Elem* p) { return *p; }
+  static void store(Elem* p, Vec v) { *p = v; }
+  static Vec load_acc(const Scalar* p) { return *p; }
+  static void store_acc(Scalar* p, Vec v) { *p = v; }
+  static Vec set1(Scalar s) { return s; }
+  static Vec add(Vec a, Vec b) { return static_cast<uint8_t>(a + b); }
+  static Vec min(Vec acc, Vec x) { return x < acc ? x : acc; }
+  static Vec max(Vec acc, Vec x) { return x > acc ? x : acc; }
+  static Vec divide(Vec acc, size_t) { return acc; }
+};
+
 struct Target {
   using F32 = scalar::F32;
   using F16 = scalar::F16;
   using BF16 = scalar::BF16;
   using F64 = scalar::F64;
   using I32 = scalar::I32;
+  using U8 = scalar::U8;
   // SSE2 is part of x86-64, so even this path can stream its stores (16-byte
   // aligned); the unaligned head and the tail go through memcpy.
   static void copy(void* dst, const void* src, size_t bytes, bool stream) {

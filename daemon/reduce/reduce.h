@@ -8,7 +8,8 @@
 //
 // Semantics (fixed, so every ISA gives bit-identical results):
 //  - fp16 and bf16 accumulate in fp32 and round once (nearest-even) on store;
-//    fp32 accumulates in fp32, fp64 in fp64, int32 in int32 (wrapping).
+//    fp32 accumulates in fp32, fp64 in fp64, int32 in int32 (wrapping),
+//    uint8 in uint8 (wrapping; sum, min and max only).
 //  - Inputs are folded in index order: acc = in[0]; acc = op(acc, in[r]).
 //  - kAvg: acc / n (int32: truncating division).
 //  - kWeightedAvg: acc = sum_r in[r] * w_r, w_r = weights[r] / sum(weights)

@@ -56,7 +56,10 @@ enum gsync_dtype {
   GSYNC_FLOAT16 = 1,
   GSYNC_BFLOAT16 = 2,
   GSYNC_FLOAT64 = 3,
-  GSYNC_INT32 = 4
+  GSYNC_INT32 = 4,
+  /* Since 0.8: unsigned bytes, for sum (wrapping mod 256), min and max
+   * (what a reproducible allreduce's exponents travel as). */
+  GSYNC_UINT8 = 5
 };
 
 enum gsync_redop {

@@ -61,9 +61,10 @@ inline int run_cases(const testbed::Testbed& bed, const std::string& job,
 
 inline std::vector<OpCase> every_dtype_and_op(size_t count) {
   std::vector<OpCase> v;
-  for (int dtype : {GSYNC_FLOAT32, GSYNC_FLOAT16, GSYNC_BFLOAT16, GSYNC_FLOAT64, GSYNC_INT32})
+  for (int dtype : {GSYNC_FLOAT32, GSYNC_FLOAT16, GSYNC_BFLOAT16, GSYNC_FLOAT64, GSYNC_INT32,
+                    GSYNC_UINT8})
     for (int op : {GSYNC_SUM, GSYNC_AVG, GSYNC_WEIGHTED_AVG, GSYNC_MIN, GSYNC_MAX})
-      if (!(dtype == GSYNC_INT32 && op == GSYNC_WEIGHTED_AVG)) v.push_back({dtype, op, count});
+      if (gsync::tools::defined_op(dtype, op)) v.push_back({dtype, op, count});
   return v;
 }
 

@@ -92,9 +92,10 @@ TEST(Allreduce, EveryDtypeAndOp) {
   DaemonProcess d;
   const int world = 3;
   int step = 0;
-  for (int dtype : {GSYNC_FLOAT32, GSYNC_FLOAT16, GSYNC_BFLOAT16, GSYNC_FLOAT64, GSYNC_INT32}) {
+  for (int dtype : {GSYNC_FLOAT32, GSYNC_FLOAT16, GSYNC_BFLOAT16, GSYNC_FLOAT64, GSYNC_INT32,
+                    GSYNC_UINT8}) {
     for (int op : {GSYNC_SUM, GSYNC_AVG, GSYNC_WEIGHTED_AVG, GSYNC_MIN, GSYNC_MAX}) {
-      if (dtype == GSYNC_INT32 && op == GSYNC_WEIGHTED_AVG) continue;
+      if (!gsync::tools::defined_op(dtype, op)) continue;
       for (size_t count : {size_t{17}, size_t{300001}}) {
         SCOPED_TRACE(fmt::format("dtype {} op {} count {}", dtype, op, count));
         step++;

@@ -27,7 +27,8 @@ namespace gsync::reduce {
 namespace {
 
 constexpr Isa kAllIsas[] = {Isa::kScalar, Isa::kAvx2, Isa::kAvx512};
-constexpr DType kAllDTypes[] = {DType::kF32, DType::kF16, DType::kBF16, DType::kF64, DType::kI32};
+constexpr DType kAllDTypes[] = {DType::kF32, DType::kF16, DType::kBF16,
+                                DType::kF64, DType::kI32, DType::kU8};
 constexpr Op kAllOps[] = {Op::kSum, Op::kAvg, Op::kWeightedAvg, Op::kMin, Op::kMax};
 constexpr size_t kSmallCounts[] = {0, 1, 2, 7, 15, 16, 17, 31, 33, 1000, 4097};
 constexpr size_t kLargeCount = (size_t{1} << 20) + 3;
@@ -47,6 +48,8 @@ const char* dtype_name(DType t) {
       return "f64";
     case DType::kI32:
       return "i32";
+    case DType::kU8:
+      return "u8";
   }
   return "?";
 }
@@ -74,6 +77,8 @@ size_t esize(DType t) {
       return 2;
     case DType::kF64:
       return 8;
+    case DType::kU8:
+      return 1;
     default:
       return 4;
   }
@@ -145,11 +150,13 @@ double load_as_double(DType t, const uint8_t* p, size_t i) {
       return get<double>(p, i);
     case DType::kI32:
       return get<int32_t>(p, i);
+    case DType::kU8:
+      return get<uint8_t>(p, i);
   }
   return 0;
 }
 
-bool is_float(DType t) { return t != DType::kI32; }
+bool is_float(DType t) { return t != DType::kI32 && t != DType::kU8; }
 
 // Bit-exact, except that any NaN equals any NaN.
 bool same_element(DType t, const uint8_t* a, const uint8_t* b, size_t i) {
@@ -189,8 +196,8 @@ S ref_max(S acc, S x) {
 
 template <class S>
 S ref_load(DType t, const uint8_t* p, size_t i) {
-  if constexpr (std::is_same_v<S, int32_t>) {
-    return get<int32_t>(p, i);
+  if constexpr (std::is_integral_v<S>) {
+    return get<S>(p, i);
   } else if constexpr (std::is_same_v<S, double>) {
     return get<double>(p, i);
   } else {
@@ -228,6 +235,8 @@ Tensor ref_reduce_typed(DType t, Op op, const std::vector<const uint8_t*>& in, s
         case Op::kAvg:
           if constexpr (std::is_same_v<S, int32_t>) {
             acc = static_cast<int32_t>(static_cast<uint32_t>(acc) + static_cast<uint32_t>(x));
+          } else if constexpr (std::is_same_v<S, uint8_t>) {
+            acc = static_cast<uint8_t>(acc + x);  // wraps mod 256
           } else {
             acc = acc + x;
           }
@@ -244,7 +253,9 @@ Tensor ref_reduce_typed(DType t, Op op, const std::vector<const uint8_t*>& in, s
       }
     }
     if (op == Op::kAvg) {
-      if constexpr (std::is_same_v<S, int32_t>) {
+      if constexpr (std::is_same_v<S, uint8_t>) {
+        ADD_FAILURE() << "no average of bytes";  // supported() refuses it
+      } else if constexpr (std::is_same_v<S, int32_t>) {
         acc = static_cast<int32_t>(static_cast<int64_t>(acc) / static_cast<int64_t>(n));
       } else {
         acc = acc / static_cast<S>(n);
@@ -262,6 +273,8 @@ Tensor ref_reduce(DType t, Op op, const std::vector<const uint8_t*>& in, size_t 
       return ref_reduce_typed<double>(t, op, in, count, weights);
     case DType::kI32:
       return ref_reduce_typed<int32_t>(t, op, in, count, weights);
+    case DType::kU8:
+      return ref_reduce_typed<uint8_t>(t, op, in, count, weights);
     default:
       return ref_reduce_typed<float>(t, op, in, count, weights);
   }
@@ -317,6 +330,9 @@ Tensor random_tensor(DType t, size_t count, std::mt19937_64& rng) {
       }
       case DType::kI32:
         put<int32_t>(x.bytes.data(), i, static_cast<int32_t>(bits >> 16));
+        break;
+      case DType::kU8:
+        put<uint8_t>(x.bytes.data(), i, static_cast<uint8_t>(bits >> 24));
         break;
     }
   }
@@ -873,11 +889,13 @@ TEST_F(KernelTest, DivisorRawWeightsAndScale) {
 TEST(ReduceApiTest, SupportedCombinations) {
   for (DType t : kAllDTypes) {
     for (Op op : kAllOps) {
-      EXPECT_EQ(supported(t, op), !(t == DType::kI32 && op == Op::kWeightedAvg))
-          << dtype_name(t) << " " << op_name(op);
+      const bool bytes_ok = op == Op::kSum || op == Op::kMin || op == Op::kMax;
+      const bool want = t == DType::kU8 ? bytes_ok : !(t == DType::kI32 && op == Op::kWeightedAvg);
+      EXPECT_EQ(supported(t, op), want) << dtype_name(t) << " " << op_name(op);
     }
   }
   EXPECT_FALSE(supported(DType::kI32, Op::kWeightedAvg));
+  EXPECT_FALSE(supported(DType::kU8, Op::kAvg));
   EXPECT_FALSE(supported(static_cast<DType>(200), Op::kSum));
   EXPECT_FALSE(supported(DType::kF32, static_cast<Op>(200)));
 }

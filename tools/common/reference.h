@@ -2,7 +2,7 @@
 //
 // Deterministic data for allreduce checks and the result each element must
 // have, written from the documented semantics (docs/reduce.md) and not from
-// the daemon's kernels: accumulate in fp32 (fp16/bf16/fp32), fp64 or int32,
+// the daemon's kernels: accumulate in fp32 (fp16/bf16/fp32), fp64, int32 or uint8,
 // fold ranks in order, round once to the dtype.
 #pragma once
 
@@ -33,11 +33,19 @@ inline float bf16_to_float(uint16_t h) {
   return f;
 }
 
+// What gsync.h defines: no weighted average of integers, and bytes are
+// summed (wrapping), not averaged.
+inline bool defined_op(int dtype, int op) {
+  if (dtype == GSYNC_UINT8) return op == GSYNC_SUM || op == GSYNC_MIN || op == GSYNC_MAX;
+  return !(dtype == GSYNC_INT32 && op == GSYNC_WEIGHTED_AVG);
+}
+
 inline size_t elem_size(int dtype) {
   switch (dtype) {
     case GSYNC_FLOAT16:
     case GSYNC_BFLOAT16: return 2;
     case GSYNC_FLOAT64: return 8;
+    case GSYNC_UINT8: return 1;
     default: return 4;
   }
 }
@@ -48,6 +56,8 @@ inline void store(void* buf, int dtype, size_t i, double v) {
     case GSYNC_FLOAT32: static_cast<float*>(buf)[i] = static_cast<float>(v); break;
     case GSYNC_FLOAT64: static_cast<double*>(buf)[i] = v; break;
     case GSYNC_INT32: static_cast<int32_t*>(buf)[i] = static_cast<int32_t>(v); break;
+    // A negative value wraps (-5 is 251): min and max see both ends.
+    case GSYNC_UINT8: static_cast<uint8_t*>(buf)[i] = static_cast<uint8_t>(static_cast<int>(v)); break;
     case GSYNC_FLOAT16: static_cast<_Float16*>(buf)[i] = static_cast<_Float16>(static_cast<float>(v)); break;
     case GSYNC_BFLOAT16: static_cast<uint16_t*>(buf)[i] = float_to_bf16(static_cast<float>(v)); break;
   }
@@ -58,6 +68,7 @@ inline double load(const void* buf, int dtype, size_t i) {
     case GSYNC_FLOAT32: return static_cast<const float*>(buf)[i];
     case GSYNC_FLOAT64: return static_cast<const double*>(buf)[i];
     case GSYNC_INT32: return static_cast<const int32_t*>(buf)[i];
+    case GSYNC_UINT8: return static_cast<const uint8_t*>(buf)[i];
     case GSYNC_FLOAT16: return static_cast<float>(static_cast<const _Float16*>(buf)[i]);
     case GSYNC_BFLOAT16: return bf16_to_float(static_cast<const uint16_t*>(buf)[i]);
   }
@@ -92,6 +103,17 @@ inline double expected(int dtype, int op, int world, size_t i) {
       if (op == GSYNC_MAX) acc = x > acc ? x : acc;
     }
     if (op == GSYNC_AVG) acc /= world;
+    return acc;
+  }
+  if (dtype == GSYNC_UINT8) {  // sum wraps mod 256; min and max unsigned
+    auto byte = [&](int r) { return static_cast<uint8_t>(test_value(r, i)); };
+    uint8_t acc = byte(0);
+    for (int r = 1; r < world; r++) {
+      const uint8_t x = byte(r);
+      if (op == GSYNC_SUM) acc = static_cast<uint8_t>(acc + x);
+      if (op == GSYNC_MIN) acc = x < acc ? x : acc;
+      if (op == GSYNC_MAX) acc = x > acc ? x : acc;
+    }
     return acc;
   }
   double wsum = 0;
