@@ -19,6 +19,7 @@
 #include "libclient/error.h"
 #include "libclient/format.h"
 #include "libclient/connect.h"
+#include "libclient/reproducible.h"
 #include "protocol/compression.h"
 #include "protocol/ps.h"
 #include "protocol/wire.h"
@@ -93,6 +94,13 @@ int allreduce(const char* api, gsync_comm_t* comm, uint64_t key, uint64_t step, 
                           .weight = o.weight,
                           .timeout_ms = o.timeout_ms,
                           .compress = own ? &c : nullptr};
+    if (o.reproducible < -1 || o.reproducible > 1)
+      return gc::fail(GSYNC_ERR_INVALID, gc::format("%s: opts.reproducible %d is not -1, 0 or 1",
+                                                    api, o.reproducible));
+    if (comm != nullptr && req != nullptr &&
+        (o.reproducible == 1 || (o.reproducible == -1 && comm->session->reproducible()))) {
+      return gc::Reproducible::submit(comm->session, args, req);
+    }
     return submit(comm, args, req);
   });
 }
@@ -150,6 +158,22 @@ constexpr size_t kConfigSize03 =
     (offsetof(gsync_config_t, anomaly_window) + sizeof(uint32_t) + 7) / 8 * 8;
 // The 0.4 struct ends at chunk_bytes.
 constexpr size_t kConfigSize04 = offsetof(gsync_config_t, chunk_bytes) + sizeof(uint64_t);
+// The 0.5 struct ends at max_hosts (then 4 bytes of padding).
+constexpr size_t kConfigSize05 = (offsetof(gsync_config_t, max_hosts) + sizeof(int32_t) + 7) / 8 * 8;
+// gsync_allreduce_opts_t before 0.8 ended at compression.
+constexpr size_t kOptsSize02 = (offsetof(gsync_allreduce_opts_t, compression) +
+                                sizeof(gsync_compression_t) + 7) / 8 * 8;
+
+void opts_init(gsync_allreduce_opts_t* opts, size_t size) {
+  if (opts == nullptr) return;
+  gsync_allreduce_opts_t o{};
+  o.struct_size = static_cast<uint32_t>(size);
+  o.compression.codec = GSYNC_CODEC_JOB;
+  o.compression.hops = GSYNC_HOPS_CROSS_RACK;
+  o.compression.error_feedback = 1;
+  o.reproducible = -1;
+  std::memcpy(static_cast<void*>(opts), &o, size);
+}
 }  // namespace
 
 extern "C" {
@@ -162,6 +186,9 @@ void libgsync_config_init_0_2(gsync_config_t* cfg);
 void libgsync_config_init_0_3(gsync_config_t* cfg);
 void libgsync_config_init_0_4(gsync_config_t* cfg);
 void libgsync_config_init_0_5(gsync_config_t* cfg);
+void libgsync_config_init_0_8(gsync_config_t* cfg);
+void libgsync_allreduce_opts_init_0_2(gsync_allreduce_opts_t* opts);
+void libgsync_allreduce_opts_init_0_8(gsync_allreduce_opts_t* opts);
 #pragma GCC visibility pop
 void libgsync_config_init_0_1(gsync_config_t* cfg) {
   config_init(cfg, (kConfigSize01 + 7) / 8 * 8);
@@ -169,21 +196,21 @@ void libgsync_config_init_0_1(gsync_config_t* cfg) {
 void libgsync_config_init_0_2(gsync_config_t* cfg) { config_init(cfg, kConfigSize02); }
 void libgsync_config_init_0_3(gsync_config_t* cfg) { config_init(cfg, kConfigSize03); }
 void libgsync_config_init_0_4(gsync_config_t* cfg) { config_init(cfg, kConfigSize04); }
-void libgsync_config_init_0_5(gsync_config_t* cfg) { config_init(cfg, sizeof(gsync_config_t)); }
+void libgsync_config_init_0_5(gsync_config_t* cfg) { config_init(cfg, kConfigSize05); }
+void libgsync_config_init_0_8(gsync_config_t* cfg) { config_init(cfg, sizeof(gsync_config_t)); }
+void libgsync_allreduce_opts_init_0_2(gsync_allreduce_opts_t* opts) { opts_init(opts, kOptsSize02); }
+void libgsync_allreduce_opts_init_0_8(gsync_allreduce_opts_t* opts) {
+  opts_init(opts, sizeof(gsync_allreduce_opts_t));
+}
 __asm__(".symver libgsync_config_init_0_1,gsync_config_init@GSYNC_0.1");
 __asm__(".symver libgsync_config_init_0_2,gsync_config_init@GSYNC_0.2");
 __asm__(".symver libgsync_config_init_0_3,gsync_config_init@GSYNC_0.3");
 __asm__(".symver libgsync_config_init_0_4,gsync_config_init@GSYNC_0.4");
-__asm__(".symver libgsync_config_init_0_5,gsync_config_init@@GSYNC_0.5");
+__asm__(".symver libgsync_config_init_0_5,gsync_config_init@GSYNC_0.5");
+__asm__(".symver libgsync_config_init_0_8,gsync_config_init@@GSYNC_0.8");
+__asm__(".symver libgsync_allreduce_opts_init_0_2,gsync_allreduce_opts_init@GSYNC_0.2");
+__asm__(".symver libgsync_allreduce_opts_init_0_8,gsync_allreduce_opts_init@@GSYNC_0.8");
 
-void gsync_allreduce_opts_init(gsync_allreduce_opts_t* opts) {
-  if (opts == nullptr) return;
-  *opts = gsync_allreduce_opts_t{};
-  opts->struct_size = sizeof(gsync_allreduce_opts_t);
-  opts->compression.codec = GSYNC_CODEC_JOB;
-  opts->compression.hops = GSYNC_HOPS_CROSS_RACK;
-  opts->compression.error_feedback = 1;
-}
 
 int gsync_compression_parse(const char* text, gsync_compression_t* out) {
   return guarded("gsync_compression_parse", [&] {
@@ -261,7 +288,7 @@ int gsync_arena_info(gsync_comm_t* comm, size_t* capacity, size_t* free_bytes) {
 int gsync_allreduce(gsync_comm_t* comm, uint64_t key, uint64_t step, void* buf, size_t count,
                     int dtype, int op, double weight, gsync_request_t** req) {
   gsync_allreduce_opts_t o;
-  gsync_allreduce_opts_init(&o);
+  opts_init(&o, sizeof o);
   o.weight = weight;
   return allreduce("gsync_allreduce", comm, key, step, buf, count, dtype, op, o, req);
 }
@@ -271,7 +298,7 @@ int gsync_allreduce_ex(gsync_comm_t* comm, uint64_t key, uint64_t step, void* bu
                        gsync_request_t** req) {
   return guarded("gsync_allreduce_ex", [&] {
     gsync_allreduce_opts_t o;
-    gsync_allreduce_opts_init(&o);
+    opts_init(&o, sizeof o);
     if (opts != nullptr) {
       // Fields up to what the caller's struct holds; the rest keep their
       // defaults (the ABI grows by appending).
@@ -460,6 +487,7 @@ int gsync_barrier(gsync_comm_t* comm, uint64_t step, int timeout_ms) {
 int gsync_test(gsync_request_t* req) {
   return guarded("gsync_test", [&] {
     if (req == nullptr) return null_arg("gsync_test", "req");
+    if (req->repro) return req->repro->test();
     return req->session->test(*req->state);
   });
 }
@@ -467,6 +495,7 @@ int gsync_test(gsync_request_t* req) {
 int gsync_wait(gsync_request_t* req, int timeout_ms) {
   return guarded("gsync_wait", [&] {
     if (req == nullptr) return null_arg("gsync_wait", "req");
+    if (req->repro) return req->repro->wait(timeout_ms);
     return req->session->wait(*req->state, timeout_ms);
   });
 }
@@ -549,6 +578,7 @@ const char* gsync_request_error(gsync_request_t* req) {
 void gsync_request_free(gsync_request_t* req) {
   if (req == nullptr) return;
   try {
+    if (req->repro) req->repro->release();
     req->session->release(*req->state);
   } catch (...) {
     // Only a failing mutex lock can throw here; the handle goes regardless.

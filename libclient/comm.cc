@@ -128,6 +128,27 @@ int Session::alloc(size_t bytes, void** out) {
   return GSYNC_OK;
 }
 
+bool Session::try_alloc(size_t bytes, void** out) {
+  std::lock_guard lk(mu_);
+  if (shut_) return false;
+  const auto offset = allocator_.allocate(bytes);
+  if (!offset) return false;
+  user_blocks_.insert(*offset);
+  *out = arena_ + *offset;
+  return true;
+}
+
+void Session::free_on_completion(RequestState& st, void* ptr) {
+  std::lock_guard lk(mu_);
+  const uint64_t off = static_cast<uint64_t>(static_cast<char*>(ptr) - arena_);
+  if (user_blocks_.erase(off) == 0) return;
+  if (st.done) {
+    allocator_.release(off);
+  } else {
+    st.free_on_done.push_back(off);
+  }
+}
+
 int Session::free(void* ptr) {
   if (ptr == nullptr) return GSYNC_OK;
   std::lock_guard lk(mu_);
@@ -226,6 +247,8 @@ void Session::shut_down_locked(int code, const std::string& why) {
     // No new operation can start after shut_, so the block is never reused
     // while a confused or dying daemon might still write to it.
     free_staging_locked(*st);
+    for (uint64_t off : st->free_on_done) allocator_.release(off);
+    st->free_on_done.clear();
   }
   table_.clear();
   inflight_ = 0;

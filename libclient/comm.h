@@ -70,7 +70,12 @@ class Session {
   int close();
 
   int alloc(size_t bytes, void** out);
+  // alloc without an error: false when the arena has no room.
+  bool try_alloc(size_t bytes, void** out);
   int free(void* ptr);
+  // A gsync_alloc block the daemon may still be writing for st: freed now
+  // if st is done, else when its completion is drained.
+  void free_on_completion(RequestState& st, void* ptr);
   int alloc_device(size_t bytes, void** out);
   int free_device(void* ptr);
   int arena_info(size_t* capacity, size_t* free_bytes);
@@ -94,6 +99,13 @@ class Session {
 
   // "job J rank R", for error text.
   std::string context() const;
+  // This rank's number and the job's size (0 and -1 while an elastic job
+  // has not been told its world).
+  int rank() const { return rank_.load(std::memory_order_relaxed); }
+  int world_size() const { return world_size_.load(std::memory_order_relaxed); }
+  // Whether this session's allreduces are reproducible unless an op says
+  // otherwise (cfg.reproducible, $GSYNC_REPRODUCIBLE).
+  bool reproducible() const { return params_.reproducible; }
 
  private:
   // *device_offset: the entry offset of a buffer in device memory

@@ -91,6 +91,8 @@ void Session::complete_locked(uint64_t tag, int32_t status, std::string message,
   st->done = true;
   st->status = status;
   st->value = value;
+  for (uint64_t off : st->free_on_done) allocator_.release(off);
+  st->free_on_done.clear();
   if (status == GSYNC_OK) st->text = std::move(message);
   if (status != GSYNC_OK) {
     st->error = !message.empty() ? std::move(message)

@@ -36,6 +36,10 @@ struct ConnectParams {
   // An elastic job's bounds (min_hosts > 0); world_size and rank are then 0
   // until gsync_world says them.
   uint16_t min_hosts = 0, max_hosts = 0;
+  // Allreduces reproducible unless an op says otherwise (cfg.reproducible,
+  // $GSYNC_REPRODUCIBLE; docs/reproducibility.md). The client's business
+  // alone: the daemons see ordinary ops.
+  bool reproducible = false;
 };
 
 // The static part of ShmHeader, read once and checked: the client never

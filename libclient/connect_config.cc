@@ -227,6 +227,14 @@ int parse_config(const gsync_config_t* cfg, ConnectParams* out) {
   if (int rc = sync_from_config(*cfg, &p.sync); rc != GSYNC_OK) return rc;
   if (int rc = guard_from_config(*cfg, &p.guard); rc != GSYNC_OK) return rc;
   if (int rc = plan_from_config(*cfg, &p.plan); rc != GSYNC_OK) return rc;
+  if (cfg->struct_size >= offsetof(gsync_config_t, reproducible) + sizeof(int32_t))
+    p.reproducible = cfg->reproducible != 0;
+  if (const char* env = std::getenv("GSYNC_REPRODUCIBLE"); env != nullptr && *env != '\0') {
+    if (std::strcmp(env, "0") != 0 && std::strcmp(env, "1") != 0)
+      return fail(GSYNC_ERR_INVALID,
+                  format("gsync_connect: $GSYNC_REPRODUCIBLE '%s' is not 0 or 1", env));
+    p.reproducible = env[0] == '1';
+  }
   if (const char* env = std::getenv("GSYNC_COMPRESSION"); env != nullptr && *env != '\0') {
     if (std::string why = proto::parse(env, &p.compression); !why.empty())
       return fail(GSYNC_ERR_INVALID, format("gsync_connect: $GSYNC_COMPRESSION: %s", why.c_str()));

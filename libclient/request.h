@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "protocol/ops.h"
 
@@ -40,7 +41,13 @@ struct RequestState {
   void* user_buf = nullptr;
   bool copy_out = false;          // broadcast roots need none
   bool copy_out_pending = false;  // completed successfully, not yet copied
+  // Arena blocks handed over by a request freed while this op, which uses
+  // them, was in flight (a reproducible allreduce's scratch): freed with
+  // its completion.
+  std::vector<uint64_t> free_on_done;
 };
+
+class Reproducible;
 
 }  // namespace gsync::client
 
@@ -48,4 +55,6 @@ struct RequestState {
 struct gsync_request {
   std::shared_ptr<gsync::client::Session> session;
   std::shared_ptr<gsync::client::RequestState> state;
+  // A reproducible allreduce: its inner ops; state is its own (reproducible.h).
+  std::shared_ptr<gsync::client::Reproducible> repro;
 };

@@ -169,6 +169,15 @@ typedef struct gsync_config {
    * $GSYNC_MAX_HOSTS override them. */
   int32_t min_hosts;
   int32_t max_hosts;
+  /* Since 0.8: nonzero makes every sum, average and weighted average of
+   * float32, float16 and bfloat16 that this rank submits reproducible
+   * (docs/reproducibility.md): its result depends only on each rank's
+   * contribution - not on hosts, racks, ranks per host, algorithm, chunk
+   * size, tensor size or transport - at the cost of a second op for large
+   * tensors. Such ops are never compressed. Every rank of the job must say
+   * the same. $GSYNC_REPRODUCIBLE (0 or 1) overrides it;
+   * gsync_allreduce_opts_t.reproducible chooses per op. */
+  int32_t reproducible;
 } gsync_config_t;
 
 /* The world of a job as this rank is in it (gsync_world). */
@@ -217,6 +226,12 @@ typedef struct gsync_allreduce_opts {
   double weight;         /* GSYNC_WEIGHTED_AVG: this rank's weight */
   /* codec GSYNC_CODEC_JOB (what gsync_allreduce_opts_init sets): the job's */
   gsync_compression_t compression;
+  /* Since 0.8: 1 reproducible, 0 not, -1 (what gsync_allreduce_opts_init
+   * sets) the session's (gsync_config_t.reproducible). A reproducible op
+   * takes sum, avg or weighted avg of float32, float16 or bfloat16
+   * (GSYNC_ERR_UNSUPPORTED otherwise), host memory, a key below 2^62 - 1
+   * (the keys above carry its own two ops) and no codec. */
+  int32_t reproducible;
 } gsync_allreduce_opts_t;
 
 /* Library version "MAJOR.MINOR.PATCH". */

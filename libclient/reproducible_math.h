@@ -1,0 +1,66 @@
+// SPDX-License-Identifier: Apache-2.0
+//
+// The arithmetic of a reproducible allreduce (docs/reproducibility.md). Each
+// element's contributions are put on one fixed-point grid before anything is
+// added, so the sum is of integers, which add the same in any order and any
+// grouping - whatever the hosts, racks, algorithm, chunking or transport.
+//
+//   code(x)  the biased exponent field of x as fp32: 0 for zero and
+//            subnormals, 255 for Inf and NaN, so |x| < 2^(code - 126).
+//   C        the largest code over every rank's x (an allreduce max of
+//            bytes), E = C - 126: every |x| < 2^E.
+//   q        round-half-even(x * 2^(P - E)) as int32, P = precision_bits(n):
+//            |q| <= 2^P and n of them sum without overflow.
+//   S        the sum of every rank's q (an allreduce sum of int32).
+//   result   S * 2^(E - P), rounded once to fp32 (an average divides by n
+//            first, in double; fp16/bf16 round that fp32 once more).
+//
+// Where some rank's x is Inf or NaN (C == 255), q counts the kinds instead
+// (NaN 1, +Inf 1 << 10, -Inf 1 << 20) and the result is what IEEE addition
+// gives: NaN if any NaN or both infinities, else the infinity.
+//
+// Nothing here knows the session: the unit test runs it against a float64
+// reference, and the slot path below proves it gives the two-phase bits.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "protocol/ops.h"
+
+namespace gsync::client::repro {
+
+// The kinds of a non-finite element are counted in 10-bit fields.
+inline constexpr int kMaxWorld = 1023;
+inline constexpr uint8_t kNonFinite = 255;
+
+// Bits below an element's largest contribution each contribution keeps:
+// 30 - ceil(log2(world)) (28 for 4 ranks, 24 for 64, 20 for 1023).
+int precision_bits(int world);
+
+// Whether the reproducible mode covers this dtype and op: sums and
+// averages of fp32, fp16 and bf16 (min, max and int32 are already
+// order-free; fp64 is not covered).
+bool covered(proto::DType dtype, proto::RedOp op);
+
+// One rank's contributions as fp32: the tensor's values (a weighted
+// average's x * weight, rounded once, then the weight itself last).
+// out holds n_values(count, op) floats.
+size_t n_values(size_t count, proto::RedOp op);
+void contributions(const void* buf, size_t count, proto::DType dtype, proto::RedOp op,
+                   double weight, float* out);
+
+void exponent_codes(const float* x, size_t n, uint8_t* codes);
+// q for every value, against the codes every rank agreed on.
+void quantise(const float* x, const uint8_t* max_codes, size_t n, int world, int32_t* q);
+// The result into the user's buffer from the summed q and the codes.
+void finish(const int32_t* sums, const uint8_t* max_codes, size_t count, int world,
+            proto::DType dtype, proto::RedOp op, void* out);
+
+// The slot path for small tensors: every rank's contributions side by side
+// (rank r's n values at slots + r * n, gathered by an int32 sum in which
+// each rank fills its own slot and zeros elsewhere) folded locally into the
+// same codes and sums the two-phase path gets from the daemons.
+void fold_slots(const float* slots, size_t n, int world, uint8_t* max_codes, int32_t* sums);
+
+}  // namespace gsync::client::repro
