@@ -64,6 +64,8 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     p.add_argument("--compression", default=None,
                    help="gsync: how gradients cross between hosts (int8, fp16, bf16, topk:0.01, "
                         "...,noef; docs/compression.md)")
+    p.add_argument("--reproducible", action="store_true",
+                   help="gsync: the same bits on any layout (docs/reproducibility.md)")
     p.add_argument("--anomaly-guard", choices=["skip", "fail"], default=None,
                    help="gsync's anomaly guard (docs/fault-tolerance.md): skip the step of an "
                         "anomalous gradient on every rank, or fail")
@@ -219,7 +221,8 @@ def init_rank(args: argparse.Namespace):
         job = args.job or f"train-ddp-{os.environ.get('MASTER_PORT', '0')}"
         state = gsync.torch.init(job=job, timeout_ms=args.timeout_ms,  # gsync: line 1 of 2
                                  zero_copy=not args.staged, compression=args.compression,
-                                 anomaly_guard=args.anomaly_guard)
+                                 anomaly_guard=args.anomaly_guard,
+                                 reproducible=args.reproducible)
     return rank, world, state
 
 

@@ -90,7 +90,7 @@ class GsyncPushOpts(ctypes.Structure):
 
 
 class GsyncConfig(ctypes.Structure):
-    """struct gsync_config (0.5); filled by gsync_config_init (sets struct_size)."""
+    """struct gsync_config (0.8); filled by gsync_config_init (sets struct_size)."""
 
     _fields_ = [
         ("struct_size", ctypes.c_uint32),
@@ -112,6 +112,7 @@ class GsyncConfig(ctypes.Structure):
         ("chunk_bytes", ctypes.c_uint64),
         ("min_hosts", ctypes.c_int32),
         ("max_hosts", ctypes.c_int32),
+        ("reproducible", ctypes.c_int32),
     ]
 
 

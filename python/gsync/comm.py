@@ -95,7 +95,7 @@ class Comm:
                  timeout_ms: int = 0, compression: Optional[str] = None,
                  sync: str = "bsp", guard: Optional[tuple] = None,
                  algorithm: Optional[str] = None, chunk_bytes: int = 0,
-                 min_hosts: int = 0, max_hosts: int = 0):
+                 min_hosts: int = 0, max_hosts: int = 0, reproducible: bool = False):
         """compression: the job's codec between hosts, as text ("int8",
         "topk:0.01@cross_host", "bf16,noef"; docs/compression.md); None
         leaves it to $GSYNC_COMPRESSION, else none. sync: the job's mode for
@@ -106,7 +106,10 @@ class Comm:
         "direct", "tree", "doubling"; None: the daemon chooses; 0: chunks per
         tensor; docs/algorithms.md, "Choosing per job"). min_hosts > 0: an
         elastic job (docs/membership.md, "Elastic jobs"): world_size and rank
-        are 0, and world() tells them once the daemons formed a world."""
+        are 0, and world() tells them once the daemons formed a world.
+        reproducible: every float sum and average this rank submits gives
+        the same bits on any layout (docs/reproducibility.md); every rank
+        of the job says the same. $GSYNC_REPRODUCIBLE overrides it."""
         L = _lib.lib()
         # gsync_config_init writes the library's whole struct: into room for
         # any size first, so that a newer library cannot write past ours.
@@ -135,6 +138,7 @@ class Comm:
         cfg.algorithm = self._algorithm_b
         cfg.chunk_bytes = chunk_bytes
         cfg.min_hosts, cfg.max_hosts = min_hosts, max_hosts
+        cfg.reproducible = 1 if reproducible else 0
         if compression is not None:
             _lib.check(L.gsync_compression_parse(compression.encode(),
                                                  ctypes.byref(cfg.compression)))

@@ -398,7 +398,7 @@ def init(job: Optional[str] = None, socket: Optional[str] = None, *,
          timeout_ms: int = 0, arena_bytes: int = 0, key_base: int = 0,
          zero_copy: bool = True, compression: Optional[str] = None,
          anomaly_guard: Optional[str] = None, anomaly_sigmas: int = 6,
-         anomaly_window: int = 128) -> GsyncState:
+         anomaly_window: int = 128, reproducible: bool = False) -> GsyncState:
     """Connects this rank to its host's gsyncd and returns the hook state.
 
     job: the job name shared by all ranks (default $GSYNC_JOB).
@@ -423,6 +423,11 @@ def init(job: Optional[str] = None, socket: Optional[str] = None, *,
         deviations above its mean over anomaly_window steps. "skip": such a
         bucket completes with zeros and state.should_step() returns False on
         every rank; "fail": loss.backward() raises GsyncError (ERR_ANOMALY).
+    reproducible: every bucket's average has the same bits whatever the
+        layout - hosts, ranks per host, algorithm, chunk size - so a run
+        replays exactly on another cluster shape (docs/reproducibility.md);
+        every rank says the same. Costs a second op per large bucket, and
+        buckets are then not compressed.
     """
     if anomaly_guard not in (None, "skip", "fail"):
         raise ValueError(f"gsync.torch.init: anomaly_guard '{anomaly_guard}' is not skip or fail")
@@ -436,7 +441,8 @@ def init(job: Optional[str] = None, socket: Optional[str] = None, *,
     local_world_size = _pick(local_world_size, "LOCAL_WORLD_SIZE", world_size)
     comm = Comm(job, world_size, rank, local_rank, local_world_size, socket=socket,
                 arena_bytes=arena_bytes, timeout_ms=timeout_ms, compression=compression,
-                guard=(anomaly_sigmas, anomaly_window) if anomaly_guard else None)
+                guard=(anomaly_sigmas, anomaly_window) if anomaly_guard else None,
+                reproducible=reproducible)
     # Our own bound on a request, past the daemon's: only when a timeout is
     # known, and generously, since the daemon's own error text says more.
     grace = (2 * timeout_ms / 1000.0 + 10.0) if timeout_ms > 0 else None
