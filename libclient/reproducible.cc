@@ -67,18 +67,19 @@ int Reproducible::start(const std::shared_ptr<Session>& s, const OpArgs& user,
   r->world_ = world;
   r->rank_ = s->rank();
   r->n_ = repro::n_values(user.count, op);
+  const repro::Source src{user.buf, user.count, dtype, op, user.weight};
   const bool slots = uint64_t{r->n_} * 4 * static_cast<uint64_t>(world) <= kSlotBytes;
-  const size_t value_bytes = r->n_ * 4 * (slots ? static_cast<size_t>(world) : 1);
-  if (int rc = r->alloc(&r->values_, value_bytes); rc != GSYNC_OK) return rc;
-  auto* values = static_cast<float*>(r->values_.p);
   if (slots) {
-    std::memset(values, 0, value_bytes);
-    repro::contributions(user.buf, user.count, dtype, op, user.weight,
-                         values + static_cast<size_t>(r->rank_) * r->n_);
+    const size_t bytes = r->n_ * 4 * static_cast<size_t>(world);
+    if (int rc = r->alloc(&r->values_, bytes); rc != GSYNC_OK) return rc;
+    auto* values = static_cast<float*>(r->values_.p);
+    std::memset(values, 0, bytes);
+    repro::contributions(src, values + static_cast<size_t>(r->rank_) * r->n_);
   } else {
-    repro::contributions(user.buf, user.count, dtype, op, user.weight, values);
+    // The codes now, the grid values once the codes are agreed: both read
+    // the tensor where it lies, which the caller keeps until the end.
     if (int rc = r->alloc(&r->codes_, r->n_); rc != GSYNC_OK) return rc;
-    repro::exponent_codes(values, r->n_, static_cast<uint8_t*>(r->codes_.p));
+    repro::exponent_codes(src, static_cast<uint8_t*>(r->codes_.p));
   }
   if (int rc = r->submit(slots ? Phase::kSlots : Phase::kExponents); rc != GSYNC_OK) return rc;
   *out = std::move(r);
@@ -158,9 +159,9 @@ int Reproducible::advance(int rc) {
   session_->release(*inner_);
   if (phase_ == Phase::kExponents) {
     if (int r = alloc(&ints_, n_ * 4); r != GSYNC_OK) return end(r, "scratch");
-    repro::quantise(static_cast<const float*>(values_.p), static_cast<const uint8_t*>(codes_.p),
-                    n_, world_, static_cast<int32_t*>(ints_.p));
-    drop(&values_);
+    const repro::Source src{user_.buf, user_.count, dtype, op, user_.weight};
+    repro::quantise(src, static_cast<const uint8_t*>(codes_.p), world_,
+                    static_cast<int32_t*>(ints_.p));
     if (int r = submit(Phase::kSums); r != GSYNC_OK) return end(r, last_error());
     return GSYNC_ERR_AGAIN;
   }

@@ -71,7 +71,7 @@ class Reproducible {
   Phase phase_ = Phase::kDone;
   std::shared_ptr<RequestState> inner_;
   std::shared_ptr<RequestState> outer_;
-  Scratch values_;  // this rank's contributions as fp32 (n_), or the slots (world_ x n_)
+  Scratch values_;  // the slots (world_ x n_ fp32 values), small tensors only
   Scratch codes_;   // n_ exponent codes
   Scratch ints_;    // n_ int32
 };

@@ -108,45 +108,158 @@ bool covered(DType dtype, RedOp op) {
 
 size_t n_values(size_t count, RedOp op) { return count + (op == RedOp::kWeightedAvg ? 1 : 0); }
 
-void contributions(const void* buf, size_t count, DType dtype, RedOp op, double weight,
-                   float* out) {
-  if (op != RedOp::kWeightedAvg) {
-    if (dtype == DType::kF32) {
-      std::memcpy(out, buf, count * sizeof(float));
-      return;
-    }
-    for (size_t i = 0; i < count; ++i) out[i] = load(buf, i, dtype);
-    return;
-  }
-  // x * w in double, rounded once to fp32: what this rank adds, the same
-  // bits on any machine.
-  for (size_t i = 0; i < count; ++i)
-    out[i] = static_cast<float>(static_cast<double>(load(buf, i, dtype)) * weight);
-  out[count] = static_cast<float>(weight);
-}
+namespace {
 
-void exponent_codes(const float* x, size_t n, uint8_t* codes) {
+// The hot loops, plain enough for the compiler to vectorise, cloned for
+// AVX2 where the CPU has it (the results are the same bits either way:
+// integer arithmetic, and IEEE double with no FMA or reassociation).
+[[gnu::target_clones("avx2", "default")]] void codes_f32(const float* x, size_t n,
+                                                         uint8_t* codes) {
   for (size_t i = 0; i < n; ++i)
     codes[i] = static_cast<uint8_t>((std::bit_cast<uint32_t>(x[i]) >> 23) & 0xff);
 }
 
-void quantise(const float* x, const uint8_t* max_codes, size_t n, int world, int32_t* q) {
-  const int p = precision_bits(world);
+// q = round-half-even(x * 2^(p - c + 126)), in integers: x is
+// +-m * 2^(F - 150) (m the 24-bit significand, F the exponent field; F = 0
+// is a subnormal, m without its leading bit, at F = 1's scale), so the
+// product is +-m / 2^s with s = c - F - p + 24, at least -6 (c >= F, p <=
+// 30). The same value the double arithmetic of the slot path rounds.
+// 0 where c says non-finite (fixed after).
+[[gnu::target_clones("avx2", "default")]] void quantise_f32(const float* x, const uint8_t* c,
+                                                            size_t n, int p, int32_t* q) {
   for (size_t i = 0; i < n; ++i) {
-    const uint8_t c = max_codes[i];
-    if (c == kNonFinite) {
-      q[i] = kind_count(x[i]);
-      continue;
-    }
-    // |x| < 2^(c - 126), so |x * 2^(p - c + 126)| < 2^p: exact in double,
-    // and its rounding is at most 2^p.
-    q[i] = static_cast<int32_t>(round_even(static_cast<double>(x[i]) * pow2(p - c + 126)));
+    const uint32_t u = std::bit_cast<uint32_t>(x[i]);
+    const int32_t f = static_cast<int32_t>((u >> 23) & 0xff);
+    const uint32_t m = (u & 0x7fffffu) | (f != 0 ? 0x800000u : 0u);
+    const int32_t s = static_cast<int32_t>(c[i]) - (f != 0 ? f : 1) - p + 24;
+    const uint32_t left = static_cast<uint32_t>(s < 0 ? -s : 0);
+    const uint32_t right = static_cast<uint32_t>(s < 0 ? 0 : (s > 31 ? 31 : s));
+    const uint32_t kept = (m << left) >> right;
+    const uint32_t rest = m & ((1u << right) - 1u);
+    const uint32_t half = (1u << right) >> 1;
+    // Branch-free (the loop vectorises): above half, or a tie to odd.
+    const uint32_t up =
+        static_cast<uint32_t>(right != 0) &
+        (static_cast<uint32_t>(rest > half) | (static_cast<uint32_t>(rest == half) & kept));
+    const int32_t r = static_cast<int32_t>(kept + up);
+    const int32_t neg = -static_cast<int32_t>(u >> 31);  // all ones for a negative x
+    const int32_t signed_r = (r ^ neg) - neg;
+    q[i] = c[i] == kNonFinite ? 0 : signed_r;
   }
+}
+
+// S * 2^(c - 126 - p) / div, rounded once to fp32, where 2^(c - 126 - p) is
+// a normal float (c >= p) and c is finite; elsewhere a value the fix-up
+// overwrites (no select here: GCC will not vectorise one on a converted
+// float). The double product is exact.
+[[gnu::target_clones("avx2", "default")]] void finish_f32(const int32_t* sums, const uint8_t* c,
+                                                          size_t n, int p, double div,
+                                                          float* out) {
+  for (size_t i = 0; i < n; ++i) {
+    const int32_t e = static_cast<int32_t>(c[i]) + 1 - p;  // the scale's exponent field
+    const float scale = std::bit_cast<float>(static_cast<uint32_t>(e > 0 ? e : 1) << 23);
+    const double d = static_cast<double>(sums[i]) * static_cast<double>(scale) / div;
+    out[i] = static_cast<float>(d);
+  }
+}
+
+// Whether a block has a code the loops above leave for the fix-up: a
+// non-finite one, or one below `low`.
+[[gnu::target_clones("avx2", "default")]] bool any_special(const uint8_t* c, size_t n, int low) {
+  uint8_t lo = 255, hi = 0;  // min and max reduce in vectors
+  for (size_t i = 0; i < n; ++i) {
+    lo = c[i] < lo ? c[i] : lo;
+    hi = c[i] > hi ? c[i] : hi;
+  }
+  return hi == kNonFinite || lo < low;
+}
+
+constexpr size_t kBlock = 4096;
+
+void quantise_fast(const float* x, const uint8_t* c, size_t n, int p, int32_t* q) {
+  for (size_t b = 0; b < n; b += kBlock) {
+    const size_t m = std::min(kBlock, n - b);
+    quantise_f32(x + b, c + b, m, p, q + b);
+    if (!any_special(c + b, m, 0)) continue;
+    for (size_t i = b; i < b + m; ++i)
+      if (c[i] == kNonFinite) q[i] = kind_count(x[i]);
+  }
+}
+
+// Where the tensor is not plain fp32 values: converted a block at a time.
+
+template <class F>
+void by_blocks(const Source& src, F&& f) {
+  float tmp[kBlock];
+  const size_t n = src.n_values();
+  for (size_t b = 0; b < n; b += kBlock) {
+    const size_t m = std::min(kBlock, n - b);
+    for (size_t i = 0; i < m; ++i) {
+      const size_t at = b + i;
+      if (at == src.count) {
+        tmp[i] = static_cast<float>(src.weight);
+      } else {
+        const float v = load(src.buf, at, src.dtype);
+        tmp[i] = src.op == RedOp::kWeightedAvg
+                     ? static_cast<float>(static_cast<double>(v) * src.weight)
+                     : v;
+      }
+    }
+    f(tmp, b, m);
+  }
+}
+
+bool plain(const Source& src) { return src.dtype == DType::kF32 && src.op != RedOp::kWeightedAvg; }
+
+}  // namespace
+
+void contributions(const Source& src, float* out) {
+  if (plain(src)) {
+    std::memcpy(out, src.buf, src.count * sizeof(float));
+    return;
+  }
+  by_blocks(src, [&](const float* v, size_t b, size_t m) { std::memcpy(out + b, v, m * 4); });
+}
+
+void contributions(const void* buf, size_t count, DType dtype, RedOp op, double weight,
+                   float* out) {
+  contributions(Source{buf, count, dtype, op, weight}, out);
+}
+
+void exponent_codes(const Source& src, uint8_t* codes) {
+  if (plain(src)) return codes_f32(static_cast<const float*>(src.buf), src.count, codes);
+  by_blocks(src, [&](const float* v, size_t b, size_t m) { codes_f32(v, m, codes + b); });
+}
+
+void exponent_codes(const float* x, size_t n, uint8_t* codes) { codes_f32(x, n, codes); }
+
+void quantise(const float* x, const uint8_t* max_codes, size_t n, int world, int32_t* q) {
+  quantise_fast(x, max_codes, n, precision_bits(world), q);
+}
+
+void quantise(const Source& src, const uint8_t* max_codes, int world, int32_t* q) {
+  if (plain(src)) return quantise(static_cast<const float*>(src.buf), max_codes, src.count, world, q);
+  by_blocks(src, [&](const float* v, size_t b, size_t m) {
+    quantise(v, max_codes + b, m, world, q + b);
+  });
 }
 
 void finish(const int32_t* sums, const uint8_t* max_codes, size_t count, int world, DType dtype,
             RedOp op, void* out) {
   const int p = precision_bits(world);
+  if (dtype == DType::kF32 && op != RedOp::kWeightedAvg) {
+    auto* f = static_cast<float*>(out);
+    const double div = op == RedOp::kAvg ? world : 1.0;
+    for (size_t b = 0; b < count; b += kBlock) {
+      const size_t m = std::min(kBlock, count - b);
+      finish_f32(sums + b, max_codes + b, m, p, div, f + b);
+      if (!any_special(max_codes + b, m, p)) continue;
+      for (size_t i = b; i < b + m; ++i)
+        if (max_codes[i] == kNonFinite || max_codes[i] < p)
+          f[i] = static_cast<float>(decode(sums[i], max_codes[i], p) / div);
+    }
+    return;
+  }
   if (op == RedOp::kWeightedAvg) {
     const double total = decode(sums[count], max_codes[count], p);
     for (size_t i = 0; i < count; ++i) store(out, i, dtype, decode(sums[i], max_codes[i], p) / total);

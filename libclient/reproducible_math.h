@@ -44,14 +44,27 @@ int precision_bits(int world);
 bool covered(proto::DType dtype, proto::RedOp op);
 
 // One rank's contributions as fp32: the tensor's values (a weighted
-// average's x * weight, rounded once, then the weight itself last).
-// out holds n_values(count, op) floats.
+// average's x * weight, rounded once, then the weight itself last), read
+// where they lie.
+struct Source {
+  const void* buf = nullptr;
+  size_t count = 0;
+  proto::DType dtype = proto::DType::kF32;
+  proto::RedOp op = proto::RedOp::kSum;
+  double weight = 0;
+  size_t n_values() const { return count + (op == proto::RedOp::kWeightedAvg ? 1 : 0); }
+};
 size_t n_values(size_t count, proto::RedOp op);
+// Every value of src, as fp32, into out (n_values of them).
+void contributions(const Source& src, float* out);
+
+void exponent_codes(const Source& src, uint8_t* codes);
+// q for every value, against the codes every rank agreed on.
+void quantise(const Source& src, const uint8_t* max_codes, int world, int32_t* q);
+// The same over values already in fp32 (the slot path, the tests).
 void contributions(const void* buf, size_t count, proto::DType dtype, proto::RedOp op,
                    double weight, float* out);
-
 void exponent_codes(const float* x, size_t n, uint8_t* codes);
-// q for every value, against the codes every rank agreed on.
 void quantise(const float* x, const uint8_t* max_codes, size_t n, int world, int32_t* q);
 // The result into the user's buffer from the summed q and the codes.
 void finish(const int32_t* sums, const uint8_t* max_codes, size_t count, int world,

@@ -45,12 +45,14 @@ int connect(const Options& o, int rank, uint64_t arena, gsync_comm_t** comm) {
 }
 
 bool allreduce(gsync_comm_t* comm, uint64_t key, uint64_t step, void* buf, size_t count,
-               const Options& o, int rank, const gsync_compression_t* codec) {
+               const Options& o, int rank, const gsync_compression_t* codec,
+               int reproducible) {
   gsync_request_t* req = nullptr;
   gsync_allreduce_opts_t opts;
   gsync_allreduce_opts_init(&opts);
   opts.weight = rank + 1.0;
   if (codec) opts.compression = *codec;
+  opts.reproducible = reproducible;
   int rc = gsync_allreduce_ex(comm, key, step, buf, count, o.dtype_id, o.op_id, &opts, &req);
   if (rc == 0) rc = gsync_wait(req, -1);
   if (rc != 0) tools::report(fmt::format("error rank {}: {}\n", rank, gsync_last_error()));

@@ -9,6 +9,7 @@
 // DDP's 25 MiB buckets, averaged step after step.
 #include <unistd.h>
 
+#include <algorithm>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -119,6 +120,9 @@ void add_sweep_options(CLI::App& app, gsync::perf::Options* o, std::string* min_
                  "topk[:FRACTION], @cross_rack|@cross_host|@all, ,noef); may be given "
                  "several times: one row each")
       ->allow_extra_args(false);
+  app.add_flag("--reproducible", o->reproducible,
+               "run each size as a reproducible allreduce too (docs/reproducibility.md), "
+               "beside the default one: its time and wire bytes against it");
   app.add_flag("--ps", o->ps,
                "run each size as a parameter server's push_pull too (SGD, BSP), beside the "
                "allreduce: one row each");
@@ -175,6 +179,15 @@ std::string check_options(const std::string& min_s, const std::string& max_s,
   if (std::string e = codecs_allowed(o->codecs, o->dtype_id, o->op_id); !e.empty()) return e;
   if (!o->compress.empty() && !o->workload.empty())
     return "--compress is for the size sweep, not --workload";
+  if (o->reproducible && (o->ps || !o->workload.empty() ||
+                          (o->dtype_id != GSYNC_FLOAT32 && o->dtype_id != GSYNC_FLOAT16 &&
+                           o->dtype_id != GSYNC_BFLOAT16) ||
+                          o->op_id == GSYNC_MIN || o->op_id == GSYNC_MAX))
+    return "--reproducible is for the size sweep of a float sum, avg or weighted_avg "
+           "(not --ps or --workload)";
+  if (o->reproducible && std::none_of(o->codecs.begin(), o->codecs.end(),
+                                      [](const CodecRun& c) { return c.none; }))
+    return "--reproducible compares with the uncompressed run: add --compress none";
   if (o->ps && (!o->compress.empty() || !o->workload.empty()))
     return "--ps is for the size sweep without --compress";
   if (o->ps && o->dtype_id != GSYNC_FLOAT32 && o->dtype_id != GSYNC_FLOAT16 &&

@@ -65,7 +65,11 @@ struct Options {
   // given, every op's bytes on the compressed hop are measured too.
   std::vector<std::string> compress;
   std::vector<CodecRun> codecs;
-  bool measure_wire() const { return !compress.empty() && hosts > 1; }
+  // --reproducible: each size also as a reproducible allreduce
+  // (docs/reproducibility.md), beside the default one, with the bytes both
+  // put on the wire to every peer.
+  bool reproducible = false;
+  bool measure_wire() const { return (!compress.empty() || reproducible) && hosts > 1; }
   // --ps: each size also as a parameter server's push_pull (SGD, BSP) in
   // the same run, beside the allreduce (docs/performance.md, "The parameter
   // server").
@@ -101,9 +105,11 @@ struct Peers {
 // common.cc
 double median(std::vector<double> v);
 int connect(const Options& o, int rank, uint64_t arena, gsync_comm_t** comm);
-// In a rank process: allreduce and wait, or report why not.
+// In a rank process: allreduce and wait, or report why not (reproducible:
+// gsync_allreduce_opts_t's, -1 the session's).
 bool allreduce(gsync_comm_t* comm, uint64_t key, uint64_t step, void* buf, size_t count,
-               const Options& o, int rank, const gsync_compression_t* codec = nullptr);
+               const Options& o, int rank, const gsync_compression_t* codec = nullptr,
+               int reproducible = -1);
 // --ps: declare a parameter of count elements (every rank; rank 0's buf the
 // initial values) for SGD with learning rate 1, and push_pull it.
 bool ps_declare(gsync_comm_t* comm, uint64_t key, void* buf, size_t count, const Options& o,

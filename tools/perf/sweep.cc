@@ -43,8 +43,10 @@ FirstOp check_first(void* buf, size_t count, const Options& o, const CodecRun& c
   return f;
 }
 
-// Parameter keys live apart from the allreduce keys of the same sweep.
+// Parameter keys live apart from the allreduce keys of the same sweep,
+// and so do the reproducible ones.
 constexpr uint64_t kPsKeyBase = uint64_t{1} << 40;
+constexpr uint64_t kReproKeyBase = uint64_t{1} << 39;
 
 // A push_pull's first op: every rank pushed its test values with weight 1
 // into parameters declared as zeros with SGD at learning rate 1, so what
@@ -75,7 +77,10 @@ int sweep_rank(const Options& o, int rank, const std::vector<uint64_t>& sizes) {
   gsync_comm_t* comm = nullptr;
   // A declaration is staged through the arena (its initial values beside
   // the buffer), so --ps needs room for the largest twice.
-  const uint64_t arena = (o.ps ? 2 * o.max_bytes : o.max_bytes) + (16 << 20);
+  // A reproducible op's scratch is 1.25x its fp32 tensor (codes and int32).
+  const uint64_t arena = (o.ps ? 2 * o.max_bytes : o.max_bytes) +
+                         (o.reproducible ? o.max_bytes / tools::elem_size(o.dtype_id) * 5 : 0) +
+                         (16 << 20);
   if (connect(o, rank, arena, &comm) != 0) {
     tools::report(fmt::format("error rank {}: {}\n", rank, gsync_last_error()));
     return 1;
@@ -95,11 +100,14 @@ int sweep_rank(const Options& o, int rank, const std::vector<uint64_t>& sizes) {
     for (size_t vi = 0; vi < variants.size(); vi++) {
       const Variant& v = variants[vi];
       const CodecRun& codec = o.codecs[v.codec];
-      const uint64_t key = v.push_pull ? kPsKeyBase + s : s * o.codecs.size() + v.codec;
+      const uint64_t key = v.push_pull      ? kPsKeyBase + s
+                           : v.reproducible ? kReproKeyBase + s
+                                            : s * o.codecs.size() + v.codec;
       uint64_t step = 0;
       auto op = [&] {
         return v.push_pull ? push_pull(comm, key, step++, buf, count, o, rank)
-                           : allreduce(comm, key, step++, buf, count, o, rank, &codec.c);
+                           : allreduce(comm, key, step++, buf, count, o, rank, &codec.c,
+                                       v.reproducible ? 1 : 0);
       };
       if (v.push_pull) {
         std::memset(buf, 0, sizes[s]);
@@ -108,10 +116,14 @@ int sweep_rank(const Options& o, int rank, const std::vector<uint64_t>& sizes) {
       fill_and_count_wrong(buf, count, o, rank, false);
       Payload before, after;
       if (o.measure_wire() && !barrier(comm, &barrier_step, rank)) return 1;
-      if (measures) before = hop_payload(me.admin, codec.c);
+      // --reproducible counts every peer's bytes (its ops are never
+      // compressed); a codec's run counts its own hop.
+      gsync_compression_t hop = codec.c;
+      if (o.reproducible) hop.hops = GSYNC_HOPS_CROSS_HOST;
+      if (measures) before = hop_payload(me.admin, hop);
       if (!op()) return 1;
       if (o.measure_wire() && !barrier(comm, &barrier_step, rank)) return 1;
-      if (measures) after = hop_payload(me.admin, codec.c);
+      if (measures) after = hop_payload(me.admin, hop);
       FirstOp first = v.push_pull ? check_push_pull(buf, count, o)
                                   : check_first(buf, count, o, codec, rank);
       for (int w = 0; w < o.warmup; w++)
@@ -153,6 +165,9 @@ std::vector<Variant> variants_of(const Options& o) {
   std::vector<Variant> out;
   for (size_t c = 0; c < o.codecs.size(); c++) out.push_back({false, c});
   if (o.ps) out.push_back({true, 0});
+  if (o.reproducible)
+    for (size_t c = 0; c < o.codecs.size(); c++)
+      if (o.codecs[c].none) out.push_back({false, c, true});
   return out;
 }
 

@@ -19,6 +19,7 @@ namespace gsync::perf {
 struct Variant {
   bool push_pull = false;
   size_t codec = 0;
+  bool reproducible = false;  // with the uncompressed codec
 };
 
 std::vector<Variant> variants_of(const Options& o);

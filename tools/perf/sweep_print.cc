@@ -65,6 +65,8 @@ void print_header(const Options& o, const std::string& isa) {
   std::string extra;
   if (!o.compress.empty())
     extra = fmt::format(" {:>22} {:>10} {:>8} {:>9}", "compress", "wire_MB", "x_fewer", "x_none");
+  if (o.reproducible)
+    extra = fmt::format(" {:>12} {:>10} {:>9} {:>9}", "mode", "wire_MB", "x_time", "x_wire");
   if (o.ps) extra = fmt::format(" {:>10} {:>12}", "collective", "x_allreduce");
   if (o.cpu)
     extra += fmt::format(" {:>9} {:>10} {:>11} {:>10}", "cpu_s/GB", "cpu_us/op", "cpu_vs_gloo",
@@ -118,6 +120,8 @@ struct Figures {
   // many times faster the codec made it, or (push_pull) how the parameter
   // server's time compares with it. 0: no such row.
   double vs_none = 0, vs_allreduce = 0;
+  // A reproducible row: its time and wire bytes over the default row's.
+  double time_vs_default = 0, wire_vs_default = 0;
   double vs_gloo = 0, vs_mpi = 0;
   // --cpu: the CPU the timed ops cost, per GB of tensor (bytes x ops), and
   // each peer's at this size (sampling.h); -1 where not known.
@@ -143,8 +147,13 @@ Figures figures_of(const Options& o, const Peers& peer, const RowPlace& p, const
   for (size_t vj = 0; vj < nv; vj++) {
     if (vj == vi || variants[vj].push_pull || !o.codecs[variants[vj].codec].none || us <= 0)
       continue;
-    double other = sweep_row(o, rows, s * nv + vj, p.samples).us / us;
-    (p.variant->push_pull ? f.vs_allreduce : f.vs_none) = other;
+    if (variants[vj].reproducible) continue;
+    const SweepRow plain = sweep_row(o, rows, s * nv + vj, p.samples);
+    (p.variant->push_pull ? f.vs_allreduce : f.vs_none) = plain.us / us;
+    if (p.variant->reproducible) {
+      f.time_vs_default = plain.us > 0 ? us / plain.us : 0;
+      f.wire_vs_default = plain.wire > 0 ? stats.wire / plain.wire : 0;
+    }
   }
   double bytes = double(p.size);
   f.algbw = us > 0 ? bytes / us / 1e3 : 0;
@@ -184,7 +193,13 @@ void print_json_row(const Options& o, const Peers& peer, const RowPlace& p, cons
     row["wire_bytes"] = stats.wire;
     row["logical_bytes"] = stats.logical;
   }
-  if (f.vs_none > 0) row["vs_uncompressed"] = f.vs_none;
+  if (p.variant->reproducible) {
+    row["reproducible"] = true;
+    if (f.time_vs_default > 0) row["time_vs_default"] = f.time_vs_default;
+    if (f.wire_vs_default > 0) row["wire_vs_default"] = f.wire_vs_default;
+  } else if (f.vs_none > 0) {
+    row["vs_uncompressed"] = f.vs_none;
+  }
   // The allreduce's time over the push_pull's: at least 0.9 is the goal.
   if (f.vs_allreduce > 0) row["vs_allreduce"] = f.vs_allreduce;
   if (!peer.gloo.rows.empty()) row["vs_gloo"] = f.vs_gloo;
@@ -227,6 +242,11 @@ void print_text_row(const Options& o, const Peers& peer, const RowPlace& p, cons
                              stats.wire > 0 ? fmt::format("{:.2f}", stats.logical / stats.wire)
                                             : "-",
                              f.vs_none > 0 ? fmt::format("{:.2f}", f.vs_none) : "-");
+  if (o.reproducible)
+    codec_cols = fmt::format(" {:>12} {:>10.3f} {:>9} {:>9}",
+                             p.variant->reproducible ? "reproducible" : "default", stats.wire / 1e6,
+                             f.time_vs_default > 0 ? fmt::format("{:.2f}", f.time_vs_default) : "-",
+                             f.wire_vs_default > 0 ? fmt::format("{:.2f}", f.wire_vs_default) : "-");
   if (o.ps)
     codec_cols = fmt::format(" {:>10} {:>12}", p.collective,
                              f.vs_allreduce > 0 ? fmt::format("{:.2f}", f.vs_allreduce) : "-");
@@ -315,6 +335,7 @@ std::vector<PlotLine> plot_lines(const Options& o, const std::vector<Variant>& v
   std::vector<PlotLine> plotted;
   for (const Variant& v : variants)
     plotted.push_back({v.push_pull                 ? "gsync push_pull"
+                       : v.reproducible         ? "gsync reproducible"
                        : o.codecs[v.codec].none ? "gsync"
                                                 : "gsync " + o.codecs[v.codec].text,
                        {}});
