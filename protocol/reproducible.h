@@ -11,7 +11,6 @@
 #pragma once
 
 #include <cstdint>
-#include <string>
 
 namespace gsync::proto {
 
@@ -19,14 +18,13 @@ constexpr uint64_t kReproKeyLimit = (uint64_t{1} << 62) - 1;
 constexpr uint64_t kReproExponents = uint64_t{2} << 62;
 constexpr uint64_t kReproSums = uint64_t{3} << 62;
 
-// "" for a user's key; else what the inner op is, for status and traces.
-inline std::string repro_role(uint64_t key) {
-  if (key == ~uint64_t{0}) return "";
-  const uint64_t top = key >> 62;
-  const uint64_t user = key & ((uint64_t{1} << 62) - 1);
-  if (top == 2) return "reproducible key " + std::to_string(user) + ": exponents";
-  if (top == 3) return "reproducible key " + std::to_string(user) + ": sums";
-  return "";
+// For an inner op's key: the user's key and which op it is ("exponents" or
+// "sums"); false for any other key (a user's, the barrier's).
+constexpr bool repro_part(uint64_t key, uint64_t* user, const char** part) {
+  if (key == ~uint64_t{0} || (key >> 62) < 2) return false;
+  *user = key & ((uint64_t{1} << 62) - 1);
+  *part = (key >> 62) == 2 ? "exponents" : "sums";
+  return true;
 }
 
 }  // namespace gsync::proto

@@ -254,6 +254,11 @@ TEST(RenderOps, InFlightThenRecentTimelines) {
   EXPECT_THAT(out, Not(HasSubstr("no recent ops")));
   reply["recording"]["on"] = true;
   EXPECT_THAT(render_ops(reply), HasSubstr("no recent ops\n"));
+  // A reproducible op's inner ops are named by their user's key and part.
+  reply["in_flight"][0]["key"] = (uint64_t{2} << 62) | 12;
+  EXPECT_THAT(render_ops(reply), HasSubstr("12 repro-exponents"));
+  reply["in_flight"][0]["key"] = (uint64_t{3} << 62) | 12;
+  EXPECT_THAT(render_ops(reply), HasSubstr("12 repro-sums"));
 }
 
 }  // namespace

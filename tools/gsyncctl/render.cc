@@ -10,6 +10,7 @@
 #include <array>
 #include <string_view>
 
+#include "protocol/reproducible.h"
 #include "tools/gsyncctl/render_fields.h"
 #include "tools/gsyncctl/table.h"
 #include "tools/gsyncctl/tune.h"
@@ -25,6 +26,16 @@ const json& field(const json& obj, std::string_view key) {
   if (!obj.is_object()) return kNull;
   auto it = obj.find(std::string(key));
   return it == obj.end() ? kNull : *it;
+}
+
+// An op's key; a reproducible op's inner ops (docs/reproducibility.md)
+// say whose key and which part: "12 repro-exponents".
+std::string key_text(const json& v) {
+  uint64_t user = 0;
+  const char* part = "";
+  if (v.is_number_unsigned() && proto::repro_part(v.get<uint64_t>(), &user, &part))
+    return fmt::format("{} repro-{}", user, part);
+  return text(v);
 }
 
 // Any scalar as text: strings verbatim, numbers as JSON writes them.
@@ -63,6 +74,7 @@ namespace {
 
 using fields::bytes;
 using fields::field;
+using fields::key_text;
 using fields::gbps;
 using fields::kMissing;
 using fields::seconds;
@@ -194,7 +206,7 @@ std::string render_ops(const json& reply) {
           missing += text(field(r, "rank"));
         }
       std::string waiting = text(field(op, "waiting_for"));
-      rows.push_back({text(field(op, "job")), text(field(op, "key")), text(field(op, "step")),
+      rows.push_back({text(field(op, "job")), key_text(field(op, "key")), text(field(op, "step")),
                       text(field(op, "op")), bytes(field(op, "bytes")),
                       fmt::format("{}/{}", text(field(op, "arrived")), text(field(op, "local_size"))),
                       missing.empty() ? std::string(kMissing) : missing,
@@ -239,7 +251,7 @@ std::string render_ops(const json& reply) {
         stages += ms(field(x, "begun_ns"), field(x, "finished_ns"));
       }
     int code = field(op, "code").is_number() ? field(op, "code").get<int>() : 0;
-    rows.push_back({text(field(op, "job")), text(field(op, "key")), text(field(op, "step")),
+    rows.push_back({text(field(op, "job")), key_text(field(op, "key")), text(field(op, "step")),
                     bytes(field(op, "bytes")), ms(first, last), ms(last, field(op, "finished_ns")),
                     stages.empty() ? std::string(kMissing) : stages,
                     code == 0 ? "ok" : text(field(op, "error"))});

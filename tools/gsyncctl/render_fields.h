@@ -17,6 +17,7 @@ inline constexpr std::string_view kMissing = "-";
 const nlohmann::json& field(const nlohmann::json& obj, std::string_view key);
 // Any scalar as text: strings verbatim, numbers as JSON writes them.
 std::string text(const nlohmann::json& v);
+std::string key_text(const nlohmann::json& v);
 // As table.h's format_bytes, format_duration and format_gbps write them.
 std::string bytes(const nlohmann::json& v);
 std::string seconds(const nlohmann::json& v);
