@@ -19,11 +19,13 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
+#include <vector>
 
 #include "gsync/gsync.h"
 #include "libclient/arena_allocator.h"
@@ -84,6 +86,9 @@ class Session {
   int submit(const OpArgs& args, std::shared_ptr<RequestState>* out);
   int test(RequestState& st);
   int wait(RequestState& st, int timeout_ms);
+  // Waits until one of sts is done (test() or wait() it then); what names
+  // them in the error of a timeout. timeout_ms as wait()'s, 0 a look.
+  int wait_any(const std::vector<RequestState*>& sts, int timeout_ms, const std::string& what);
   const char* request_error(RequestState& st);
   // A completed declaration's resume clock; false for any other request.
   bool declared_clock(RequestState& st, uint64_t* clock);
@@ -141,6 +146,10 @@ class Session {
   void free_staging_locked(RequestState& st);
   // Status of a done request; copies a staged result out first.
   int finish(RequestState& st, std::unique_lock<std::mutex>& lk);
+  // wait()'s loop: until done() or timeout_ms (< 0: forever), as the
+  // poller or beside it.
+  int wait_locked(std::unique_lock<std::mutex>& lk, const std::function<bool()>& done,
+                  int timeout_ms, const std::function<std::string()>& what);
   // The poller's blocking step: spin, then sleep on the doorbell.
   void block_for_completion(int slice_ms);
   void kick_poller_locked();

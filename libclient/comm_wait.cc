@@ -154,19 +154,49 @@ int Session::test(RequestState& st) {
 
 int Session::wait(RequestState& st, int timeout_ms) {
   if (timeout_ms == 0) return test(st);
-  const auto start = Clock::now();
   std::unique_lock lk(mu_);
+  // The op's name is made only for an error: not per wait of a small op.
+  const int rc = wait_locked(
+      lk, [&] { return st.done; }, timeout_ms, [&] { return op_name(st); });
+  if (rc != GSYNC_OK) return rc;
+  return finish(st, lk);
+}
+
+int Session::wait_any(const std::vector<RequestState*>& sts, int timeout_ms,
+                      const std::string& what) {
+  std::unique_lock lk(mu_);
+  auto any = [&] {
+    for (RequestState* st : sts)
+      if (st->done) return true;
+    return false;
+  };
+  if (timeout_ms == 0) {
+    if (!any() && !fds_closed_) {
+      if (armed_) drain_eventfd(conn_.cq_doorbell.get());
+      drain_locked();
+      if (!any()) check_alive_locked();
+    }
+    if (any()) return GSYNC_OK;
+    return fail(GSYNC_ERR_AGAIN,
+                format("%s is not complete yet (%s)", what.c_str(), context().c_str()));
+  }
+  return wait_locked(lk, any, timeout_ms, [&] { return what; });
+}
+
+int Session::wait_locked(std::unique_lock<std::mutex>& lk, const std::function<bool()>& done,
+                         int timeout_ms, const std::function<std::string()>& what) {
+  const auto start = Clock::now();
   // After a block the socket is looked at every time: the block may have
   // ended on its hangup.
   for (bool blocked = false;; blocked = true) {
-    if (!st.done && !fds_closed_) {
+    if (!done() && !fds_closed_) {
       drain_locked();
-      if (!st.done) check_alive_locked(blocked);
+      if (!done()) check_alive_locked(blocked);
     }
-    if (st.done) return finish(st, lk);
+    if (done()) return GSYNC_OK;
     if (fds_closed_) {  // close() completes everything; never poll closed fds
       return fail(GSYNC_ERR_CLOSED,
-                  format("%s: the session is closed (%s)", op_name(st).c_str(), context().c_str()));
+                  format("%s: the session is closed (%s)", what().c_str(), context().c_str()));
     }
     int slice = kSliceMs;
     if (timeout_ms > 0) {
@@ -174,7 +204,7 @@ int Session::wait(RequestState& st, int timeout_ms) {
           std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start).count();
       if (waited >= timeout_ms) {
         return fail(GSYNC_ERR_AGAIN, format("%s is still pending after %d ms (%s)",
-                                            op_name(st).c_str(), timeout_ms, context().c_str()));
+                                            what().c_str(), timeout_ms, context().c_str()));
       }
       slice = static_cast<int>(std::min<int64_t>(slice, timeout_ms - waited));
     }

@@ -17,6 +17,11 @@ namespace {
 // A tensor whose slots (world x values x 4 bytes) fit this goes as one
 // gather: one op's latency instead of two, for bytes that cost little.
 constexpr size_t kSlotBytes = size_t{64} << 10;
+// A large tensor goes in segments of this many values (4 MiB of fp32), at
+// most kWindow of them in flight: enough to keep a sum on the wire while
+// the next segments' codes travel and their grid values are computed.
+constexpr size_t kSegmentValues = size_t{1} << 20;
+constexpr size_t kWindow = 4;
 
 }  // namespace
 
@@ -45,7 +50,7 @@ int Reproducible::start(const std::shared_ptr<Session>& s, const OpArgs& user,
                       "float16 and bfloat16 (min, max and int32 are order-free already)",
                       proto::dtype_name(user.dtype), proto::redop_name(user.redop)));
   if (user.key >= proto::kReproKeyLimit)
-    return bad(GSYNC_ERR_INVALID, "key must be below 2^62 - 1 (the keys above carry the mode's "
+    return bad(GSYNC_ERR_INVALID, "key must be below 2^48 (the keys above carry the mode's "
                                   "own ops)");
   if (user.compress != nullptr && user.compress->codec != proto::Codec::kNone)
     return bad(GSYNC_ERR_INVALID, "a codec changes the values; reproducible ops are not "
@@ -67,21 +72,21 @@ int Reproducible::start(const std::shared_ptr<Session>& s, const OpArgs& user,
   r->world_ = world;
   r->rank_ = s->rank();
   r->n_ = repro::n_values(user.count, op);
-  const repro::Source src{user.buf, user.count, dtype, op, user.weight};
-  const bool slots = uint64_t{r->n_} * 4 * static_cast<uint64_t>(world) <= kSlotBytes;
-  if (slots) {
-    const size_t bytes = r->n_ * 4 * static_cast<size_t>(world);
-    if (int rc = r->alloc(&r->values_, bytes); rc != GSYNC_OK) return rc;
-    auto* values = static_cast<float*>(r->values_.p);
-    std::memset(values, 0, bytes);
-    repro::contributions(src, values + static_cast<size_t>(r->rank_) * r->n_);
+  r->slots_ = uint64_t{r->n_} * 4 * static_cast<uint64_t>(world) <= kSlotBytes;
+  if (r->slots_) {
+    r->segs_.resize(1);
+    r->segs_[0].n = r->n_;
   } else {
-    // The codes now, the grid values once the codes are agreed: both read
-    // the tensor where it lies, which the caller keeps until the end.
-    if (int rc = r->alloc(&r->codes_, r->n_); rc != GSYNC_OK) return rc;
-    repro::exponent_codes(src, static_cast<uint8_t*>(r->codes_.p));
+    size_t per = std::max(kSegmentValues, (r->n_ + proto::kReproMaxSegments - 1) /
+                                              proto::kReproMaxSegments);
+    for (size_t b = 0; b < r->n_; b += per) {
+      Segment seg;
+      seg.begin = b;
+      seg.n = std::min(per, r->n_ - b);
+      r->segs_.push_back(std::move(seg));
+    }
   }
-  if (int rc = r->submit(slots ? Phase::kSlots : Phase::kExponents); rc != GSYNC_OK) return rc;
+  if (int rc = r->fill_window(); rc != GSYNC_OK) return rc;
   *out = std::move(r);
   return GSYNC_OK;
 }
@@ -99,17 +104,16 @@ int Reproducible::submit(const std::shared_ptr<Session>& s, const OpArgs& user,
   return GSYNC_OK;
 }
 
-int Reproducible::alloc(Scratch* s, size_t bytes) {
-  if (bytes == 0) return GSYNC_OK;
+void Reproducible::alloc(Scratch* s, size_t bytes) {
+  if (bytes == 0) return;
   // The arena first: the inner op then needs no staging copy. A full arena
   // is not an error here: the heap works, through the staging blocks.
   if (session_->try_alloc(bytes, &s->p)) {
     s->arena = true;
-    return GSYNC_OK;
+    return;
   }
   s->heap.resize(bytes);
   s->p = s->heap.data();
-  return GSYNC_OK;
 }
 
 void Reproducible::drop(Scratch* s) {
@@ -119,71 +123,125 @@ void Reproducible::drop(Scratch* s) {
   s->heap = {};
 }
 
-int Reproducible::submit(Phase phase) {
-  phase_ = phase;
+namespace {
+repro::Source source_of(const OpArgs& a) {
+  proto::DType dtype{};
+  proto::RedOp op{};
+  proto::dtype_from_wire(a.dtype, &dtype);
+  proto::redop_from_wire(a.redop, &op);
+  return {a.buf, a.count, dtype, op, a.weight};
+}
+}  // namespace
+
+int Reproducible::submit_inner(Segment& seg, size_t index, bool sums) {
   OpArgs a;
   a.api = user_.api;
   a.opcode = proto::Opcode::kAllreduce;
   a.step = user_.step;
   a.timeout_ms = user_.timeout_ms;
-  a.redop = static_cast<int>(phase == Phase::kExponents ? proto::RedOp::kMax : proto::RedOp::kSum);
-  a.key = (phase == Phase::kExponents ? proto::kReproExponents : proto::kReproSums) | user_.key;
-  switch (phase) {
-    case Phase::kSlots:
-      a.buf = values_.p;
-      a.count = n_ * static_cast<size_t>(world_);
-      a.dtype = GSYNC_INT32;
-      break;
-    case Phase::kExponents:
-      a.buf = codes_.p;
-      a.count = n_;
-      a.dtype = GSYNC_UINT8;
-      break;
-    default:
-      a.buf = ints_.p;
-      a.count = n_;
-      a.dtype = GSYNC_INT32;
-      break;
+  a.redop = static_cast<int>(sums ? proto::RedOp::kSum : proto::RedOp::kMax);
+  a.key = proto::repro_key(user_.key, index, sums);
+  if (sums) {
+    a.buf = seg.ints.p;
+    a.count = seg.n * (slots_ ? static_cast<size_t>(world_) : 1);
+    a.dtype = GSYNC_INT32;
+  } else {
+    a.buf = seg.codes.p;
+    a.count = seg.n;
+    a.dtype = GSYNC_UINT8;
   }
-  inner_.reset();
-  return session_->submit(a, &inner_);
+  seg.inner.reset();
+  seg.phase = sums ? Phase::kSums : Phase::kExponents;
+  return session_->submit(a, &seg.inner);
 }
 
-int Reproducible::advance(int rc) {
-  const char* what = phase_ == Phase::kExponents ? "exponents" : "sums";
-  if (rc != GSYNC_OK) return end(rc, format("%s: %s", what, session_->request_error(*inner_)));
-  proto::DType dtype{};
-  proto::RedOp op{};
-  proto::dtype_from_wire(user_.dtype, &dtype);
-  proto::redop_from_wire(user_.redop, &op);
-  session_->release(*inner_);
-  if (phase_ == Phase::kExponents) {
-    if (int r = alloc(&ints_, n_ * 4); r != GSYNC_OK) return end(r, "scratch");
-    const repro::Source src{user_.buf, user_.count, dtype, op, user_.weight};
-    repro::quantise(src, static_cast<const uint8_t*>(codes_.p), world_,
-                    static_cast<int32_t*>(ints_.p));
-    if (int r = submit(Phase::kSums); r != GSYNC_OK) return end(r, last_error());
+size_t Reproducible::in_flight() const {
+  size_t n = 0;
+  for (const Segment& s : segs_) n += s.phase == Phase::kExponents || s.phase == Phase::kSums;
+  return n;
+}
+
+int Reproducible::fill_window() {
+  const repro::Source src = source_of(user_);
+  while (next_ < segs_.size() && in_flight() < kWindow) {
+    Segment& seg = segs_[next_];
+    const size_t index = next_++;
+    if (slots_) {
+      const size_t bytes = seg.n * 4 * static_cast<size_t>(world_);
+      alloc(&seg.ints, bytes);
+      auto* values = static_cast<float*>(seg.ints.p);
+      std::memset(values, 0, bytes);
+      repro::contributions(src, values + static_cast<size_t>(rank_) * seg.n);
+      if (int rc = submit_inner(seg, index, true); rc != GSYNC_OK) return rc;
+      continue;
+    }
+    alloc(&seg.codes, seg.n);
+    repro::exponent_codes(src, seg.begin, seg.n, static_cast<uint8_t*>(seg.codes.p));
+    if (int rc = submit_inner(seg, index, false); rc != GSYNC_OK) return rc;
+  }
+  return GSYNC_OK;
+}
+
+int Reproducible::advance(Segment& seg, size_t index, int rc) {
+  if (rc != GSYNC_OK) {
+    return end(rc, format("segment %zu of %zu, %s: %s", index + 1, segs_.size(),
+                          seg.phase == Phase::kExponents ? "exponents" : "sums",
+                          session_->request_error(*seg.inner)));
+  }
+  session_->release(*seg.inner);
+  seg.inner.reset();
+  const repro::Source src = source_of(user_);
+  if (seg.phase == Phase::kExponents) {
+    alloc(&seg.ints, seg.n * 4);
+    repro::quantise(src, seg.begin, seg.n, static_cast<const uint8_t*>(seg.codes.p), world_,
+                    static_cast<int32_t*>(seg.ints.p));
+    if (int r = submit_inner(seg, index, true); r != GSYNC_OK) return end(r, last_error());
     return GSYNC_ERR_AGAIN;
   }
-  if (phase_ == Phase::kSlots) {
-    std::vector<uint8_t> codes(n_);
-    std::vector<int32_t> sums(n_);
-    repro::fold_slots(static_cast<const float*>(values_.p), n_, world_, codes.data(), sums.data());
-    repro::finish(sums.data(), codes.data(), user_.count, world_, dtype, op, user_.buf);
-  } else {
-    repro::finish(static_cast<const int32_t*>(ints_.p), static_cast<const uint8_t*>(codes_.p),
-                  user_.count, world_, dtype, op, user_.buf);
+  seg.phase = Phase::kDone;
+  ++summed_;
+  if (slots_) {
+    std::vector<uint8_t> codes(seg.n);
+    std::vector<int32_t> sums(seg.n);
+    repro::fold_slots(static_cast<const float*>(seg.ints.p), seg.n, world_, codes.data(),
+                      sums.data());
+    repro::finish(sums.data(), codes.data(), user_.count, world_, src.dtype, src.op, user_.buf);
+    return end(GSYNC_OK, "");
+  }
+  // A weighted average needs the total weight, the last value: its
+  // segments are finished together at the end.
+  if (src.op != proto::RedOp::kWeightedAvg) {
+    const double divisor = src.op == proto::RedOp::kAvg ? world_ : 1.0;
+    repro::finish_range(static_cast<const int32_t*>(seg.ints.p),
+                        static_cast<const uint8_t*>(seg.codes.p), seg.begin, seg.n, world_,
+                        src.dtype, divisor, user_.buf);
+    drop(&seg.codes);
+    drop(&seg.ints);
+  }
+  if (summed_ == segs_.size()) return finish_all();
+  if (int r = fill_window(); r != GSYNC_OK) return end(r, last_error());
+  return GSYNC_ERR_AGAIN;
+}
+
+int Reproducible::finish_all() {
+  const repro::Source src = source_of(user_);
+  if (src.op == proto::RedOp::kWeightedAvg) {
+    const Segment& last = segs_.back();
+    const double total =
+        repro::decode_value(static_cast<const int32_t*>(last.ints.p)[last.n - 1],
+                            static_cast<const uint8_t*>(last.codes.p)[last.n - 1], world_);
+    for (const Segment& seg : segs_) {
+      const size_t n = std::min(seg.n, user_.count - std::min(user_.count, seg.begin));
+      repro::finish_range(static_cast<const int32_t*>(seg.ints.p),
+                          static_cast<const uint8_t*>(seg.codes.p), seg.begin, n, world_,
+                          src.dtype, total, user_.buf);
+    }
   }
   return end(GSYNC_OK, "");
 }
 
 int Reproducible::end(int rc, const std::string& why) {
-  phase_ = Phase::kDone;
-  if (inner_) session_->release(*inner_);
-  inner_.reset();
-  drop(&values_);
-  drop(&codes_);
-  drop(&ints_);
+  release();
   outer_->done = true;
   outer_->status = rc;
   if (rc != GSYNC_OK) {
@@ -197,9 +255,21 @@ int Reproducible::end(int rc, const std::string& why) {
 
 int Reproducible::test() {
   while (!outer_->done) {
-    const int rc = session_->test(*inner_);
-    if (rc == GSYNC_ERR_AGAIN) return rc;
-    advance(rc);  // the end, or the next inner op, looked at next
+    bool moved = false;
+    for (size_t i = 0; i < segs_.size() && !outer_->done; ++i) {
+      Segment& seg = segs_[i];
+      if (!seg.inner) continue;
+      const int rc = session_->test(*seg.inner);
+      if (rc == GSYNC_ERR_AGAIN) continue;
+      advance(seg, i, rc);
+      moved = true;
+    }
+    if (!moved && !outer_->done)
+      return fail(GSYNC_ERR_AGAIN,
+                  format("%s: reproducible allreduce key %llu step %llu is not complete yet "
+                         "(%zu of %zu segments summed)",
+                         user_.api, static_cast<unsigned long long>(user_.key),
+                         static_cast<unsigned long long>(user_.step), summed_, segs_.size()));
   }
   return outer_->status == GSYNC_OK ? GSYNC_OK : fail(outer_->status, outer_->error);
 }
@@ -207,35 +277,44 @@ int Reproducible::test() {
 int Reproducible::wait(int timeout_ms) {
   using Clock = std::chrono::steady_clock;
   const auto deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
-  for (;;) {
-    if (outer_->done)
-      return outer_->status == GSYNC_OK ? GSYNC_OK : fail(outer_->status, outer_->error);
+  const std::string what = format("reproducible allreduce key %llu step %llu",
+                                  static_cast<unsigned long long>(user_.key),
+                                  static_cast<unsigned long long>(user_.step));
+  while (!outer_->done) {
+    std::vector<RequestState*> pending;
+    for (Segment& seg : segs_)
+      if (seg.inner) pending.push_back(seg.inner.get());
     int left = -1;  // forever
     if (timeout_ms >= 0) {
       const auto ms =
           std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
       left = ms > 0 ? static_cast<int>(ms) : 0;
     }
-    const int rc = session_->wait(*inner_, left);
-    if (rc == GSYNC_ERR_AGAIN) return rc;
-    advance(rc);
+    if (int rc = session_->wait_any(pending, left, what); rc != GSYNC_OK) return rc;
+    // Whichever are done, in segment order.
+    for (size_t i = 0; i < segs_.size() && !outer_->done; ++i) {
+      Segment& seg = segs_[i];
+      if (seg.inner && seg.inner->done) advance(seg, i, session_->test(*seg.inner));
+    }
   }
+  return outer_->status == GSYNC_OK ? GSYNC_OK : fail(outer_->status, outer_->error);
 }
 
 void Reproducible::release() {
-  if (inner_ && !inner_->done) {
-    // The daemon may still write the inner op's buffer: its arena scratch
-    // goes when its completion comes. Heap scratch was staged, so it may go.
-    for (Scratch* s : {&values_, &codes_, &ints_}) {
-      if (s->arena) session_->free_on_completion(*inner_, s->p);
-      s->arena = false;
+  for (Segment& seg : segs_) {
+    if (seg.inner && !seg.inner->done) {
+      // The daemon may still write this op's buffer: its arena scratch goes
+      // when its completion comes. Heap scratch was staged, so it may go.
+      for (Scratch* s : {&seg.codes, &seg.ints}) {
+        if (s->arena) session_->free_on_completion(*seg.inner, s->p);
+        s->arena = false;
+      }
     }
+    if (seg.inner) session_->release(*seg.inner);
+    seg.inner.reset();
+    drop(&seg.codes);
+    drop(&seg.ints);
   }
-  if (inner_) session_->release(*inner_);
-  inner_.reset();
-  drop(&values_);
-  drop(&codes_);
-  drop(&ints_);
 }
 
 }  // namespace gsync::client

@@ -188,14 +188,14 @@ void quantise_fast(const float* x, const uint8_t* c, size_t n, int p, int32_t* q
 
 // Where the tensor is not plain fp32 values: converted a block at a time.
 
+// f(values, offset from begin, m) for values [begin, begin + n).
 template <class F>
-void by_blocks(const Source& src, F&& f) {
+void by_blocks(const Source& src, size_t begin, size_t n, F&& f) {
   float tmp[kBlock];
-  const size_t n = src.n_values();
   for (size_t b = 0; b < n; b += kBlock) {
     const size_t m = std::min(kBlock, n - b);
     for (size_t i = 0; i < m; ++i) {
-      const size_t at = b + i;
+      const size_t at = begin + b + i;
       if (at == src.count) {
         tmp[i] = static_cast<float>(src.weight);
       } else {
@@ -218,7 +218,8 @@ void contributions(const Source& src, float* out) {
     std::memcpy(out, src.buf, src.count * sizeof(float));
     return;
   }
-  by_blocks(src, [&](const float* v, size_t b, size_t m) { std::memcpy(out + b, v, m * 4); });
+  by_blocks(src, 0, src.n_values(),
+            [&](const float* v, size_t b, size_t m) { std::memcpy(out + b, v, m * 4); });
 }
 
 void contributions(const void* buf, size_t count, DType dtype, RedOp op, double weight,
@@ -226,9 +227,13 @@ void contributions(const void* buf, size_t count, DType dtype, RedOp op, double 
   contributions(Source{buf, count, dtype, op, weight}, out);
 }
 
+void exponent_codes(const Source& src, size_t begin, size_t n, uint8_t* codes) {
+  if (plain(src)) return codes_f32(static_cast<const float*>(src.buf) + begin, n, codes);
+  by_blocks(src, begin, n, [&](const float* v, size_t b, size_t m) { codes_f32(v, m, codes + b); });
+}
+
 void exponent_codes(const Source& src, uint8_t* codes) {
-  if (plain(src)) return codes_f32(static_cast<const float*>(src.buf), src.count, codes);
-  by_blocks(src, [&](const float* v, size_t b, size_t m) { codes_f32(v, m, codes + b); });
+  exponent_codes(src, 0, src.n_values(), codes);
 }
 
 void exponent_codes(const float* x, size_t n, uint8_t* codes) { codes_f32(x, n, codes); }
@@ -237,38 +242,48 @@ void quantise(const float* x, const uint8_t* max_codes, size_t n, int world, int
   quantise_fast(x, max_codes, n, precision_bits(world), q);
 }
 
-void quantise(const Source& src, const uint8_t* max_codes, int world, int32_t* q) {
-  if (plain(src)) return quantise(static_cast<const float*>(src.buf), max_codes, src.count, world, q);
-  by_blocks(src, [&](const float* v, size_t b, size_t m) {
+void quantise(const Source& src, size_t begin, size_t n, const uint8_t* max_codes, int world,
+              int32_t* q) {
+  if (plain(src))
+    return quantise(static_cast<const float*>(src.buf) + begin, max_codes, n, world, q);
+  by_blocks(src, begin, n, [&](const float* v, size_t b, size_t m) {
     quantise(v, max_codes + b, m, world, q + b);
   });
 }
 
-void finish(const int32_t* sums, const uint8_t* max_codes, size_t count, int world, DType dtype,
-            RedOp op, void* out) {
+void quantise(const Source& src, const uint8_t* max_codes, int world, int32_t* q) {
+  quantise(src, 0, src.n_values(), max_codes, world, q);
+}
+
+double decode_value(int32_t sum, uint8_t max_code, int world) {
+  return decode(sum, max_code, precision_bits(world));
+}
+
+void finish_range(const int32_t* sums, const uint8_t* max_codes, size_t begin, size_t n,
+                  int world, DType dtype, double divisor, void* out) {
   const int p = precision_bits(world);
-  if (dtype == DType::kF32 && op != RedOp::kWeightedAvg) {
-    auto* f = static_cast<float*>(out);
-    const double div = op == RedOp::kAvg ? world : 1.0;
-    for (size_t b = 0; b < count; b += kBlock) {
-      const size_t m = std::min(kBlock, count - b);
-      finish_f32(sums + b, max_codes + b, m, p, div, f + b);
+  if (dtype == DType::kF32) {
+    auto* f = static_cast<float*>(out) + begin;
+    for (size_t b = 0; b < n; b += kBlock) {
+      const size_t m = std::min(kBlock, n - b);
+      finish_f32(sums + b, max_codes + b, m, p, divisor, f + b);
       if (!any_special(max_codes + b, m, p)) continue;
       for (size_t i = b; i < b + m; ++i)
         if (max_codes[i] == kNonFinite || max_codes[i] < p)
-          f[i] = static_cast<float>(decode(sums[i], max_codes[i], p) / div);
+          f[i] = static_cast<float>(decode(sums[i], max_codes[i], p) / divisor);
     }
     return;
   }
-  if (op == RedOp::kWeightedAvg) {
-    const double total = decode(sums[count], max_codes[count], p);
-    for (size_t i = 0; i < count; ++i) store(out, i, dtype, decode(sums[i], max_codes[i], p) / total);
-  } else if (op == RedOp::kAvg) {
-    for (size_t i = 0; i < count; ++i)
-      store(out, i, dtype, decode(sums[i], max_codes[i], p) / world);
-  } else {
-    for (size_t i = 0; i < count; ++i) store(out, i, dtype, decode(sums[i], max_codes[i], p));
-  }
+  for (size_t i = 0; i < n; ++i)
+    store(out, begin + i, dtype, decode(sums[i], max_codes[i], p) / divisor);
+}
+
+void finish(const int32_t* sums, const uint8_t* max_codes, size_t count, int world, DType dtype,
+            RedOp op, void* out) {
+  double divisor = 1.0;
+  if (op == RedOp::kAvg) divisor = world;
+  if (op == RedOp::kWeightedAvg) divisor = decode_value(sums[count], max_codes[count], world);
+  finish_range(sums, max_codes, 0, count, world, dtype, divisor, out);
 }
 
 void fold_slots(const float* slots, size_t n, int world, uint8_t* max_codes, int32_t* sums) {

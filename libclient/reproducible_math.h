@@ -61,6 +61,11 @@ void contributions(const Source& src, float* out);
 void exponent_codes(const Source& src, uint8_t* codes);
 // q for every value, against the codes every rank agreed on.
 void quantise(const Source& src, const uint8_t* max_codes, int world, int32_t* q);
+// The same for values [begin, begin + n) of src: codes, max_codes and q
+// hold that range's n (a large tensor goes segment by segment).
+void exponent_codes(const Source& src, size_t begin, size_t n, uint8_t* codes);
+void quantise(const Source& src, size_t begin, size_t n, const uint8_t* max_codes, int world,
+              int32_t* q);
 // The same over values already in fp32 (the slot path, the tests).
 void contributions(const void* buf, size_t count, proto::DType dtype, proto::RedOp op,
                    double weight, float* out);
@@ -69,6 +74,13 @@ void quantise(const float* x, const uint8_t* max_codes, size_t n, int world, int
 // The result into the user's buffer from the summed q and the codes.
 void finish(const int32_t* sums, const uint8_t* max_codes, size_t count, int world,
             proto::DType dtype, proto::RedOp op, void* out);
+// One summed value, decoded (a weighted average's total weight).
+double decode_value(int32_t sum, uint8_t max_code, int world);
+// Elements [begin, begin + n) of out from that range's sums and codes,
+// each divided by divisor (1 for a sum, the world for an average, the
+// decoded total weight for a weighted average) before it is rounded.
+void finish_range(const int32_t* sums, const uint8_t* max_codes, size_t begin, size_t n,
+                  int world, proto::DType dtype, double divisor, void* out);
 
 // The slot path for small tensors: every rank's contributions side by side
 // (rank r's n values at slots + r * n, gathered by an int32 sum in which

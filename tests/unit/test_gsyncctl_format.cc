@@ -256,9 +256,9 @@ TEST(RenderOps, InFlightThenRecentTimelines) {
   EXPECT_THAT(render_ops(reply), HasSubstr("no recent ops\n"));
   // A reproducible op's inner ops are named by their user's key and part.
   reply["in_flight"][0]["key"] = (uint64_t{2} << 62) | 12;
-  EXPECT_THAT(render_ops(reply), HasSubstr("12 repro-exponents"));
-  reply["in_flight"][0]["key"] = (uint64_t{3} << 62) | 12;
-  EXPECT_THAT(render_ops(reply), HasSubstr("12 repro-sums"));
+  EXPECT_THAT(render_ops(reply), HasSubstr("12 repro-exponents/0"));
+  reply["in_flight"][0]["key"] = (uint64_t{3} << 62) | (uint64_t{5} << 48) | 12;
+  EXPECT_THAT(render_ops(reply), HasSubstr("12 repro-sums/5"));
 }
 
 }  // namespace

@@ -29,12 +29,12 @@ const json& field(const json& obj, std::string_view key) {
 }
 
 // An op's key; a reproducible op's inner ops (docs/reproducibility.md)
-// say whose key and which part: "12 repro-exponents".
+// say whose key, which part and which segment: "12 repro-exponents/0".
 std::string key_text(const json& v) {
-  uint64_t user = 0;
+  uint64_t user = 0, segment = 0;
   const char* part = "";
-  if (v.is_number_unsigned() && proto::repro_part(v.get<uint64_t>(), &user, &part))
-    return fmt::format("{} repro-{}", user, part);
+  if (v.is_number_unsigned() && proto::repro_part(v.get<uint64_t>(), &user, &segment, &part))
+    return fmt::format("{} repro-{}/{}", user, part, segment);
   return text(v);
 }
 
