@@ -229,7 +229,7 @@ typedef struct gsync_allreduce_opts {
   /* Since 0.8: 1 reproducible, 0 not, -1 (what gsync_allreduce_opts_init
    * sets) the session's (gsync_config_t.reproducible). A reproducible op
    * takes sum, avg or weighted avg of float32, float16 or bfloat16
-   * (GSYNC_ERR_UNSUPPORTED otherwise), host memory, a key below 2^62 - 1
+   * (GSYNC_ERR_UNSUPPORTED otherwise), host memory, a key below 2^48
    * (the keys above carry its own two ops) and no codec. */
   int32_t reproducible;
 } gsync_allreduce_opts_t;
