@@ -235,6 +235,13 @@ int parse_config(const gsync_config_t* cfg, ConnectParams* out) {
                   format("gsync_connect: $GSYNC_REPRODUCIBLE '%s' is not 0 or 1", env));
     p.reproducible = env[0] == '1';
   }
+  // The guard checks the floats the daemons reduce; a reproducible op's
+  // travel as integers, so the two would leave every op unchecked.
+  if (p.reproducible && p.guard != 0)
+    return fail(GSYNC_ERR_INVALID,
+                "gsync_connect: reproducible allreduces travel as integers, which the anomaly "
+                "guard cannot check: turn off cfg.anomaly_guard or cfg.reproducible "
+                "($GSYNC_REPRODUCIBLE)");
   if (const char* env = std::getenv("GSYNC_COMPRESSION"); env != nullptr && *env != '\0') {
     if (std::string why = proto::parse(env, &p.compression); !why.empty())
       return fail(GSYNC_ERR_INVALID, format("gsync_connect: $GSYNC_COMPRESSION: %s", why.c_str()));

@@ -2,7 +2,8 @@
 //
 // Features compose (issue #38; docs/testing.md, "The composition matrix"):
 // every pair of compression, elastic jobs, the parameter server in bsp and
-// in ssp, batch leases, checkpoints, the anomaly guard and tracing, on a
+// in ssp, batch leases, checkpoints, the anomaly guard, tracing and
+// reproducible allreduces (docs/reproducibility.md), on a
 // real bed of two hosts, one rank each. A pair either works - the job
 // trains or reduces and its result is checked - or is refused at setup
 // with an error that names both features.
@@ -16,7 +17,9 @@
 // etcd with those links.
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <limits>
@@ -68,7 +71,8 @@ std::unique_ptr<testbed::Testbed> compose_bed(std::vector<std::string> extra) {
 
 // C compression (int8, cross-host), E elastic, B bsp parameter server, S
 // ssp:2 parameter server, L batch leases (bsp), K checkpoints (bsp), G the
-// anomaly guard, T tracing (ops recorded with their stages, counted).
+// anomaly guard, T tracing (ops recorded with their stages, counted), X
+// reproducible allreduces (the session's: exact bits).
 struct Cell {
   std::string pair;     // two letters of the above
   std::string refused;  // "": works; else the error the setup gives, in part
@@ -117,6 +121,7 @@ int connect_cell(const testbed::Testbed& bed, const std::string& pair, int r, gs
                         if (has(pair, 'E')) cfg.min_hosts = 2;
                         if (has(pair, 'G')) cfg.anomaly_guard = 1;
                         if (has(pair, 'C')) gsync_compression_parse("int8", &cfg.compression);
+                        if (has(pair, 'X')) cfg.reproducible = 1;
                       });
 }
 
@@ -220,10 +225,65 @@ int allreduce_part(gsync_comm_t* comm, const std::string& pair, int r) {
   return 0;
 }
 
+// X's own part: sums of values spread over 16 orders of magnitude, with
+// cancellation, one tensor small enough for the slot path and one that
+// takes the two ops. Their bits must be the definition's
+// (docs/reproducibility.md), computed here apart from libgsync's code.
+float hard_value(int r, size_t i) {
+  uint64_t h = (i + 1) * 0x9e3779b97f4a7c15ull ^ (static_cast<uint64_t>(r) + 7) * 0xbf58476d1ce4e5b9ull;
+  h ^= h >> 31;
+  h *= 0x94d049bb133111ebull;
+  h ^= h >> 29;
+  const double mag = std::pow(10.0, -8.0 + 16.0 * static_cast<double>(h >> 11) / 0x1p53);
+  if (i % 5 == 0) return r == 0 ? 1e6f + float(i) : -(1e6f + float(i));  // cancels over 2 ranks
+  return static_cast<float>((h & 1) ? -mag : mag);
+}
+
+float repro_reference(int world, size_t i) {
+  int bits = 0;
+  while ((1 << bits) < world) bits++;
+  const int p = 30 - bits;
+  uint32_t code = 0;
+  for (int r = 0; r < world; r++)
+    code = std::max(code, (std::bit_cast<uint32_t>(hard_value(r, i)) >> 23) & 0xffu);
+  const int e = static_cast<int>(code) - 126;
+  int64_t sum = 0;
+  for (int r = 0; r < world; r++)
+    sum += static_cast<int64_t>(std::nearbyintl(std::ldexp(static_cast<long double>(hard_value(r, i)), p - e)));
+  return static_cast<float>(std::ldexp(static_cast<long double>(sum), e - p));
+}
+
+int repro_part(gsync_comm_t* comm, int r) {
+  for (size_t count : {size_t{1000}, size_t{kArCount}}) {
+    void* mem;
+    RANK_CHECK(gsync_alloc(comm, count * 4, &mem) == 0, "{}", gsync_last_error());
+    auto* buf = static_cast<float*>(mem);
+    for (size_t i = 0; i < count; i++) buf[i] = hard_value(r, i);
+    gsync_request_t* req;
+    RANK_CHECK(gsync_allreduce(comm, 3, count, buf, count, GSYNC_FLOAT32, GSYNC_SUM, 0, &req) == 0,
+               "{}", gsync_last_error());
+    RANK_CHECK(gsync_wait(req, 20000) == 0, "reproducible {}: {}", count, gsync_request_error(req));
+    gsync_request_free(req);
+    for (size_t i = 0; i < count; i++) {
+      const float want = repro_reference(2, i);
+      RANK_CHECK(std::memcmp(&buf[i], &want, 4) == 0, "reproducible {} element {}: {:a}, want {:a}",
+                 count, i, buf[i], want);
+    }
+    gsync_free(comm, mem);
+  }
+  return 0;
+}
+
 int rank_of_cell(const testbed::Testbed& bed, const Cell& cell, int r) {
   const std::string& pair = cell.pair;
   gsync_comm_t* comm;
-  RANK_CHECK(connect_cell(bed, pair, r, &comm) == 0, "{}", gsync_last_error());
+  const int connected = connect_cell(bed, pair, r, &comm);
+  if (connected != 0 && !cell.refused.empty()) {  // refused at connect, naming both
+    RANK_CHECK(std::strstr(gsync_last_error(), cell.refused.c_str()) != nullptr,
+               "connect: {}, not refused naming '{}'", gsync_last_error(), cell.refused);
+    return 0;
+  }
+  RANK_CHECK(connected == 0, "{}", gsync_last_error());
   if (has(pair, 'E')) {
     gsync_world_t w{};
     w.struct_size = sizeof w;
@@ -233,6 +293,7 @@ int rank_of_cell(const testbed::Testbed& bed, const Cell& cell, int r) {
   int rc = ps_job(pair) ? ps_part(comm, pair, r, cell) : 0;
   if (rc == 0 && (!ps_job(pair) || has(pair, 'C') || has(pair, 'G')) && cell.refused.empty())
     rc = allreduce_part(comm, pair, r);
+  if (rc == 0 && has(pair, 'X')) rc = repro_part(comm, r);
   if (rc == 0) RANK_CHECK(gsync_barrier(comm, 9, 20000) == 0, "{}", gsync_last_error());
   gsync_close(comm);
   return rc;
@@ -292,7 +353,7 @@ std::vector<Cell> cells() {
   if (kLinks != "tcp") {
     const char link = kFastLink == "dpdk" ? 'D' : kFastLink == "verbs" ? 'V' : 'M';
     std::vector<Cell> out;
-    for (const char* f : {"C", "E", "B", "S", "L", "K", "G", "T"})
+    for (const char* f : {"C", "E", "B", "S", "L", "K", "G", "T", "X"})
       out.push_back({std::string(1, link) + f, ""});
     return out;
   }
@@ -304,7 +365,9 @@ std::vector<Cell> cells() {
           Cell{"SL", ""}, Cell{"SK", ""}, Cell{"SG", "the anomaly guard"}, Cell{"ST", ""},
           Cell{"LK", ""}, Cell{"LG", ""}, Cell{"LT", ""},
           Cell{"KG", ""}, Cell{"KT", ""},
-          Cell{"GT", ""}};
+          Cell{"GT", ""},
+          Cell{"XC", ""}, Cell{"XE", ""}, Cell{"XB", ""}, Cell{"XS", ""}, Cell{"XL", ""},
+          Cell{"XK", ""}, Cell{"XG", "the anomaly guard cannot check"}, Cell{"XT", ""}};
 }
 
 INSTANTIATE_TEST_SUITE_P(Pairs, Compose, testing::ValuesIn(cells()),
