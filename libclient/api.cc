@@ -408,6 +408,9 @@ int ps_op(const char* api, gsync::proto::Opcode opcode, gsync_comm_t* comm, uint
                           .weight = o.weight,
                           .timeout_ms = o.timeout_ms,
                           .lr = o.lr};
+    if (comm != nullptr && req != nullptr && gsync::proto::is_push(opcode) &&
+        comm->session->reproducible())
+      return gc::Reproducible::submit_push(comm->session, args, req);
     return submit(comm, args, req);
   });
 }

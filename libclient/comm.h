@@ -111,6 +111,8 @@ class Session {
   // Whether this session's allreduces are reproducible unless an op says
   // otherwise (cfg.reproducible, $GSYNC_REPRODUCIBLE).
   bool reproducible() const { return params_.reproducible; }
+  // Whether the job's sync mode is bsp (the hello's encoding, protocol/ps.h).
+  bool bsp() const { return (params_.sync & 0xff) == 0; }
 
  private:
   // *device_offset: the entry offset of a buffer in device memory

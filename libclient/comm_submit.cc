@@ -98,6 +98,9 @@ int Session::validate(const OpArgs& a, bool* zero_copy, uint64_t* bytes,
   } else {
     size_t elem = 0;
     why = argument_error(a, world_size_.load(std::memory_order_relaxed), &elem);
+    if (why.empty() && a.opcode == proto::Opcode::kPsDeclare && params_.reproducible && !bsp())
+      why = "reproducible pushes need the bsp sync mode (asp and ssp apply each push as it "
+            "comes, in arrival order): turn off cfg.reproducible or use GSYNC_SYNC_BSP";
     if (why.empty()) why = buffer_error(a, elem, zero_copy, bytes, device_offset);
   }
   if (why.empty()) return GSYNC_OK;

@@ -104,6 +104,32 @@ int Reproducible::submit(const std::shared_ptr<Session>& s, const OpArgs& user,
   return GSYNC_OK;
 }
 
+int Reproducible::submit_push(const std::shared_ptr<Session>& s, const OpArgs& push,
+                              gsync_request** req) {
+  *req = nullptr;
+  if (push.key >= proto::kReproPushBit)
+    return fail(GSYNC_ERR_INVALID,
+                format("%s: reproducible push: key %llu must be below 2^47 (the bit above marks "
+                       "its allreduce) (%s)",
+                       push.api, static_cast<unsigned long long>(push.key), s->context().c_str()));
+  OpArgs ar = push;
+  ar.opcode = proto::Opcode::kAllreduce;
+  ar.key = push.key | proto::kReproPushBit;
+  ar.redop = static_cast<int>(proto::RedOp::kWeightedAvg);
+  auto handle = std::make_unique<gsync_request>();
+  std::unique_ptr<Reproducible> r;
+  if (int rc = start(s, ar, &r); rc != GSYNC_OK) return rc;
+  r->has_push_ = true;
+  r->push_ = push;
+  r->outer_->opcode = push.opcode;
+  r->outer_->key = push.key;
+  handle->session = s;
+  handle->state = r->outer();
+  handle->repro = std::move(r);
+  *req = handle.release();
+  return GSYNC_OK;
+}
+
 void Reproducible::alloc(Scratch* s, size_t bytes) {
   if (bytes == 0) return;
   // The arena first: the inner op then needs no staging copy. A full arena
@@ -206,7 +232,9 @@ int Reproducible::advance(Segment& seg, size_t index, int rc) {
     repro::fold_slots(static_cast<const float*>(seg.ints.p), seg.n, world_, codes.data(),
                       sums.data());
     repro::finish(sums.data(), codes.data(), user_.count, world_, src.dtype, src.op, user_.buf);
-    return end(GSYNC_OK, "");
+    if (src.op == proto::RedOp::kWeightedAvg)
+      total_weight_ = repro::decode_value(sums[seg.n - 1], codes[seg.n - 1], world_);
+    return has_push_ ? start_push() : end(GSYNC_OK, "");
   }
   // A weighted average needs the total weight, the last value: its
   // segments are finished together at the end.
@@ -236,11 +264,31 @@ int Reproducible::finish_all() {
                           static_cast<const uint8_t*>(seg.codes.p), seg.begin, n, world_,
                           src.dtype, total, user_.buf);
     }
+    total_weight_ = total;
   }
-  return end(GSYNC_OK, "");
+  return has_push_ ? start_push() : end(GSYNC_OK, "");
+}
+
+int Reproducible::start_push() {
+  release_segments();
+  OpArgs a = push_;
+  // Rank 0 pushes the average; the others (and rank 0 too when no rank
+  // had samples) push zeros with weight 0 - into their own buffers, where
+  // a push_pull's parameters come back.
+  const bool carries = rank_ == 0 && total_weight_ > 0;
+  a.weight = carries ? 1.0 : 0.0;
+  if (!carries)
+    std::memset(a.buf, 0, a.count * proto::dtype_size(source_of(user_).dtype));
+  if (int rc = session_->submit(a, &push_state_); rc != GSYNC_OK) return end(rc, last_error());
+  return GSYNC_ERR_AGAIN;
 }
 
 int Reproducible::end(int rc, const std::string& why) {
+  if (push_state_ && push_state_->done) {
+    // What the push answered: gsync_ps_rolled_back reads it here.
+    outer_->value = push_state_->value;
+    outer_->text = push_state_->text;
+  }
   release();
   outer_->done = true;
   outer_->status = rc;
@@ -256,6 +304,12 @@ int Reproducible::end(int rc, const std::string& why) {
 int Reproducible::test() {
   while (!outer_->done) {
     bool moved = false;
+    if (push_state_) {
+      const int rc = session_->test(*push_state_);
+      if (rc == GSYNC_ERR_AGAIN) return rc;
+      end(rc, rc == GSYNC_OK ? "" : format("the push: %s", session_->request_error(*push_state_)));
+      break;
+    }
     for (size_t i = 0; i < segs_.size() && !outer_->done; ++i) {
       Segment& seg = segs_[i];
       if (!seg.inner) continue;
@@ -284,6 +338,7 @@ int Reproducible::wait(int timeout_ms) {
     std::vector<RequestState*> pending;
     for (Segment& seg : segs_)
       if (seg.inner) pending.push_back(seg.inner.get());
+    if (push_state_) pending.push_back(push_state_.get());
     int left = -1;  // forever
     if (timeout_ms >= 0) {
       const auto ms =
@@ -296,11 +351,21 @@ int Reproducible::wait(int timeout_ms) {
       Segment& seg = segs_[i];
       if (seg.inner && seg.inner->done) advance(seg, i, session_->test(*seg.inner));
     }
+    if (push_state_ && push_state_->done && !outer_->done) {
+      const int rc = session_->test(*push_state_);
+      end(rc, rc == GSYNC_OK ? "" : format("the push: %s", session_->request_error(*push_state_)));
+    }
   }
   return outer_->status == GSYNC_OK ? GSYNC_OK : fail(outer_->status, outer_->error);
 }
 
 void Reproducible::release() {
+  release_segments();
+  if (push_state_) session_->release(*push_state_);
+  push_state_.reset();
+}
+
+void Reproducible::release_segments() {
   for (Segment& seg : segs_) {
     if (seg.inner && !seg.inner->done) {
       // The daemon may still write this op's buffer: its arena scratch goes

@@ -45,6 +45,13 @@ class Reproducible {
                    std::unique_ptr<Reproducible>* out);
   // start() into a new handle *req (nullptr on failure).
   static int submit(const std::shared_ptr<Session>& s, const OpArgs& user, gsync_request** req);
+  // A reproducible push or push_pull (a bsp job's): the workers' weighted
+  // average of the gradient, reproducible (its allreduce on the key with
+  // kReproPushBit), then global rank 0 pushes it with weight 1 and every
+  // other rank zeros with weight 0, so the servers' fold adds only zeros
+  // to it, in whatever order. Into a new handle *req.
+  static int submit_push(const std::shared_ptr<Session>& s, const OpArgs& push,
+                         gsync_request** req);
   ~Reproducible();
 
   const std::shared_ptr<RequestState>& outer() const { return outer_; }
@@ -80,6 +87,9 @@ class Reproducible {
   // Every segment is summed: the results into the user's buffer.
   int finish_all();
   int end(int rc, const std::string& why);
+  // The allreduce part is done: a push's own op.
+  int start_push();
+  void release_segments();
   size_t in_flight() const;
 
   std::shared_ptr<Session> session_;
@@ -91,6 +101,10 @@ class Reproducible {
   std::vector<Segment> segs_;
   size_t next_ = 0;     // the next segment to start
   size_t summed_ = 0;   // segments whose sums are in
+  double total_weight_ = 0;  // a weighted average's, decoded
+  bool has_push_ = false;    // the allreduce is a push's first part
+  OpArgs push_;
+  std::shared_ptr<RequestState> push_state_;
   std::shared_ptr<RequestState> outer_;
 };
 

@@ -20,6 +20,10 @@
 namespace gsync::proto {
 
 constexpr uint64_t kReproKeyLimit = uint64_t{1} << 48;
+// A reproducible push's allreduce rides its key with this bit (parameter
+// keys of a reproducible job stay below it), apart from the job's own
+// allreduces of that key.
+constexpr uint64_t kReproPushBit = uint64_t{1} << 47;
 constexpr uint64_t kReproMaxSegments = (uint64_t{1} << 14) - 1;
 
 constexpr uint64_t repro_key(uint64_t user, uint64_t segment, bool sums) {

@@ -5,6 +5,8 @@
 // results are checked against bit for bit (docs/parameter-server.md).
 #pragma once
 
+#include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -28,23 +30,53 @@ struct PsRun {
   gsync_ps_opts_t opts;
   int sync = GSYNC_SYNC_BSP;
   uint32_t staleness = 0;
+  bool reproducible = false;  // the session's (docs/reproducibility.md)
 };
+
+// The reproducible mode's sum of one element's values, as its definition
+// gives it (docs/reproducibility.md), apart from libgsync's code: exact,
+// as a long double (it fits a double too).
+inline long double repro_grid_sum(const std::vector<float>& x) {
+  int bits = 0;
+  while ((1 << bits) < static_cast<int>(x.size())) bits++;
+  const int p = 30 - bits;
+  uint32_t code = 0;
+  for (float v : x) code = std::max(code, (std::bit_cast<uint32_t>(v) >> 23) & 0xffu);
+  const int e = static_cast<int>(code) - 126;
+  int64_t sum = 0;
+  for (float v : x) sum += static_cast<int64_t>(std::nearbyintl(std::ldexp(static_cast<long double>(v), p - e)));
+  return std::ldexp(static_cast<long double>(sum), e - p);
+}
+
+// Its weighted average: each rank's x * w rounded to fp32, the weights
+// summed the same way, the quotient in double, rounded to fp32.
+inline float repro_weighted_avg(const std::vector<float>& x, const std::vector<double>& w) {
+  std::vector<float> y(x.size()), wf(x.size());
+  for (size_t r = 0; r < x.size(); r++) {
+    y[r] = static_cast<float>(static_cast<double>(x[r]) * w[r]);
+    wf[r] = static_cast<float>(w[r]);
+  }
+  return static_cast<float>(static_cast<double>(repro_grid_sum(y)) /
+                            static_cast<double>(repro_grid_sum(wf)));
+}
 
 // The servers' arithmetic, as docs/parameter-server.md gives it, a clock
 // at a time: each host folds its ranks' gradients weighed (fp32: acc = g0 *
 // w0, then acc + g * w in local-rank order), the server sums the hosts'
 // folds in host order and scales by float(1 / sum of weights), then one
-// optimizer step.
+// optimizer step. In a reproducible job the gradient is the workers'
+// reproducible weighted average, which rank 0 alone pushes with weight 1.
 class Reference {
  public:
   Reference(const PsRun& s, const std::vector<int>& per_host, size_t n)
-      : o_(s.opts), per_host_(per_host), p_(n), m_(n, 0.0f), v_(n, 0.0f), g_(n) {
+      : o_(s.opts), per_host_(per_host), p_(n), m_(n, 0.0f), v_(n, 0.0f), g_(n),
+        reproducible_(s.reproducible) {
     for (size_t i = 0; i < n; i++) p_[i] = init(i);
     double total = 0;
     int world = 0;
     for (int k : per_host) world += k;
     for (int r = 0; r < world; r++) total += weight_of(r);
-    scale_ = static_cast<float>(1.0 / total);
+    scale_ = reproducible_ ? 1.0f : static_cast<float>(1.0 / total);
   }
   const std::vector<float>& values() const { return p_; }
   const std::vector<float>& momentum() const { return m_; }
@@ -59,7 +91,15 @@ class Reference {
  private:
   void step(uint64_t c) {
     const size_t n = p_.size();
-    for (size_t i = 0; i < n; i++) {
+    int world = 0;
+    for (int k : per_host_) world += k;
+    for (size_t i = 0; i < n && reproducible_; i++) {
+      std::vector<float> x(static_cast<size_t>(world));
+      std::vector<double> w(static_cast<size_t>(world));
+      for (int r = 0; r < world; r++) x[size_t(r)] = grad(r, c, i), w[size_t(r)] = weight_of(r);
+      g_[i] = repro_weighted_avg(x, w);
+    }
+    for (size_t i = 0; i < n && !reproducible_; i++) {
       int r = 0;
       float sum = 0;
       for (size_t h = 0; h < per_host_.size(); h++) {
@@ -105,6 +145,7 @@ class Reference {
   std::vector<int> per_host_;
   std::vector<float> p_, m_, v_, g_;
   float scale_ = 1;
+  bool reproducible_ = false;
   uint64_t clock_ = 0, t_ = 0;  // clocks gone through; optimizer steps taken
 };
 

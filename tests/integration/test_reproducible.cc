@@ -22,6 +22,7 @@
 #include "gsync/gsync.h"
 #include "tests/integration/bed_util.h"
 #include "tests/integration/client_util.h"
+#include "tests/integration/ps_util.h"
 #include "tools/testbed/testbed.h"
 
 namespace gsync::test {
@@ -274,6 +275,77 @@ TEST_F(ReproducibleTest, SameBitsOnEveryLayoutAlgorithmAndChunkSize) {
               "total |error| reproducible %.6Lg, default ring %.6Lg\n",
               default_diff, repro_err, ring_err);
   EXPECT_LE(repro_err, ring_err);
+}
+
+// A bsp parameter server's pushes in a reproducible job: 4 clocks of
+// push_pull (SGD with momentum) on 2 hosts x 2 ranks and on 1 + 3 ranks
+// give the same parameters, bit for bit, and they are the definition's
+// (tests/integration/ps_util.h's reference with the reproducible average).
+int ps_rank(const testbed::Testbed& bed, const std::string& job, const std::vector<Place>& p,
+            int rank, const std::string& out) {
+  constexpr size_t kN = 20000;  // the two-op path at 4 ranks
+  gsync_config_t cfg;
+  gsync_config_init(&cfg);
+  const std::string sock = bed.socket(p[size_t(rank)].host);
+  cfg.socket_path = sock.c_str();
+  cfg.job_id = job.c_str();
+  cfg.world_size = static_cast<int>(p.size());
+  cfg.rank = rank;
+  cfg.local_rank = p[size_t(rank)].local_rank;
+  cfg.local_size = p[size_t(rank)].local_size;
+  cfg.timeout_ms = 30000;
+  cfg.reproducible = 1;
+  gsync_comm_t* comm;
+  RANK_CHECK(gsync_connect(&cfg, &comm) == 0, "{}", gsync_last_error());
+  PsRun s;
+  gsync_ps_opts_init(&s.opts);
+  s.opts.lr = 0.05f;
+  s.opts.momentum = 0.9f;
+  std::vector<float> buf(kN);
+  for (size_t i = 0; i < kN; i++) buf[i] = rank == 0 ? init(i) : -1.0f;
+  gsync_request_t* req;
+  RANK_CHECK(gsync_ps_declare(comm, 5, buf.data(), kN, GSYNC_FLOAT32, &s.opts, &req) == 0, "{}",
+             gsync_last_error());
+  RANK_CHECK(gsync_wait(req, 30000) == 0, "declare: {}", gsync_request_error(req));
+  gsync_request_free(req);
+  gsync_push_opts_t po;
+  gsync_push_opts_init(&po);
+  po.weight = weight_of(rank);
+  for (uint64_t c = 0; c < 4; c++) {
+    for (size_t i = 0; i < kN; i++) buf[i] = grad(rank, c, i);
+    RANK_CHECK(gsync_ps_push_pull(comm, 5, c, buf.data(), kN, GSYNC_FLOAT32, &po, &req) == 0, "{}",
+               gsync_last_error());
+    RANK_CHECK(gsync_wait(req, 30000) == 0, "clock {}: {}", c, gsync_request_error(req));
+    RANK_CHECK(gsync_ps_rolled_back(req, nullptr) == 0, "clock {}: not a push's answer", c);
+    gsync_request_free(req);
+  }
+  std::ofstream(fmt::format("{}/ps.{}", out, rank), std::ios::binary)
+      .write(reinterpret_cast<const char*>(buf.data()), static_cast<std::streamsize>(kN * 4));
+  gsync_close(comm);
+  return 0;
+}
+
+TEST_F(ReproducibleTest, ParameterServerPushesGiveTheSameBitsOnEveryLayout) {
+  auto bed = make_bed({2}, "auto", 30000);
+  ASSERT_TRUE(bed);
+  PsRun s;
+  gsync_ps_opts_init(&s.opts);
+  s.opts.lr = 0.05f;
+  s.opts.momentum = 0.9f;
+  s.reproducible = true;
+  const std::vector<float> want = reference(s, {4}, 20000, 4);
+  const std::string want_bits(reinterpret_cast<const char*>(want.data()), want.size() * 4);
+  for (const std::vector<int>& layout : {std::vector<int>{2, 2}, std::vector<int>{1, 3}}) {
+    const auto p = places(layout);
+    const std::string job = fmt::format("repro-ps-{}", ++jobs_);
+    const std::string out = (dir_ / job).string();
+    std::filesystem::create_directories(out);
+    auto res = run_ranks(4, [&](int r) { return ps_rank(*bed, job, p, r, out); }, 300);
+    for (size_t i = 0; i < res.size(); i++) EXPECT_EQ(res[i].code, 0) << "rank " << i << ": " << res[i].output;
+    for (int r = 0; r < 4; r++)
+      EXPECT_EQ(differing(read_file(fmt::format("{}/ps.{}", out, r)), want_bits, 4), 0u)
+          << job << " (" << layout[0] << " + " << layout[1] << " ranks) rank " << r;
+  }
 }
 
 // What the mode refuses, each by name, with nothing submitted - and
