@@ -4,7 +4,7 @@
 with gsync.torch.init(reproducible=True) on 4 hosts x 1 rank, 2 hosts x 2
 ranks and 1 host x 4 ranks of one test bed (2 racks x 2 hosts), each rank
 fed the same samples in every layout: the losses are bit-identical at every
-step on every rank, and so are the final parameters. The same three layouts
+step on every rank, and so are the final parameters. Two of the layouts
 without the mode are run too, and must differ somewhere: else the model and
 data would be too easy to show anything.
 """
@@ -23,6 +23,7 @@ from gsync_testbed import Testbed  # noqa: E402
 
 STEPS, RANKS = 20, 4
 LAYOUTS = {"4 hosts x 1": 4, "2 hosts x 2": 2, "1 host x 4": 1}
+DEFAULT_LAYOUTS = {"4 hosts x 1": 4, "1 host x 4": 1}
 
 fails = tc.Failures()
 runs = {}
@@ -31,7 +32,9 @@ with tempfile.TemporaryDirectory(prefix="gsync-repro.") as tmp, \
     common = ["--nproc", str(RANKS), "--steps", str(STEPS), "--quiet", "--backend", "gsync",
               *tc.SMALL_MODEL]
     for mode in ("reproducible", "default"):
-        for layout, hosts in LAYOUTS.items():
+        # Two layouts are enough to show the default mode differs.
+        layouts = LAYOUTS if mode == "reproducible" else DEFAULT_LAYOUTS
+        for layout, hosts in layouts.items():
             out = f"{tmp}/{mode}-{hosts}"
             extra = ["--reproducible"] if mode == "reproducible" else []
             cp = tc.run_example([*common, *extra, "--dump", out,
@@ -68,7 +71,7 @@ for layout in LAYOUTS:
                         f"{float((p - got['params'][name]).abs().max()):.3e}")
 
 default_differs = any(not same(runs[("default", a)][0], runs[("default", b)][0])
-                      for a in LAYOUTS for b in LAYOUTS if a < b)
+                      for a in DEFAULT_LAYOUTS for b in DEFAULT_LAYOUTS if a < b)
 fails.check(default_differs, "the default mode gave the same bits on every layout: the test "
                              "no longer shows what the mode is for")
 print(f"reproducible: {STEPS} steps x {RANKS} ranks, identical on {', '.join(LAYOUTS)}; "
