@@ -44,12 +44,11 @@ inline std::vector<Place> places(const std::vector<int>& per_host) {
   return out;
 }
 
-// Connects global rank `rank` of job to its host's daemon, as p places it
-// (with the job's sync mode: the parameter server's tests).
-inline int connect_place(const testbed::Testbed& bed, const std::string& job,
-                         const std::vector<Place>& p, int rank, gsync_comm_t** comm,
-                         uint64_t arena = 0, uint32_t timeout_ms = 0,
-                         int32_t sync_mode = GSYNC_SYNC_BSP, uint32_t staleness = 0) {
+// Connects global rank `rank` of job to its host's daemon, as p places it;
+// `set` fills in whatever else the test's job says.
+template <class Set>
+int connect_place_with(const testbed::Testbed& bed, const std::string& job,
+                       const std::vector<Place>& p, int rank, gsync_comm_t** comm, Set set) {
   gsync_config_t cfg;
   gsync_config_init(&cfg);
   std::string sock = bed.socket(p[size_t(rank)].host);
@@ -59,11 +58,22 @@ inline int connect_place(const testbed::Testbed& bed, const std::string& job,
   cfg.rank = rank;
   cfg.local_rank = p[size_t(rank)].local_rank;
   cfg.local_size = p[size_t(rank)].local_size;
-  cfg.arena_bytes = arena;
-  cfg.timeout_ms = timeout_ms;
-  cfg.sync_mode = sync_mode;
-  cfg.staleness = staleness;
+  set(cfg);
   return gsync_connect(&cfg, comm);
+}
+
+// The same with the job's arena, timeout and sync mode (the parameter
+// server's tests).
+inline int connect_place(const testbed::Testbed& bed, const std::string& job,
+                         const std::vector<Place>& p, int rank, gsync_comm_t** comm,
+                         uint64_t arena = 0, uint32_t timeout_ms = 0,
+                         int32_t sync_mode = GSYNC_SYNC_BSP, uint32_t staleness = 0) {
+  return connect_place_with(bed, job, p, rank, comm, [&](gsync_config_t& cfg) {
+    cfg.arena_bytes = arena;
+    cfg.timeout_ms = timeout_ms;
+    cfg.sync_mode = sync_mode;
+    cfg.staleness = staleness;
+  });
 }
 
 }  // namespace gsync::test

@@ -83,21 +83,16 @@ struct JobRun {
 // One rank: every case, each result written to dir/<case>.<rank>.
 int rank_main(const testbed::Testbed& bed, const std::string& job, const std::vector<Place>& p,
               int rank, const JobRun& run, const std::string& dir) {
-  gsync_config_t cfg;
-  gsync_config_init(&cfg);
-  const std::string sock = bed.socket(p[size_t(rank)].host);
-  cfg.socket_path = sock.c_str();
-  cfg.job_id = job.c_str();
-  cfg.world_size = static_cast<int>(p.size());
-  cfg.rank = rank;
-  cfg.local_rank = p[size_t(rank)].local_rank;
-  cfg.local_size = p[size_t(rank)].local_size;
-  cfg.arena_bytes = 64 << 20;
-  cfg.algorithm = run.algorithm.empty() ? nullptr : run.algorithm.c_str();
-  cfg.chunk_bytes = run.chunk_bytes;
-  cfg.reproducible = run.reproducible ? 1 : 0;
   gsync_comm_t* comm;
-  RANK_CHECK(gsync_connect(&cfg, &comm) == 0, "{}", gsync_last_error());
+  RANK_CHECK(connect_place_with(bed, job, p, rank, &comm,
+                                [&](gsync_config_t& cfg) {
+                                  cfg.arena_bytes = 64 << 20;
+                                  cfg.algorithm =
+                                      run.algorithm.empty() ? nullptr : run.algorithm.c_str();
+                                  cfg.chunk_bytes = run.chunk_bytes;
+                                  cfg.reproducible = run.reproducible ? 1 : 0;
+                                }) == 0,
+             "{}", gsync_last_error());
   std::vector<char> buf(12 << 20);
   uint64_t step = 0;
   for (const Case& c : kCases) {
@@ -284,19 +279,13 @@ TEST_F(ReproducibleTest, SameBitsOnEveryLayoutAlgorithmAndChunkSize) {
 int ps_rank(const testbed::Testbed& bed, const std::string& job, const std::vector<Place>& p,
             int rank, const std::string& out) {
   constexpr size_t kN = 20000;  // the two-op path at 4 ranks
-  gsync_config_t cfg;
-  gsync_config_init(&cfg);
-  const std::string sock = bed.socket(p[size_t(rank)].host);
-  cfg.socket_path = sock.c_str();
-  cfg.job_id = job.c_str();
-  cfg.world_size = static_cast<int>(p.size());
-  cfg.rank = rank;
-  cfg.local_rank = p[size_t(rank)].local_rank;
-  cfg.local_size = p[size_t(rank)].local_size;
-  cfg.timeout_ms = 30000;
-  cfg.reproducible = 1;
   gsync_comm_t* comm;
-  RANK_CHECK(gsync_connect(&cfg, &comm) == 0, "{}", gsync_last_error());
+  RANK_CHECK(connect_place_with(bed, job, p, rank, &comm,
+                                [](gsync_config_t& cfg) {
+                                  cfg.timeout_ms = 30000;
+                                  cfg.reproducible = 1;
+                                }) == 0,
+             "{}", gsync_last_error());
   PsRun s;
   gsync_ps_opts_init(&s.opts);
   s.opts.lr = 0.05f;

@@ -38,8 +38,7 @@ with Testbed(hosts=2, racks=1, daemon_args=["--op-timeout-ms", "30000"]) as bed:
         print(cp.stdout[-1500:], cp.stderr[-3000:], sep="", end="", flush=True)
         fails.check(cp.returncode == 0, f"{name} run exited {cp.returncode}")
         if cp.returncode != 0:
-            for h in range(len(bed.hosts)):
-                print(f"--- {bed.hosts[h].id} gsyncd.log ---\n{bed.daemon_log(h)[-3000:]}")
+            tc.print_daemon_logs(bed)
             fails.finish()
         loss = re.search(r"# eval loss ([0-9.]+)", cp.stdout)
         skipped = re.search(r"# steps skipped (\d+) params finite (\w+)", cp.stdout)

@@ -32,14 +32,8 @@ with tempfile.TemporaryDirectory(prefix="gsync-parity.") as tmp, \
     runs = {}
     for backend in ("gloo", "gsync", "gsync_dp"):
         extra = ["--sockets", ",".join(bed.sockets)] if backend != "gloo" else []
-        cp = tc.run_example([*common, "--backend", backend, "--dump", f"{tmp}/{backend}", *extra],
-                            timeout=150)
-        print(cp.stdout, cp.stderr, sep="", end="", flush=True)
-        fails.check(cp.returncode == 0, f"{backend} run exited {cp.returncode}")
-        if cp.returncode != 0:
-            for h in range(len(bed.hosts)):
-                print(f"--- {bed.hosts[h].id} gsyncd.log ---\n{bed.daemon_log(h)[-3000:]}")
-            fails.finish()
+        tc.run_example_on(bed, [*common, "--backend", backend, "--dump", f"{tmp}/{backend}",
+                                *extra], fails, f"{backend} run", timeout=150)
         runs[backend] = [torch.load(f"{tmp}/{backend}/rank{r}.pt") for r in range(RANKS)]
 
 for run in ("gsync", "gsync_dp"):

@@ -37,14 +37,9 @@ with tempfile.TemporaryDirectory(prefix="gsync-repro.") as tmp, \
         for layout, hosts in layouts.items():
             out = f"{tmp}/{mode}-{hosts}"
             extra = ["--reproducible"] if mode == "reproducible" else []
-            cp = tc.run_example([*common, *extra, "--dump", out,
-                                 "--sockets", ",".join(bed.sockets[:hosts])], timeout=150)
-            print(cp.stdout, cp.stderr, sep="", end="", flush=True)
-            fails.check(cp.returncode == 0, f"{mode} {layout}: exited {cp.returncode}")
-            if cp.returncode != 0:
-                for h in range(len(bed.hosts)):
-                    print(f"--- {bed.hosts[h].id} gsyncd.log ---\n{bed.daemon_log(h)[-3000:]}")
-                fails.finish()
+            tc.run_example_on(bed, [*common, *extra, "--dump", out,
+                                    "--sockets", ",".join(bed.sockets[:hosts])],
+                              fails, f"{mode} {layout}", timeout=150)
             runs[(mode, layout)] = [torch.load(f"{out}/rank{r}.pt") for r in range(RANKS)]
 
 

@@ -63,6 +63,25 @@ def run_example(args: Sequence[str], timeout: float) -> subprocess.CompletedProc
     return cp
 
 
+def print_daemon_logs(bed) -> None:
+    """The end of every host's gsyncd.log, for a failure's report."""
+    for h in range(len(bed.hosts)):
+        print(f"--- {bed.hosts[h].id} gsyncd.log ---\n{bed.daemon_log(h)[-3000:]}")
+
+
+def run_example_on(bed, args: Sequence[str], fails: "Failures", what: str,
+                   timeout: float) -> subprocess.CompletedProcess:
+    """run_example, its output printed; a run that fails is a failed check,
+    reported with the daemons' logs, and ends the test."""
+    cp = run_example(args, timeout)
+    print(cp.stdout, cp.stderr, sep="", end="", flush=True)
+    fails.check(cp.returncode == 0, f"{what} exited {cp.returncode}")
+    if cp.returncode != 0:
+        print_daemon_logs(bed)
+        fails.finish()
+    return cp
+
+
 class Failures:
     """Collects failed checks; exit code 1 with all of them listed."""
 
@@ -108,5 +127,4 @@ def run_workers(bed, worker: str, places: Sequence[Tuple[int, int, int]], fails:
         for what in expect:
             fails.check(what in out, f"rank {r}: no '{what}'")
     if fails.items:
-        for h in range(len(bed.hosts)):
-            print(f"--- {bed.hosts[h].id}\n{bed.daemon_log(h)[-3000:]}")
+        print_daemon_logs(bed)
