@@ -699,6 +699,35 @@ TEST(TestbedLoopback, GsyncPerfPushPullBesideAllreduce) {
       << out;
 }
 
+// gsync-perf --reproducible runs each size as a reproducible allreduce
+// beside the default one (docs/reproducibility.md), on 2 hosts of 2 ranks:
+// every element of both right, and the reproducible row gives its time and
+// its bytes on the wire against the default's - 1.25x where the tensor
+// takes the two ops (1 MiB), a gather's share where it takes the slots.
+TEST(TestbedLoopback, GsyncPerfReproducibleBesideDefault) {
+  const char* perf = getenv("GSYNC_PERF");
+  if (!perf) GTEST_SKIP() << "SKIPPED: GSYNC_PERF not set (run through meson test)";
+  std::string out = shell(std::string(perf) +
+                          " --hosts 2 --racks 1 -n 2 --loopback -b 4K -e 1M -f 256 --iters 8"
+                          " --warmup 1 --reproducible --json 2>&1");
+  std::vector<std::pair<bool, uint64_t>> rows;
+  std::istringstream lines(out);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.rfind("{\"", 0) != 0) continue;
+    auto row = nlohmann::json::parse(line);
+    if (!row.contains("bytes")) continue;
+    const bool repro = row.value("reproducible", false);
+    rows.emplace_back(repro, row["bytes"].get<uint64_t>());
+    EXPECT_EQ(row["wrong"].get<uint64_t>(), 0u) << line;
+    if (!repro) continue;
+    EXPECT_GT(row.value("time_vs_default", 0.0), 0) << line;
+    if (row["bytes"] == 1048576) EXPECT_NEAR(row.value("wire_vs_default", 0.0), 1.25, 0.01) << line;
+  }
+  using R = std::pair<bool, uint64_t>;
+  EXPECT_EQ(rows, (std::vector<R>{{false, 4096}, {true, 4096}, {false, 1048576}, {true, 1048576}}))
+      << out;
+}
+
 TEST(TestbedLoopback, HostsSpreadOverRacksOrGivenPerRack) {
   Options o = network_only(5, 2);
   o.loopback = true;

@@ -64,6 +64,21 @@ FirstOp check_push_pull(void* buf, size_t count, const Options& o) {
   return f;
 }
 
+// A variant's key: apart from every other variant's and size's.
+uint64_t key_of(const Options& o, const Variant& v, size_t s) {
+  if (v.push_pull) return kPsKeyBase + s;
+  if (v.reproducible) return kReproKeyBase + s;
+  return s * o.codecs.size() + v.codec;
+}
+
+// Whose bytes a row counts: --reproducible every peer's (its ops are never
+// compressed), a codec's run its own hop.
+gsync_compression_t measured_hop(const Options& o, const CodecRun& codec) {
+  gsync_compression_t hop = codec.c;
+  if (o.reproducible) hop.hops = GSYNC_HOPS_CROSS_HOST;
+  return hop;
+}
+
 // A rank of the size sweep. Reports one line per size and variant:
 // "size <bytes> <variant> <wrong> <relative error> <hash hi> <hash lo> <wire
 // bytes> <logical bytes> <rank cpu s> <daemon cpu s> <t_0 us> ... <t_S-1
@@ -100,9 +115,7 @@ int sweep_rank(const Options& o, int rank, const std::vector<uint64_t>& sizes) {
     for (size_t vi = 0; vi < variants.size(); vi++) {
       const Variant& v = variants[vi];
       const CodecRun& codec = o.codecs[v.codec];
-      const uint64_t key = v.push_pull      ? kPsKeyBase + s
-                           : v.reproducible ? kReproKeyBase + s
-                                            : s * o.codecs.size() + v.codec;
+      const uint64_t key = key_of(o, v, s);
       uint64_t step = 0;
       auto op = [&] {
         return v.push_pull ? push_pull(comm, key, step++, buf, count, o, rank)
@@ -116,10 +129,7 @@ int sweep_rank(const Options& o, int rank, const std::vector<uint64_t>& sizes) {
       fill_and_count_wrong(buf, count, o, rank, false);
       Payload before, after;
       if (o.measure_wire() && !barrier(comm, &barrier_step, rank)) return 1;
-      // --reproducible counts every peer's bytes (its ops are never
-      // compressed); a codec's run counts its own hop.
-      gsync_compression_t hop = codec.c;
-      if (o.reproducible) hop.hops = GSYNC_HOPS_CROSS_HOST;
+      const gsync_compression_t hop = measured_hop(o, codec);
       if (measures) before = hop_payload(me.admin, hop);
       if (!op()) return 1;
       if (o.measure_wire() && !barrier(comm, &barrier_step, rank)) return 1;
