@@ -86,9 +86,11 @@ class Session {
   int submit(const OpArgs& args, std::shared_ptr<RequestState>* out);
   int test(RequestState& st);
   int wait(RequestState& st, int timeout_ms);
-  // Waits until one of sts is done (test() or wait() it then); what names
-  // them in the error of a timeout. timeout_ms as wait()'s, 0 a look.
-  int wait_any(const std::vector<RequestState*>& sts, int timeout_ms, const std::string& what);
+  // Waits until one of sts is done (test() or wait() it then); what() names
+  // them in the error of a timeout (made only then). timeout_ms as
+  // wait()'s, 0 a look.
+  int wait_any(const std::vector<RequestState*>& sts, int timeout_ms,
+               const std::function<std::string()>& what);
   const char* request_error(RequestState& st);
   // A completed declaration's resume clock; false for any other request.
   bool declared_clock(RequestState& st, uint64_t* clock);

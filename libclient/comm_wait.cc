@@ -163,7 +163,7 @@ int Session::wait(RequestState& st, int timeout_ms) {
 }
 
 int Session::wait_any(const std::vector<RequestState*>& sts, int timeout_ms,
-                      const std::string& what) {
+                      const std::function<std::string()>& what) {
   std::unique_lock lk(mu_);
   auto any = [&] {
     for (RequestState* st : sts)
@@ -178,9 +178,9 @@ int Session::wait_any(const std::vector<RequestState*>& sts, int timeout_ms,
     }
     if (any()) return GSYNC_OK;
     return fail(GSYNC_ERR_AGAIN,
-                format("%s is not complete yet (%s)", what.c_str(), context().c_str()));
+                format("%s is not complete yet (%s)", what().c_str(), context().c_str()));
   }
-  return wait_locked(lk, any, timeout_ms, [&] { return what; });
+  return wait_locked(lk, any, timeout_ms, what);
 }
 
 int Session::wait_locked(std::unique_lock<std::mutex>& lk, const std::function<bool()>& done,

@@ -30,6 +30,10 @@ Reproducible::Reproducible(std::shared_ptr<Session> s, const OpArgs& user)
   outer_->key = user.key;
   outer_->step = user.step;
   outer_->opcode = proto::Opcode::kAllreduce;
+  // Only start() reads the caller's codec and declaration options; the
+  // pointers would dangle past the call that made them.
+  user_.compress = nullptr;
+  user_.ps = nullptr;
 }
 
 Reproducible::~Reproducible() { release(); }
@@ -331,9 +335,12 @@ int Reproducible::test() {
 int Reproducible::wait(int timeout_ms) {
   using Clock = std::chrono::steady_clock;
   const auto deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
-  const std::string what = format("reproducible allreduce key %llu step %llu",
-                                  static_cast<unsigned long long>(user_.key),
-                                  static_cast<unsigned long long>(user_.step));
+  // The name is made only for a timeout's error, not per wait.
+  auto what = [this] {
+    return format("reproducible allreduce key %llu step %llu",
+                  static_cast<unsigned long long>(user_.key),
+                  static_cast<unsigned long long>(user_.step));
+  };
   while (!outer_->done) {
     std::vector<RequestState*> pending;
     for (Segment& seg : segs_)
