@@ -18,6 +18,7 @@
 #include "daemon/core/notify.h"
 #include "daemon/pipeline/plan_cache.h"
 #include "daemon/reduce/reduce.h"
+#include "daemon/reports/job_report.h"
 #include "gsync_build_config.h"
 
 namespace gsync {
@@ -162,8 +163,10 @@ void Gsyncd::register_reports() {
     return json_text(nlohmann::json{{"cpu_s", double(ts.tv_sec) + double(ts.tv_nsec) * 1e-9},
                                     {"pid", getpid()}});
   });
-  admin_.add("jobs", [this] { return json_text(jobs_->jobs_report()); });
-  admin_.add("ops", [this] { return json_text(jobs_->ops_report()); });
+  admin_.add("jobs", [this] {
+    return json_text(reports::jobs(*jobs_, *pipeline_, control_.get()));
+  });
+  admin_.add("ops", [this] { return json_text(reports::ops(*jobs_, *pipeline_, control_.get())); });
   admin_.add_with_argument("checkpoint", [this](const std::string& job) {
     Status st = ps_->request_checkpoint(job);
     if (!st) return json_text(nlohmann::json{{"error", st.message()}});

@@ -11,6 +11,7 @@
 
 #include "daemon/gsyncd.h"
 #include "daemon/metrics/exposition.h"
+#include "daemon/reports/job_report.h"
 #include "gsync_build_config.h"
 #include "protocol/wire.h"
 
@@ -146,7 +147,7 @@ void Gsyncd::metrics_ops(metrics::Exposition& m) const {
 
 // Jobs, at most kMaxJobs by name; the rest folded into one.
 void Gsyncd::metrics_jobs(metrics::Exposition& m) const {
-  const nlohmann::json jobs = jobs_->jobs_report()["jobs"];
+  const nlohmann::json jobs = reports::jobs(*jobs_, *pipeline_, control_.get())["jobs"];
   struct JobNums {
     double completed = 0, failed = 0, bytes = 0, anomalies = 0, departures = 0, ranks = 0;
     double outstanding = 0, reassigned = 0, settled = 0, ckpt_age = -1;

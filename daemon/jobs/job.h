@@ -18,7 +18,7 @@
 #include "daemon/core/clock.h"
 #include "daemon/core/meter.h"
 #include "daemon/core/status.h"
-#include "daemon/jobs/stragglers.h"
+#include "daemon/records/stragglers.h"
 #include "daemon/jobs/sync_policy.h"
 #include "protocol/guard.h"
 #include "protocol/plan_choice.h"

@@ -8,46 +8,11 @@
 
 namespace gsync {
 
-namespace {
-constexpr size_t kMaxTombstones = 4096;
-
-// An ended op into its slot of the history, over what the slot held: every
-// field assigned, the strings and vectors reusing their memory.
-void record(OpHistoryEntry& h, const std::string& job, const JobOp& op, const Status& st,
-            Clock::time_point now, const pipeline::OpTimes* times) {
-  h.job = job;
-  h.id = op.id;
-  h.shape = op.shape;
-  h.code = st.code();
-  if (st)
-    h.error.clear();
-  else
-    h.error = st.message();
-  h.arrivals.clear();
-  for (const auto& a : op.arrivals)
-    if (a.session) h.arrivals.emplace_back(a.session->rank, a.at);
-  h.finished = now;
-  h.take_times(times);
-}
-
-OpLabels op_labels(const Job& job, const proto::OpShape& shape, const pipeline::OpTimes* times) {
-  OpLabels l;
-  l.dtype = shape.dtype;
-  if (times) l.codec = times->route.codec;
-  if (!job.multi_host())
-    l.algorithm = "local";
-  else if (times && times->route.algorithm)
-    l.algorithm = times->route.algorithm;
-  else
-    l.algorithm = proto::is_ps(shape.opcode) ? "ps" : "none";
-  return l;
-}
-}  // namespace
-
 JobManager::JobManager(const DaemonConfig& cfg, pipeline::Pipeline& pipeline,
                        cluster::ControlPlane* control)
     : cfg_(cfg), pipeline_(pipeline), control_(control),
       history_(cfg.trace_ring_ops, cfg.trace_record), leases_(control) {
+  subscribe_op_ends();
   if (!control_) return;
   control_->on_job_ready = [this](const std::string& job) { job_ready(job); };
   control_->on_job_broken = [this](const std::string& job, const Status& why) {
@@ -431,64 +396,6 @@ void JobManager::finish(Job& job, const OpId& id, const Status& st,
   std::unique_ptr<JobOp> op = std::move(it->second);
   job.ops.erase(it);
   finish_op(job, std::move(op), st, times);
-}
-
-void JobManager::finish_op(Job& job, std::unique_ptr<JobOp> op, const Status& st,
-                           const pipeline::OpTimes* times) {
-  const OpId id = op->id;
-  auto now = Clock::now();  // before the replies: a rank may see its completion at once
-  for (auto& a : op->arrivals)
-    if (a.session) reply(a.session, a.tag, st, times ? times->value : 0);
-  if (history_.recording()) record(history_.next(), job.id, *op, st, now, times);
-  stats_.latency[op->shape.opcode].add(std::chrono::duration<double>(now - op->started).count());
-  if (!st) stats_.failures_by_code[st.code()]++;
-  OpCounts& counts = stats_.by_labels[op_labels(job, op->shape, times)];
-  if (st && op->shape.opcode == proto::Opcode::kPsDeclare) job.ps_keys.insert(id.key);
-  if (st && op->arrived == job.local_size) note_arrivals(job, *op);
-  if (st && times && job.multi_host()) note_host_arrivals(job, times->hosts);
-  if (st && job.leasing && proto::is_push(op->shape.opcode)) settle_pushes(job, *op);
-  if (st) {
-    job.ops_completed++;
-    stats_.ops_completed++;
-    uint64_t bytes = op->bytes() * static_cast<uint64_t>(job.local_size);
-    job.bytes_reduced += bytes;
-    stats_.bytes_reduced += bytes;
-    counts.completed++;
-    counts.bytes_reduced += bytes;
-    job.meter.add(bytes, now);
-    stats_.meter.add(bytes, now);
-    for (auto& a : op->arrivals)
-      if (a.session) a.session->stats.bytes += op->bytes();
-  } else {
-    job.ops_failed++;
-    stats_.ops_failed++;
-    counts.failed++;
-    if (st.code() == GSYNC_ERR_ANOMALY) job.anomalies++;
-    job.last_error = st.message();
-    // A parameter server's refusal (a clock out of order, a key not
-    // declared yet) reached every rank of the op and sent nothing: the same
-    // (key, clock) is their next right request, not a straggler of this one.
-    const bool refused = st.code() == GSYNC_ERR_INVALID && proto::is_ps(op->shape.opcode) &&
-                         op->arrived == job.local_size;
-    if (!refused) remember_failure(job, id, st, op->world);
-  }
-}
-
-void OpLatency::add(double s) {
-  size_t b = 0;
-  while (b < std::size(kBounds) && s > kBounds[b]) b++;
-  counts[b]++;
-  sum_s += s;
-}
-
-void JobManager::remember_failure(Job& job, const OpId& id, const Status& st, uint64_t world) {
-  auto now = Clock::now();
-  while (!job.tombstones.empty() &&
-         (job.tombstones.front().expires < now || job.tombstones.size() >= kMaxTombstones))
-    job.tombstones.pop_front();
-  // Kept twice the op timeout: long enough for any straggler of this op.
-  job.tombstones.push_back(
-      {id, st, now + 2 * std::chrono::milliseconds(cfg_.op_timeout_ms), world});
 }
 
 void JobManager::fail_pending(Job& job, const Status& st) {

@@ -9,58 +9,25 @@
 #pragma once
 
 #include <functional>
-#include <iterator>
 #include <map>
 #include <memory>
 #include <string>
+#include <span>
 #include <string_view>
-
-#include <nlohmann/json_fwd.hpp>
+#include <vector>
 
 #include "daemon/cluster/control_plane.h"
 #include "daemon/config/config.h"
 #include "daemon/jobs/job.h"
-#include "daemon/jobs/op_history.h"
 #include "daemon/leases/lease_service.h"
 #include "daemon/pipeline/pipeline.h"
+#include "daemon/records/op_end.h"
+#include "daemon/records/op_history.h"
+#include "daemon/records/op_stats.h"
 #include "daemon/shm/client_listener.h"
 #include "protocol/wire.h"
 
 namespace gsync {
-
-// How long ops took from their first rank's submission to their end, by
-// opcode (the metrics' gsync_op_duration_seconds).
-struct OpLatency {
-  static constexpr double kBounds[] = {1e-4, 3e-4, 1e-3, 3e-3, 0.01, 0.03,
-                                       0.1,  0.3,  1,    3,    10,   30};
-  static constexpr size_t kBuckets = std::size(kBounds) + 1;  // the last: above them all
-  uint64_t counts[kBuckets] = {};
-  double sum_s = 0;
-  void add(double s);
-};
-
-// The labels of gsync_ops_total and gsync_reduced_bytes_total: an op's
-// dtype, the cross-host algorithm of its plan ("local": a job on this host
-// alone; "ps": a parameter server's push or pull; "none": an op of several
-// hosts that ended before it had a plan) and the codec it crossed between
-// hosts in. Each a name from an enum: the label sets are bounded.
-struct OpLabels {
-  proto::DType dtype = proto::DType::kF32;
-  std::string_view algorithm = "local";
-  proto::Codec codec = proto::Codec::kNone;
-  auto operator<=>(const OpLabels&) const = default;
-};
-struct OpCounts {
-  uint64_t completed = 0, failed = 0, bytes_reduced = 0;
-};
-
-struct GlobalStats {
-  uint64_t ops_completed = 0, ops_failed = 0, bytes_reduced = 0;
-  std::map<OpLabels, OpCounts> by_labels;  // the same ops, by their labels
-  RateMeter meter;
-  std::map<proto::Opcode, OpLatency> latency;
-  std::map<int, uint64_t> failures_by_code;  // GSYNC_ERR_* -> ops that ended with it
-};
 
 class JobManager final : public ClientSink {
  public:
@@ -82,11 +49,8 @@ class JobManager final : public ClientSink {
   const std::map<std::string, std::unique_ptr<Job>>& jobs() const { return jobs_; }
   GlobalStats& stats() { return stats_; }
   uint64_t in_flight() const;
-  // gsyncctl jobs and gsyncctl ops (job_report.cc): the jobs; the ops in
-  // flight (who has not arrived, what they wait for) and the recent ones
-  // with their timelines.
-  nlohmann::json jobs_report() const;
-  nlohmann::json ops_report() const;
+  // The ops recorded as they ended (gsyncctl ops; reports/job_report.h).
+  const OpHistory& history() const { return history_; }
   // The tuning table jobs created from now on plan with (null: none);
   // jobs already running keep theirs.
   void set_tuning(std::shared_ptr<const tuning::TuneTable> table) { tuning_ = std::move(table); }
@@ -94,6 +58,11 @@ class JobManager final : public ClientSink {
   // Batch leases across hosts: a cross-host service gsyncd adds to the
   // control plane.
   leases::LeaseService& leases() { return leases_; }
+  const leases::LeaseService& leases() const { return leases_; }
+  // The end of every op (records/op_end.h): what keeps a record of ops
+  // subscribes here. The jobs layer's own records subscribe first
+  // (op_ends.cc), in the constructor.
+  OpEnds& op_ends() { return ends_; }
 
  private:
   // *data: the tensor's address; in device memory, *device says whose.
@@ -113,12 +82,19 @@ class JobManager final : public ClientSink {
   void job_broken(const std::string& job_id, const Status& why);
   void rank_died(Job& job, const Session& s, const std::string& reason);
   void finish(Job& job, const OpId& id, const Status& st, const pipeline::OpTimes* times = nullptr);
+  // Answers the op's ranks, then publishes its end (op_ends.cc).
   void finish_op(Job& job, std::unique_ptr<JobOp> op, const Status& st,
                  const pipeline::OpTimes* times);
+  // What the jobs layer keeps of an op that ended, subscribed in order:
+  // the daemon's counters, the history, the job's counters, its declared
+  // keys, its straggler books, lease settlement, the tombstones.
+  void subscribe_op_ends();
+  void count_job_op(Job& job, const OpEnd& e);
+  // A failed op's tombstone, unless it was a parameter server's refusal.
+  void bury(Job& job, const OpEnd& e);
   void fail_pending(Job& job, const Status& st);
   void reply(const std::shared_ptr<Session>& s, uint64_t tag, const Status& st,
              uint64_t value = 0);
-  void remember_failure(Job& job, const OpId& id, const Status& st, uint64_t world);
   // Elastic jobs (elastic_jobs.cc; docs/membership.md, "Elastic jobs").
   // The job by the name its ops go by between hosts (a world's name).
   Job* job_by_wire(const std::string& name);
@@ -147,15 +123,11 @@ class JobManager final : public ClientSink {
   void start_ready(Job& job, bool pushes_of_clock_only = false, uint64_t clock = 0);
   void depart(Job& job, const Session& s, const std::string& reason);
   void settle_pushes(Job& job, const JobOp& op);
-  // The straggler report (job_report.cc): an op's arrivals into its book,
-  // a warning when one rank is the straggler; per rank, its lags; and
-  // per host of the job, its lags.
-  void note_arrivals(Job& job, const JobOp& op);
-  // The same for a cross-host op's hosts (the job's HostLagBook).
+  // The straggler books (op_ends.cc): an op's arrivals into the job's
+  // book, a warning when one rank is the straggler; the same for a
+  // cross-host op's hosts (the job's HostLagBook).
+  void note_arrivals(Job& job, std::span<const RankArrival> arrivals);
   void note_host_arrivals(Job& job, const HostArrivals& hosts);
-  nlohmann::json host_report(const Job& job) const;
-  nlohmann::json straggler_report(const Job& job) const;
-  nlohmann::json elastic_report(const Job& job) const;
   void expire(Job& job, Clock::time_point now);
 
   const DaemonConfig& cfg_;
@@ -164,6 +136,8 @@ class JobManager final : public ClientSink {
   std::map<std::string, std::unique_ptr<Job>> jobs_;
   GlobalStats stats_;
   OpHistory history_;
+  OpEnds ends_;
+  std::vector<RankArrival> end_arrivals_;  // finish_op's, reused
   leases::LeaseService leases_;
   std::shared_ptr<const tuning::TuneTable> tuning_;
 };

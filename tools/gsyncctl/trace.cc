@@ -68,7 +68,7 @@ OpTimeline timeline_of(const json& op) {
 }
 
 // An op's "wire": {"links": [{"from", "to", "chunks": [[chunk, what, ns,
-// done_ns], ...]}], "dropped": n} (daemon/jobs/op_history.cc).
+// done_ns], ...]}], "dropped": n} (daemon/records/op_history.cc).
 void read_wire(const json& op, OpTimeline* t) {
   auto w = op.find("wire");
   if (w == op.end() || !w->is_object()) return;

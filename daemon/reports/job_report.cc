@@ -1,14 +1,15 @@
 // SPDX-License-Identifier: Apache-2.0
 //
-// gsyncctl jobs: each job, its ranks and op counters.
+// gsyncctl jobs and gsyncctl ops: each job, its ranks and op counters;
+// the ops in flight and the recent ones with their timelines.
+#include "daemon/reports/job_report.h"
+
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
-#include <spdlog/spdlog.h>
 
-#include "daemon/jobs/job_manager.h"
 #include "daemon/ps/service.h"
 
-namespace gsync {
+namespace gsync::reports {
 
 namespace {
 // A parameter-server job's keys as this host serves them: the shard map,
@@ -68,11 +69,50 @@ nlohmann::json ps_keys(const ps::Service* service, const std::string& job) {
   }
   return keys;
 }
-}  // namespace
+
+// Per host of the job (this one included): its lag behind the first host
+// ready, on this daemon's clock ("Stragglers").
+nlohmann::json host_report(const Job& job, const cluster::ControlPlane* control) {
+  nlohmann::json hosts = nlohmann::json::array();
+  const auto lags = job.host_lags.lags();
+  const int st = job.host_lags.straggler(lags);
+  for (const auto& l : lags)
+    hosts.push_back({{"host", control ? control->host_id(l.host) : std::to_string(l.host)},
+                     {"self", control && l.host == control->self()},
+                     {"lag_median_s", l.median_s},
+                     {"lag_p99_s", l.p99_s},
+                     {"last_share", l.last_share}});
+  nlohmann::json who = nullptr;
+  if (st >= 0 && control) who = control->host_id(lags[size_t(st)].host);
+  return {{"host_ops", job.host_lags.ops()}, {"hosts", std::move(hosts)}, {"host_straggler", who}};
+}
+
+// Per local rank, its lag behind the first to arrive; the host lags.
+nlohmann::json straggler_report(const Job& job, const cluster::ControlPlane* control) {
+  nlohmann::json ranks = nlohmann::json::array();
+  const auto lags = job.stragglers.lags();
+  for (size_t l = 0; l < lags.size() && l < job.slots.size(); l++) {
+    const auto& s = job.slots[l].session;
+    ranks.push_back({{"rank", s ? nlohmann::json(s->rank) : nlohmann::json(nullptr)},
+                     {"local_rank", l},
+                     {"pid", s ? nlohmann::json(s->peer.pid) : nlohmann::json(nullptr)},
+                     {"median_lag_s", lags[l].median_s},
+                     {"p99_lag_s", lags[l].p99_s},
+                     {"last_share", lags[l].last_share}});
+  }
+  const int st = job.stragglers.straggler(lags);
+  nlohmann::json out = host_report(job, control);
+  out["ops"] = job.stragglers.ops();
+  out["ranks"] = std::move(ranks);
+  out["straggler"] = st >= 0 && job.slots[size_t(st)].session
+                         ? nlohmann::json(job.slots[size_t(st)].session->rank)
+                         : nlohmann::json(nullptr);
+  return out;
+}
 
 // An elastic job's bounds and its world as this host has it; null for a
 // fixed job.
-nlohmann::json JobManager::elastic_report(const Job& job) const {
+nlohmann::json elastic_report(const Job& job) {
   if (!job.elastic()) return nullptr;
   return {{"min_hosts", job.min_hosts},
           {"max_hosts", job.max_hosts},
@@ -85,11 +125,15 @@ nlohmann::json JobManager::elastic_report(const Job& job) const {
           {"waiting_ranks", job.world_waiters.size()}};
 }
 
-nlohmann::json JobManager::jobs_report() const {
+}  // namespace
+
+nlohmann::json jobs(const JobManager& manager, const pipeline::Pipeline& pipeline,
+                    const cluster::ControlPlane* control) {
   using nlohmann::json;
+  const auto& all_jobs = manager.jobs();
   auto now = Clock::now();
   json list = json::array();
-  for (const auto& [name, job] : jobs_) {
+  for (const auto& [name, job] : all_jobs) {
     json ranks = json::array();
     for (size_t l = 0; l < job->slots.size(); l++) {
       const auto& slot = job->slots[l];
@@ -108,11 +152,11 @@ nlohmann::json JobManager::jobs_report() const {
     for (const auto& [id, op] : job->ops) running += op->running();
     // What the pipeline holds for the job, under each name its ops went
     // by (an elastic job's: one per world).
-    uint64_t ef_bytes = pipeline_.error_feedback_bytes(name);
-    uint64_t pinned = pipeline_.pinned_bytes(name);
+    uint64_t ef_bytes = pipeline.error_feedback_bytes(name);
+    uint64_t pinned = pipeline.pinned_bytes(name);
     for (const auto& w : job->worlds_used) {
-      ef_bytes += pipeline_.error_feedback_bytes(w);
-      pinned += pipeline_.pinned_bytes(w);
+      ef_bytes += pipeline.error_feedback_bytes(w);
+      pinned += pipeline.pinned_bytes(w);
     }
     list.push_back({{"job", name},
                     {"world_size", job->world_size},
@@ -128,8 +172,8 @@ nlohmann::json JobManager::jobs_report() const {
                     {"ops_in_flight", job->ops.size()},
                     {"ops_running", running},
                     {"ready", !job->multi_host() ||
-                                  (control_ &&
-                                   control_->job_ready(job->wire_name(), job->world_size))},
+                                  (control &&
+                                   control->job_ready(job->wire_name(), job->world_size))},
                     {"remote_departures", job->remote_departures},
                     {"bytes_reduced", job->bytes_reduced},
                     {"throughput_gbps", job->meter.rate(now) / 1e9},
@@ -140,23 +184,26 @@ nlohmann::json JobManager::jobs_report() const {
                     // memory (docs/gpu.md, "Across hosts from device memory").
                     {"pinned_bytes", pinned},
                     {"sync_mode", proto::describe(job->sync)},
-                    {"parameters", ps_keys(pipeline_.ps(), name)},
+                    {"parameters", ps_keys(pipeline.ps(), name)},
                     // Batch leases (docs/fault-tolerance.md): this host's
                     // counts and, on the keeper, the ledger.
-                    {"leases", leases_.report(name)},
+                    {"leases", manager.leases().report(name)},
                     {"departures", job->departures},
-                    {"stragglers", straggler_report(*job)},
+                    {"stragglers", straggler_report(*job, control)},
                     {"elastic", elastic_report(*job)},
                     {"last_error", job->last_error}});
   }
   return json{{"jobs", list}};
 }
 
-nlohmann::json JobManager::ops_report() const {
+nlohmann::json ops(const JobManager& manager, const pipeline::Pipeline& pipeline,
+                   const cluster::ControlPlane* control) {
   using nlohmann::json;
+  const auto& all_jobs = manager.jobs();
+  const OpHistory& history = manager.history();
   auto now = Clock::now();
   json in_flight = json::array();
-  for (const auto& [name, job] : jobs_) {
+  for (const auto& [name, job] : all_jobs) {
     for (const auto& [id, op] : job->ops) {
       json missing = json::array();
       for (size_t l = 0; l < op->arrivals.size(); l++) {
@@ -177,105 +224,30 @@ nlohmann::json JobManager::ops_report() const {
                   {"stage", nullptr},
                   {"waiting_for", nullptr}};
       if (op->running()) {
-        pipeline::OpView v = pipeline_.view(op->serial);
+        pipeline::OpView v = pipeline.view(op->serial);
         row["stage"] = v.stage;
         row["waiting_for"] = v.waiting_for;
-      } else if (op->arrived == job->local_size && control_) {
+      } else if (op->arrived == job->local_size && control) {
         row["waiting_for"] =
-            control_->job_missing(job->wire_name(), job->world_size, job->live_rank_ids());
+            control->job_missing(job->wire_name(), job->world_size, job->live_rank_ids());
       }
       in_flight.push_back(std::move(row));
     }
   }
   std::vector<std::string> hosts;
-  if (control_)
-    for (const auto& h : control_->cluster().hosts) hosts.push_back(h.id);
+  if (control)
+    for (const auto& h : control->cluster().hosts) hosts.push_back(h.id);
   // [trace]: whether ops are recorded, and how many of them are kept.
   // realtime_ns beside now_ns: gsyncctl trace puts the ops of daemons on
   // other machines on one clock with the probe's CLOCK_REALTIME offsets.
   const int64_t now_ns = monotonic_ns(Clock::now());
   const int64_t realtime = realtime_ns();
   return json{{"in_flight", in_flight},
-              {"recording", {{"on", history_.recording()}, {"ring_ops", history_.capacity()}}},
-              {"recent", history_.report(hosts, control_ ? control_->self() : -1)},
-              {"host", control_ ? json(control_->self_id()) : json(nullptr)},
+              {"recording", {{"on", history.recording()}, {"ring_ops", history.capacity()}}},
+              {"recent", history.report(hosts, control ? control->self() : -1)},
+              {"host", control ? json(control->self_id()) : json(nullptr)},
               {"now_ns", now_ns},
               {"realtime_ns", realtime}};
 }
 
-void JobManager::note_arrivals(Job& job, const JobOp& op) {
-  if (job.local_size < 2) return;
-  std::vector<Clock::time_point> at;
-  for (const auto& a : op.arrivals) at.push_back(a.at);
-  job.stragglers.add(at);
-  // Looked at every 16 ops: the verdict moves slowly, and this is per op.
-  // (seen, not ops: ops stays at the window's size once it is full, and
-  // then every op would sort the window.)
-  if (job.stragglers.seen() % 16 != 0) return;
-  const auto lags = job.stragglers.lags();
-  const int l = job.stragglers.straggler(lags);
-  if (l < 0 || !job.slots[size_t(l)].session) return;
-  if (!job.stragglers.may_warn(l, Clock::now())) return;
-  const Session& s = *job.slots[size_t(l)].session;
-  spdlog::warn("job {}: rank {} (local {}, pid {}) on {} is the straggler: last in {:.0f}% of the "
-               "last {} ops, {:.1f} ms after the first (median; p99 {:.1f} ms)",
-               job.id, s.rank, l, s.peer.pid, control_ ? "host " + control_->self_id() : "this host",
-               100 * lags[size_t(l)].last_share, job.stragglers.ops(),
-               1e3 * lags[size_t(l)].median_s, 1e3 * lags[size_t(l)].p99_s);
-}
-
-nlohmann::json JobManager::straggler_report(const Job& job) const {
-  nlohmann::json ranks = nlohmann::json::array();
-  const auto lags = job.stragglers.lags();
-  for (size_t l = 0; l < lags.size() && l < job.slots.size(); l++) {
-    const auto& s = job.slots[l].session;
-    ranks.push_back({{"rank", s ? nlohmann::json(s->rank) : nlohmann::json(nullptr)},
-                     {"local_rank", l},
-                     {"pid", s ? nlohmann::json(s->peer.pid) : nlohmann::json(nullptr)},
-                     {"median_lag_s", lags[l].median_s},
-                     {"p99_lag_s", lags[l].p99_s},
-                     {"last_share", lags[l].last_share}});
-  }
-  const int st = job.stragglers.straggler(lags);
-  nlohmann::json out = host_report(job);
-  out["ops"] = job.stragglers.ops();
-  out["ranks"] = std::move(ranks);
-  out["straggler"] = st >= 0 && job.slots[size_t(st)].session
-                         ? nlohmann::json(job.slots[size_t(st)].session->rank)
-                         : nlohmann::json(nullptr);
-  return out;
-}
-
-void JobManager::note_host_arrivals(Job& job, const HostArrivals& hosts) {
-  if (!control_) return;
-  job.host_lags.add(hosts, control_->self(), int(control_->cluster().hosts.size()));
-  // As note_arrivals: looked at every 16 ops.
-  if (job.host_lags.seen() % 16 != 0) return;
-  const auto lags = job.host_lags.lags();
-  const int i = job.host_lags.straggler(lags);
-  if (i < 0 || !job.host_lags.may_warn(lags[size_t(i)].host, Clock::now())) return;
-  const HostLag& l = lags[size_t(i)];
-  spdlog::warn("job {}: host {} is the straggler host: last in {:.0f}% of the last {} ops, by a "
-               "median {:.1f} ms behind the first host (p99 {:.1f} ms; on host {}'s clock)",
-               job.id, control_->host_id(l.host), 100 * l.last_share, job.host_lags.ops(),
-               1e3 * l.median_s, 1e3 * l.p99_s, control_->self_id());
-}
-
-// Per host of the job (this one included): its lag behind the first host
-// ready, on this daemon's clock ("Stragglers").
-nlohmann::json JobManager::host_report(const Job& job) const {
-  nlohmann::json hosts = nlohmann::json::array();
-  const auto lags = job.host_lags.lags();
-  const int st = job.host_lags.straggler(lags);
-  for (const auto& l : lags)
-    hosts.push_back({{"host", control_ ? control_->host_id(l.host) : std::to_string(l.host)},
-                     {"self", control_ && l.host == control_->self()},
-                     {"lag_median_s", l.median_s},
-                     {"lag_p99_s", l.p99_s},
-                     {"last_share", l.last_share}});
-  nlohmann::json who = nullptr;
-  if (st >= 0 && control_) who = control_->host_id(lags[size_t(st)].host);
-  return {{"host_ops", job.host_lags.ops()}, {"hosts", std::move(hosts)}, {"host_straggler", who}};
-}
-
-}  // namespace gsync
+}  // namespace gsync::reports

@@ -27,6 +27,7 @@
 #include "daemon/core/clock.h"
 #include "daemon/core/wire_log.h"
 #include "daemon/pipeline/pipeline.h"
+#include "daemon/records/op_end.h"
 #include "protocol/ops.h"
 
 namespace gsync {
@@ -66,6 +67,9 @@ class OpHistory {
   // the oldest op's once the ring is full, its contents still there to be
   // overwritten (assign every field). Only while recording().
   OpHistoryEntry& next();
+  // The subscriber (op_end.h): the op that ended into next(), while
+  // recording().
+  void record(const OpEnd& e);
   // The ops kept, oldest first (gsyncctl ops' "recent"). hosts: the
   // cluster's host ids by index, self: this host's index, to name the
   // peer links of the ops' transfers (none: "host 2").

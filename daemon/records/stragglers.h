@@ -18,12 +18,13 @@
 
 #include <chrono>
 #include <cstdint>
-#include <deque>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "daemon/core/clock.h"
 #include "daemon/core/host_arrivals.h"
+#include "daemon/records/op_end.h"
 
 namespace gsync {
 
@@ -41,20 +42,25 @@ class StragglerBook {
   static constexpr double kWarnLagS = 0.005;
   static constexpr size_t kMinOps = 16;
 
-  // One op every local rank joined: their arrival times, by local rank.
-  void add(const std::vector<Clock::time_point>& arrivals);
+  // One op every local rank joined: their arrivals, by local rank. The
+  // ring is sized at the first op (kWindow ops x the job's local ranks)
+  // and only reused: nothing is allocated per op.
+  void add(std::span<const RankArrival> arrivals);
   // Per local rank (rank and pid filled by the caller), over the window.
   std::vector<RankLag> lags() const;
   // The straggler's local rank, or -1 (none, or not enough ops yet).
   int straggler(const std::vector<RankLag>& lags) const;
-  size_t ops() const { return ops_.size(); }
+  size_t ops() const { return ops_; }
   // Ops ever added (not capped at the window): when to look again.
   uint64_t seen() const { return seen_; }
   // Whether a warning about local rank l may be logged now (once a minute).
   bool may_warn(int l, Clock::time_point now);
 
  private:
-  std::deque<std::vector<double>> ops_;  // per op, per local rank: seconds behind the first
+  size_t ranks_ = 0;
+  size_t next_ = 0, ops_ = 0;  // the ring's next slot; ops in it (<= kWindow)
+  std::vector<float> lag_;     // slot * ranks_ + local rank: seconds behind the first
+  std::vector<uint16_t> last_;  // per slot: the local rank last in
   uint64_t seen_ = 0;
   Clock::time_point warned_{};
   int warned_rank_ = -1;

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "daemon/jobs/op_history.h"
+#include "daemon/records/op_history.h"
 
 #include <time.h>
 
@@ -33,6 +33,25 @@ void OpHistoryEntry::take_times(const PipelineTimes* times) {
   pipeline.stages = times->stages;
   pipeline.plan = times->plan;
   pipeline.wire = times->wire;
+}
+
+// Every field assigned, the strings and vectors reusing their memory.
+void OpHistory::record(const OpEnd& e) {
+  if (!record_) return;
+  OpHistoryEntry& h = next();
+  h.job = e.job;
+  h.id = e.id;
+  h.shape = e.shape;
+  h.code = e.status.code();
+  if (e.status)
+    h.error.clear();
+  else
+    h.error = e.status.message();
+  h.arrivals.clear();
+  for (const auto& a : e.arrivals)
+    if (a.rank >= 0) h.arrivals.emplace_back(a.rank, a.at);
+  h.finished = e.ended;
+  h.take_times(e.times);
 }
 
 OpHistory::OpHistory(size_t capacity, bool record)

@@ -1,46 +1,66 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "daemon/jobs/stragglers.h"
+#include "daemon/records/stragglers.h"
 
 #include <algorithm>
 
 namespace gsync {
 
-void StragglerBook::add(const std::vector<Clock::time_point>& arrivals) {
+namespace {
+// The median and the 99th percentile of v (not empty), which it reorders:
+// two selections, not a sort.
+void median_p99(std::vector<float>& v, double* median, double* p99) {
+  const size_t m = v.size() / 2, p = std::min(v.size() - 1, v.size() * 99 / 100);
+  std::nth_element(v.begin(), v.begin() + long(m), v.end());
+  *median = v[m];
+  // p >= m: the 99th is among the elements after the median.
+  std::nth_element(v.begin() + long(m), v.begin() + long(p), v.end());
+  *p99 = v[p];
+}
+}  // namespace
+
+void StragglerBook::add(std::span<const RankArrival> arrivals) {
   if (arrivals.size() < 2) return;  // one rank is never behind another
-  const auto first = *std::min_element(arrivals.begin(), arrivals.end());
-  std::vector<double> lag;
-  lag.reserve(arrivals.size());
-  for (const auto& a : arrivals) lag.push_back(std::chrono::duration<double>(a - first).count());
-  if (ops_.size() >= kWindow) ops_.pop_front();
-  ops_.push_back(std::move(lag));
+  if (ranks_ != arrivals.size()) {  // the first op (a job's local ranks do not change)
+    ranks_ = arrivals.size();
+    lag_.assign(kWindow * ranks_, 0.0f);
+    last_.assign(kWindow, 0);
+    next_ = ops_ = 0;
+  }
+  Clock::time_point first = arrivals[0].at;
+  size_t last = 0;
+  for (size_t l = 1; l < ranks_; l++) {
+    first = std::min(first, arrivals[l].at);
+    if (arrivals[l].at > arrivals[last].at) last = l;
+  }
+  float* row = &lag_[next_ * ranks_];
+  for (size_t l = 0; l < ranks_; l++)
+    row[l] = float(std::chrono::duration<double>(arrivals[l].at - first).count());
+  last_[next_] = uint16_t(last);
+  next_ = (next_ + 1) % kWindow;
+  ops_ = std::min(ops_ + 1, kWindow);
   seen_++;
 }
 
 std::vector<RankLag> StragglerBook::lags() const {
   std::vector<RankLag> out;
-  if (ops_.empty()) return out;
-  const size_t ranks = ops_.front().size();
-  std::vector<size_t> last(ranks, 0);
-  for (const auto& op : ops_) {
-    if (op.size() != ranks) continue;
-    last[size_t(std::max_element(op.begin(), op.end()) - op.begin())]++;
-  }
-  for (size_t l = 0; l < ranks; l++) {
-    std::vector<double> v;
-    for (const auto& op : ops_)
-      if (op.size() == ranks) v.push_back(op[l]);
-    std::sort(v.begin(), v.end());
+  std::vector<float> v;
+  for (size_t l = 0; l < ranks_ && ops_ > 0; l++) {
+    v.clear();
+    size_t last = 0;
+    for (size_t s = 0; s < ops_; s++) {
+      v.push_back(lag_[s * ranks_ + l]);
+      last += last_[s] == l;
+    }
     RankLag r;
-    r.median_s = v[v.size() / 2];
-    r.p99_s = v[std::min(v.size() - 1, v.size() * 99 / 100)];
-    r.last_share = double(last[l]) / double(ops_.size());
+    median_p99(v, &r.median_s, &r.p99_s);
+    r.last_share = double(last) / double(ops_);
     out.push_back(r);
   }
   return out;
 }
 
 int StragglerBook::straggler(const std::vector<RankLag>& lags) const {
-  if (ops_.size() < kMinOps) return -1;
+  if (ops_ < kMinOps) return -1;
   for (size_t l = 0; l < lags.size(); l++)
     if (lags[l].last_share > kWarnShare && lags[l].median_s > kWarnLagS) return int(l);
   return -1;
@@ -92,11 +112,9 @@ std::vector<HostLag> HostLagBook::lags() const {
       last += last_[s] == h;
     }
     if (v.empty()) continue;
-    std::sort(v.begin(), v.end());
     HostLag l;
     l.host = h;
-    l.median_s = v[v.size() / 2];
-    l.p99_s = v[std::min(v.size() - 1, v.size() * 99 / 100)];
+    median_p99(v, &l.median_s, &l.p99_s);
     l.last_share = double(last) / double(v.size());
     out.push_back(l);
   }
