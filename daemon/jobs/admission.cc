@@ -277,15 +277,15 @@ Status JobManager::validate(const Session& s, const Job& job, const proto::Submi
   return Status::ok();
 }
 
-Status JobManager::check_shape(const Job& job, const JobOp& op, const Session& s,
+Status JobManager::check_shape(const Job& job, const ops::Op& op, const Session& s,
                                const proto::OpShape& shape) const {
-  if (op.shape == shape) return Status::ok();
-  const Session& first = *op.arrivals[static_cast<size_t>(op.first)].session;
+  if (op.shape() == shape) return Status::ok();
+  const Session& first = *op.arrivals()[static_cast<size_t>(op.first())].session;
   return {GSYNC_ERR_MISMATCH,
           fmt::format("job {} key {} step {}: ranks disagree: rank {} (pid {}) submitted {}, rank "
                       "{} (pid {}) submitted {}",
-                      job.id, op.id.key, op.id.step, first.rank, first.peer.pid,
-                      shape_of(op.shape), s.rank, s.peer.pid, shape_of(shape))};
+                      job.id, op.id().key, op.id().step, first.rank, first.peer.pid,
+                      shape_of(op.shape()), s.rank, s.peer.pid, shape_of(shape))};
 }
 
 }  // namespace gsync

@@ -108,14 +108,14 @@ void JobManager::world_changed(const std::string& job_id, const cluster::Elastic
       pending.push_back(id);
       continue;
     }
-    job.old_ops[op->serial] = std::move(op);
+    job.old_ops[op->serial()] = std::move(op);
   }
   std::erase_if(job.ops, [](const auto& kv) { return kv.second == nullptr; });
   for (const auto& id : pending) {
-    const JobOp& op = *job.ops[id];
+    const ops::Op& op = *job.ops[id];
     Status st(ended.code(), fmt::format("{}: {}", op.describe(job.id), ended.message()));
-    if (!job.worlds_used.empty() && op.world != 0)
-      pipeline_.abort_unbegun(cluster::ElasticBook::world_name(job.id, op.world), id, st);
+    if (!job.worlds_used.empty() && op.world() != 0)
+      pipeline_.abort_unbegun(cluster::ElasticBook::world_name(job.id, op.world()), id, st);
     finish(job, id, st);
   }
   if (!job.world_end.is_ok()) {

@@ -5,13 +5,9 @@
 
 namespace gsync {
 
-std::string JobOp::describe(const std::string& job) const {
-  return fmt::format("job {} {} key {} step {}", job, proto::name(shape.opcode), id.key, id.step);
-}
-
-bool BspPolicy::ready(const Job& job, const JobOp& op) const {
-  if (op.arrived != job.expected_ranks()) return false;
-  return !job.leasing || !proto::is_push(op.shape.opcode) || job.clock_pushed(op.id.step);
+bool BspPolicy::ready(const Job& job, const ops::Op& op) const {
+  if (op.arrived() != job.expected_ranks()) return false;
+  return !job.leasing || !proto::is_push(op.shape().opcode) || job.clock_pushed(op.id().step);
 }
 
 int Job::expected_ranks() const {

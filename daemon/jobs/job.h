@@ -20,6 +20,7 @@
 #include "daemon/core/status.h"
 #include "daemon/records/stragglers.h"
 #include "daemon/jobs/sync_policy.h"
+#include "daemon/ops/op.h"
 #include "protocol/guard.h"
 #include "protocol/plan_choice.h"
 #include "protocol/ps.h"
@@ -31,34 +32,6 @@ namespace gsync {
 
 using proto::OpId;
 using proto::OpIdHash;
-
-// One rank's part of an op: where its tensor is and whom to tell.
-struct Arrival {
-  std::shared_ptr<Session> session;  // null: this local rank has not arrived
-  uint64_t tag = 0;
-  void* data = nullptr;
-  DeviceSpan device;  // data is in this device memory (owner set)
-  double weight = 0;
-  Clock::time_point at{};  // when its submission was taken
-};
-
-struct JobOp {
-  OpId id;
-  proto::OpShape shape;
-  int first = -1;  // local rank whose submission fixed the shape
-  std::vector<Arrival> arrivals;  // by local rank
-  int arrived = 0;
-  Clock::time_point started, deadline;
-  uint32_t timeout_ms = 0;
-  // The pipeline's serial once the op runs (its buffers are in use until
-  // it is done); 0 while it waits for ranks or hosts.
-  uint64_t serial = 0;
-  uint64_t world = 0;  // an elastic job's world epoch it was submitted in
-
-  bool running() const { return serial != 0; }
-  uint64_t bytes() const { return shape.bytes(); }  // one rank's tensor
-  std::string describe(const std::string& job) const;  // "job j allreduce key 3 step 7"
-};
 
 struct RankSlot {
   std::shared_ptr<Session> session;  // live client, or null
@@ -88,7 +61,7 @@ struct Job {
   int world_size;
   int local_size;
   std::vector<RankSlot> slots;  // by local rank
-  std::unordered_map<OpId, std::unique_ptr<JobOp>, OpIdHash> ops;
+  std::unordered_map<OpId, std::unique_ptr<ops::Op>, OpIdHash> ops;
   // Failed ops remembered for a while, so a rank that arrives late gets the
   // same error instead of waiting for ranks that will never come.
   struct Tombstone {
@@ -162,7 +135,7 @@ struct Job {
   std::vector<WorldWaiter> world_waiters;
   // Ops of an earlier world still in the pipeline (their stages end them),
   // by serial: the (key, step) is free for the new world's op meanwhile.
-  std::map<uint64_t, std::unique_ptr<JobOp>> old_ops;
+  std::map<uint64_t, std::unique_ptr<ops::Op>> old_ops;
   bool elastic() const { return min_hosts > 0; }
   // The name its ops and rank map go by between the daemons.
   const std::string& wire_name() const { return elastic() ? world_name : id; }

@@ -189,8 +189,8 @@ void JobManager::rank_died(Job& job, const Session& s, const std::string& reason
     pending += op->running() ? 0 : 1;
     // Ops already in the cross-host step end there, once no peer can
     // still write into their buffers.
-    if (op->running() && pipeline_.waits_on_peers(op->serial))
-      crossing.emplace_back(op->serial, op->describe(job.id));
+    if (op->running() && pipeline_.waits_on_peers(op->serial()))
+      crossing.emplace_back(op->serial(), op->describe(job.id));
   }
   for (const auto& [serial, what] : crossing)
     pipeline_.abort(serial, Status(st.code(), fmt::format("{}: {}", what, st.message())));
@@ -251,9 +251,8 @@ void JobManager::submit(const std::shared_ptr<Session>& s, const proto::SubmitEn
     reply(s, e.tag, t->status);
     return;
   }
-  JobOp& op = op_for(job, *s, e, shape);
-  Arrival& a = op.arrivals[static_cast<size_t>(s->local_rank)];
-  if (a.session || op.running()) {
+  ops::Op& op = op_for(job, *s, e, shape);
+  if (op.has(s->local_rank) || op.running()) {
     reply(s, e.tag, Status(GSYNC_ERR_PROTOCOL, fmt::format("{}: submitted {} twice", s->describe(),
                                                            op.describe(job.id))));
     return;
@@ -264,55 +263,38 @@ void JobManager::submit(const std::shared_ptr<Session>& s, const proto::SubmitEn
     finish(job, id, st);
     return;
   }
-  a.session = s;
-  a.tag = e.tag;
-  a.data = data;
-  a.device = std::move(device);
-  a.weight = e.weight;
-  a.at = Clock::now();
-  // The shortest timeout any rank asked for wins.
-  if (e.timeout_ms && e.timeout_ms < op.timeout_ms) {
-    op.timeout_ms = e.timeout_ms;
-    op.deadline = op.started + std::chrono::milliseconds(op.timeout_ms);
-  }
-  op.arrived++;
-  if (proto::is_push(op.shape.opcode) && count_push(job, s->local_rank, op.id.step)) return;
+  op.arrive(s->local_rank,
+            ops::Arrival{s, e.tag, data, std::move(device), e.weight, Clock::now()},
+            e.timeout_ms);
+  if (proto::is_push(op.shape().opcode) && count_push(job, s->local_rank, op.id().step)) return;
   if (job.policy->ready(job, op)) start(job, op);
 }
 
 // The op of (key, step), created by the first rank to arrive, whose shape
 // every later rank must match.
-JobOp& JobManager::op_for(Job& job, const Session& s, const proto::SubmitEntry& e,
+ops::Op& JobManager::op_for(Job& job, const Session& s, const proto::SubmitEntry& e,
                           const proto::OpShape& shape) {
   auto& slot = job.ops[OpId{e.key, e.step}];
-  if (!slot) {
-    slot = std::make_unique<JobOp>();
-    JobOp& op = *slot;
-    op.id = OpId{e.key, e.step};
-    op.shape = shape;
-    op.first = s.local_rank;
-    op.arrivals.resize(static_cast<size_t>(job.local_size));
-    op.started = Clock::now();
-    op.world = job.world_epoch;
-    op.timeout_ms = e.timeout_ms ? e.timeout_ms : s.timeout_ms;
-    op.deadline = op.started + std::chrono::milliseconds(op.timeout_ms);
-  }
+  if (!slot)
+    slot = std::make_unique<ops::Op>(OpId{e.key, e.step}, shape, s.local_rank, job.local_size,
+                                     job.world_epoch, e.timeout_ms ? e.timeout_ms : s.timeout_ms,
+                                     Clock::now());
   return *slot;
 }
 
-void JobManager::start(Job& job, JobOp& op) {
+void JobManager::start(Job& job, ops::Op& op) {
   // Its ranks' pushes of this clock are taken: they will be applied.
-  if (proto::is_push(op.shape.opcode))
-    for (size_t l = 0; l < op.arrivals.size(); l++)
-      if (op.arrivals[l].session)
+  if (proto::is_push(op.shape().opcode))
+    for (size_t l = 0; l < op.arrivals().size(); l++)
+      if (op.arrivals()[l].session)
         job.slots[l].pushes_begun_below =
-            std::max(job.slots[l].pushes_begun_below, op.id.step + 1);
+            std::max(job.slots[l].pushes_begun_below, op.id().step + 1);
   if (!job.multi_host()) return run(job, op);
   // Waits until every host of the job has announced its ranks; fails at
   // once while a remote rank that left has not rejoined.
   if (cross_ready(job)) return run(job, op);
   if (!job.remote_broken) {
-    OpId id = op.id;
+    OpId id = op.id();
     Status st(job.remote_broken.code(),
               fmt::format("{}: {}", op.describe(job.id), job.remote_broken.message()));
     // Hosts that began this op before they heard of the departure wait
@@ -322,34 +304,18 @@ void JobManager::start(Job& job, JobOp& op) {
   }
 }
 
-pipeline::OpRequest JobManager::request(const Job& job, const JobOp& op) const {
+pipeline::OpRequest JobManager::request(const Job& job, const ops::Op& op) const {
   pipeline::OpRequest r;
   r.job = job.wire_name();
-  r.id = op.id;
-  r.shape = op.shape;
+  r.id = op.id();
+  r.shape = op.shape();
   r.world_size = job.world_size;
-  for (const auto& a : op.arrivals) {
-    if (!a.session) continue;  // a departed rank (a job that leases batches)
-    pipeline::Contribution c;
-    c.buf.ptr = static_cast<uint8_t*>(a.data);
-    c.buf.bytes = op.bytes();
-    c.buf.owner = a.session;  // the arena stays mapped while the op uses it
-    c.buf.arena = a.session->id();
-    if (a.device.owner) {  // the device memory's mapping, the same way
-      c.buf.kind = pipeline::MemoryKind::kDevice;
-      c.buf.device = a.device.device;
-      c.buf.device_access = a.device.access;
-      c.buf.owner = a.device.owner;
-    }
-    c.weight = a.weight;
-    c.rank = a.session->rank;
-    r.locals.push_back(std::move(c));
-  }
+  r.locals = op.contributions();
   if (job.multi_host()) {
     r.hosts = control_->participants(job.wire_name());
-    if (op.shape.opcode == proto::Opcode::kBroadcast ||
-        op.shape.opcode == proto::Opcode::kPsDeclare)
-      r.root_host = control_->host_of(job.wire_name(), op.shape.root);
+    if (op.shape().opcode == proto::Opcode::kBroadcast ||
+        op.shape().opcode == proto::Opcode::kPsDeclare)
+      r.root_host = control_->host_of(job.wire_name(), op.shape().root);
     r.epoch = control_->epoch();
   }
   r.sync = job.sync;
@@ -359,14 +325,14 @@ pipeline::OpRequest JobManager::request(const Job& job, const JobOp& op) const {
   return r;
 }
 
-void JobManager::run(Job& job, JobOp& op) {
+void JobManager::run(Job& job, ops::Op& op) {
   std::string job_id = job.id;
-  OpId id = op.id;
-  op.serial = pipeline_.start(request(job, op), [this, job_id, id](uint64_t serial,
-                                                                    const Status& st,
-                                                                    const pipeline::OpTimes& t) {
+  OpId id = op.id();
+  op.began(pipeline_.start(request(job, op), [this, job_id, id](uint64_t serial,
+                                                                const Status& st,
+                                                                const pipeline::OpTimes& t) {
     op_done(job_id, id, serial, st, t);
-  });
+  }));
 }
 
 void JobManager::op_done(const std::string& job_id, const OpId& id, uint64_t serial,
@@ -376,7 +342,7 @@ void JobManager::op_done(const std::string& job_id, const OpId& id, uint64_t ser
   Job& job = *jit->second;
   if (auto old = job.old_ops.find(serial); old != job.old_ops.end()) {
     // An elastic job's op of an earlier world.
-    std::unique_ptr<JobOp> op = std::move(old->second);
+    std::unique_ptr<ops::Op> op = std::move(old->second);
     job.old_ops.erase(old);
     finish_op(job, std::move(op), st, &times);
     maybe_erase(job_id);
@@ -384,7 +350,7 @@ void JobManager::op_done(const std::string& job_id, const OpId& id, uint64_t ser
   }
   auto oit = job.ops.find(id);
   // Only the op that ran: never one that took its (key, step) since.
-  if (oit == job.ops.end() || oit->second->serial != serial) return;
+  if (oit == job.ops.end() || oit->second->serial() != serial) return;
   finish(job, id, st, &times);
   maybe_erase(job_id);
 }
@@ -393,7 +359,7 @@ void JobManager::finish(Job& job, const OpId& id, const Status& st,
                         const pipeline::OpTimes* times) {
   auto it = job.ops.find(id);
   if (it == job.ops.end()) return;
-  std::unique_ptr<JobOp> op = std::move(it->second);
+  std::unique_ptr<ops::Op> op = std::move(it->second);
   job.ops.erase(it);
   finish_op(job, std::move(op), st, times);
 }

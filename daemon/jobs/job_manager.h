@@ -68,13 +68,13 @@ class JobManager final : public ClientSink {
   // *data: the tensor's address; in device memory, *device says whose.
   Status validate(const Session& s, const Job& job, const proto::SubmitEntry& e,
                   proto::OpShape* shape, void** data, DeviceSpan* device) const;
-  Status check_shape(const Job& job, const JobOp& op, const Session& s,
+  Status check_shape(const Job& job, const ops::Op& op, const Session& s,
                      const proto::OpShape& shape) const;
-  JobOp& op_for(Job& job, const Session& s, const proto::SubmitEntry& e,
+  ops::Op& op_for(Job& job, const Session& s, const proto::SubmitEntry& e,
                 const proto::OpShape& shape);
-  void start(Job& job, JobOp& op);
-  void run(Job& job, JobOp& op);
-  pipeline::OpRequest request(const Job& job, const JobOp& op) const;
+  void start(Job& job, ops::Op& op);
+  void run(Job& job, ops::Op& op);
+  pipeline::OpRequest request(const Job& job, const ops::Op& op) const;
   void op_done(const std::string& job_id, const OpId& id, uint64_t serial, const Status& st,
                const pipeline::OpTimes& times);
   bool cross_ready(Job& job);
@@ -83,7 +83,7 @@ class JobManager final : public ClientSink {
   void rank_died(Job& job, const Session& s, const std::string& reason);
   void finish(Job& job, const OpId& id, const Status& st, const pipeline::OpTimes* times = nullptr);
   // Answers the op's ranks, then publishes its end (op_ends.cc).
-  void finish_op(Job& job, std::unique_ptr<JobOp> op, const Status& st,
+  void finish_op(Job& job, std::unique_ptr<ops::Op> op, const Status& st,
                  const pipeline::OpTimes* times);
   // What the jobs layer keeps of an op that ended, subscribed in order:
   // the daemon's counters, the history, the job's counters, its declared
@@ -113,7 +113,7 @@ class JobManager final : public ClientSink {
   void answer_world_waiters(Job& job);
   void wait_for_world(Job& job, const std::shared_ptr<Session>& s, uint64_t tag);
   void maybe_erase(const std::string& job_id);
-  std::string missing_ranks(const Job& job, const JobOp& op) const;
+  std::string missing_ranks(const Job& job, const ops::Op& op) const;
   // Batch leases (leasing.cc).
   void lease(const std::shared_ptr<Session>& s, Job& job, const proto::SubmitEntry& e);
   int keeper(const Job& job) const;
@@ -122,7 +122,7 @@ class JobManager final : public ClientSink {
   bool count_push(Job& job, int local_rank, uint64_t clock);
   void start_ready(Job& job, bool pushes_of_clock_only = false, uint64_t clock = 0);
   void depart(Job& job, const Session& s, const std::string& reason);
-  void settle_pushes(Job& job, const JobOp& op);
+  void settle_pushes(Job& job, const ops::Op& op);
   // The straggler books (op_ends.cc): an op's arrivals into the job's
   // book, a warning when one rank is the straggler; the same for a
   // cross-host op's hosts (the job's HostLagBook).

@@ -76,7 +76,7 @@ void JobManager::start_ready(Job& job, bool pushes_of_clock_only, uint64_t clock
   std::vector<OpId> ids;
   for (const auto& [id, op] : job.ops) {
     if (op->running()) continue;
-    if (pushes_of_clock_only && (id.step != clock || !proto::is_push(op->shape.opcode))) continue;
+    if (pushes_of_clock_only && (id.step != clock || !proto::is_push(op->shape().opcode))) continue;
     if (job.policy->ready(job, *op)) ids.push_back(id);
   }
   for (const auto& id : ids) {
@@ -94,16 +94,10 @@ void JobManager::depart(Job& job, const Session& s, const std::string& reason) {
   std::vector<OpId> emptied;
   size_t withdrawn = 0;
   for (auto& [id, op] : job.ops) {
-    if (op->running() || !op->arrivals[l].session) continue;
-    op->arrivals[l] = Arrival{};
-    op->arrived--;
+    if (op->running() || !op->has(s.local_rank)) continue;
+    op->withdraw(s.local_rank);
     withdrawn++;
-    if (op->arrived == 0) {
-      emptied.push_back(id);
-    } else if (op->first == s.local_rank) {
-      for (size_t i = 0; i < op->arrivals.size(); i++)
-        if (op->arrivals[i].session) op->first = static_cast<int>(i);
-    }
+    if (op->arrived() == 0) emptied.push_back(id);
   }
   for (const auto& id : emptied) job.ops.erase(id);
   spdlog::warn(
@@ -114,18 +108,18 @@ void JobManager::depart(Job& job, const Session& s, const std::string& reason) {
   start_ready(job);  // ops that waited only for it
 }
 
-void JobManager::settle_pushes(Job& job, const JobOp& op) {
-  for (const auto& a : op.arrivals) {
+void JobManager::settle_pushes(Job& job, const ops::Op& op) {
+  for (const auto& a : op.arrivals()) {
     if (!a.session) continue;
-    const auto at = std::make_pair(a.session->rank, op.id.step);
+    const auto at = std::make_pair(a.session->rank, op.id().step);
     if (++job.pushes_applied[at] < job.ps_keys.size()) continue;
     job.pushes_applied.erase(at);
-    leases_.settle(job.id, keeper(job), a.session->rank, op.id.step);
+    leases_.settle(job.id, keeper(job), a.session->rank, op.id().step);
   }
   // A clock whose settlement cannot complete any more (a key's push
   // failed) is forgotten once it is far behind.
   std::erase_if(job.pushes_applied,
-                [&](const auto& p) { return p.first.second + kKeepClocks < op.id.step; });
+                [&](const auto& p) { return p.first.second + kKeepClocks < op.id().step; });
 }
 
 }  // namespace gsync

@@ -13,28 +13,15 @@ namespace {
 constexpr size_t kMaxTombstones = 4096;
 }  // namespace
 
-void JobManager::finish_op(Job& job, std::unique_ptr<JobOp> op, const Status& st,
+void JobManager::finish_op(Job& job, std::unique_ptr<ops::Op> op, const Status& st,
                            const pipeline::OpTimes* times) {
-  OpEnd e;
-  e.ended = Clock::now();  // before the replies: a rank may see its completion at once
-  for (auto& a : op->arrivals)
+  const auto ended = Clock::now();  // before the replies: a rank may see its completion at once
+  for (const auto& a : op->arrivals())
     if (a.session) reply(a.session, a.tag, st, times ? times->value : 0);
-  end_arrivals_.clear();
-  for (const auto& a : op->arrivals)
-    end_arrivals_.push_back({a.session ? a.session->rank : -1, a.at});
-  e.job = job.id;
-  e.id = op->id;
-  e.shape = op->shape;
-  e.status = st;
-  e.times = times;
-  e.started = op->started;
-  e.arrivals = end_arrivals_;
-  e.arrived = op->arrived;
-  e.local_size = job.local_size;
+  OpEnd e = op->end(job.id, st, times, &end_arrivals_);
+  e.ended = ended;
   e.multi_host = job.multi_host();
-  e.world = op->world;
   e.owner = &job;
-  e.op = op.get();
   ends_.publish(e);
 }
 
@@ -68,7 +55,7 @@ void JobManager::count_job_op(Job& job, const OpEnd& e) {
   const uint64_t bytes = e.bytes() * static_cast<uint64_t>(job.local_size);
   job.bytes_reduced += bytes;
   job.meter.add(bytes, e.ended);
-  for (const auto& a : e.op->arrivals)
+  for (const auto& a : e.op->arrivals())
     if (a.session) a.session->stats.bytes += e.bytes();
 }
 

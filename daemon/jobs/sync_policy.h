@@ -11,20 +11,22 @@
 namespace gsync {
 
 struct Job;
-struct JobOp;
+namespace ops {
+class Op;
+}
 
 class SyncPolicy {
  public:
   virtual ~SyncPolicy() = default;
   virtual const char* name() const = 0;
   // All the local submissions the op needs to start are in.
-  virtual bool ready(const Job& job, const JobOp& op) const = 0;
+  virtual bool ready(const Job& job, const ops::Op& op) const = 0;
 };
 
 class BspPolicy final : public SyncPolicy {
  public:
   const char* name() const override { return "bsp"; }
-  bool ready(const Job& job, const JobOp& op) const override;
+  bool ready(const Job& job, const ops::Op& op) const override;
 };
 
 }  // namespace gsync

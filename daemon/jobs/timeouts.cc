@@ -17,10 +17,10 @@ std::chrono::milliseconds late(Clock::time_point now, Clock::time_point deadline
 }
 }  // namespace
 
-std::string JobManager::missing_ranks(const Job& job, const JobOp& op) const {
+std::string JobManager::missing_ranks(const Job& job, const ops::Op& op) const {
   std::string out;
-  for (size_t l = 0; l < op.arrivals.size(); l++) {
-    if (op.arrivals[l].session || job.slots[l].departed) continue;
+  for (size_t l = 0; l < op.arrivals().size(); l++) {
+    if (op.has(int(l)) || job.slots[l].departed) continue;
     if (!out.empty()) out += ", ";
     const auto& s = job.slots[l].session;
     if (s)
@@ -45,25 +45,21 @@ void JobManager::expire(Job& job, Clock::time_point now) {
   std::vector<std::pair<OpId, Status>> expired;
   std::vector<std::pair<uint64_t, Status>> cross_expired;
   for (const auto& [id, op] : job.ops) {
-    if (now < op->deadline) continue;
+    if (now < op->deadline()) continue;
     if (op->running()) {
       // Only what waits on other hosts (or on the GPU thread) can hang;
       // fold and store end on their own. The host that knows who is
       // missing speaks first (the stage's grace).
-      std::string what = pipeline_.overdue(op->serial, late(now, op->deadline));
-      if (!what.empty())
-        cross_expired.emplace_back(
-            op->serial, Status(GSYNC_ERR_TIMEOUT,
-                               fmt::format("{} timed out after {} ms {}", op->describe(job.id),
-                                           op->timeout_ms, what)));
+      std::string what = pipeline_.overdue(op->serial(), late(now, op->deadline()));
+      if (!what.empty()) cross_expired.emplace_back(op->serial(), op->timed_out(job.id, " " + what));
       continue;
     }
     const int expected = job.expected_ranks();
     std::string missing;
-    if (op->arrived < expected)
-      missing = fmt::format("{} of {} local ranks arrived; not arrived: {}", op->arrived, expected,
+    if (op->arrived() < expected)
+      missing = fmt::format("{} of {} local ranks arrived; not arrived: {}", op->arrived(), expected,
                             missing_ranks(job, *op));
-    else if (job.leasing && proto::is_push(op->shape.opcode) && !job.clock_pushed(id.step))
+    else if (job.leasing && proto::is_push(op->shape().opcode) && !job.clock_pushed(id.step))
       missing = fmt::format("the job leases batches, so a clock's pushes begin together, and not "
                             "every rank here has pushed all {} keys at clock {}",
                             job.ps_keys.size(), id.step);
@@ -74,20 +70,18 @@ void JobManager::expire(Job& job, Clock::time_point now) {
                             control_ ? control_->job_missing(job.wire_name(), job.world_size,
                                                              job.live_rank_ids())
                                      : "");
-    expired.emplace_back(id, Status(GSYNC_ERR_TIMEOUT,
-                                    fmt::format("{} timed out after {} ms: {}",
-                                                op->describe(job.id), op->timeout_ms, missing)));
+    expired.emplace_back(id, op->timed_out(job.id, ": " + missing));
   }
   // An elastic job's ops of an earlier world that were crossing when it
   // changed run on (elastic_jobs.cc), under the same deadline.
   for (const auto& [serial, op] : job.old_ops) {
-    if (now < op->deadline) continue;
-    std::string what = pipeline_.overdue(serial, late(now, op->deadline));
+    if (now < op->deadline()) continue;
+    std::string what = pipeline_.overdue(serial, late(now, op->deadline()));
     if (!what.empty())
       cross_expired.emplace_back(
           serial, Status(GSYNC_ERR_TIMEOUT,
                          fmt::format("{} (of an earlier world) timed out after {} ms {}",
-                                     op->describe(job.id), op->timeout_ms, what)));
+                                     op->describe(job.id), op->timeout_ms(), what)));
   }
   for (auto& [id, st] : expired) {
     spdlog::warn("{}", st.message());

@@ -26,10 +26,12 @@
 
 namespace gsync {
 
-// The jobs layer's records of the job and the op (jobs/job.h), for the
-// subscribers that layer adds; opaque here, below it.
+// The job (jobs/job.h) and the op (ops/op.h), for the subscribers above
+// this layer; opaque here.
 struct Job;
-struct JobOp;
+namespace ops {
+class Op;
+}
 
 // One local rank's part: its global rank and when it handed its part in
 // (rank -1: it did not).
@@ -51,7 +53,7 @@ struct OpEnd {
   bool multi_host = false;
   uint64_t world = 0;  // an elastic job's world epoch it was submitted in
   Job* owner = nullptr;
-  const JobOp* op = nullptr;
+  const ops::Op* op = nullptr;
 
   bool all_arrived() const { return arrived == local_size; }
   // One rank's tensor, in bytes.

@@ -206,8 +206,8 @@ nlohmann::json ops(const JobManager& manager, const pipeline::Pipeline& pipeline
   for (const auto& [name, job] : all_jobs) {
     for (const auto& [id, op] : job->ops) {
       json missing = json::array();
-      for (size_t l = 0; l < op->arrivals.size(); l++) {
-        if (op->arrivals[l].session) continue;
+      for (size_t l = 0; l < op->arrivals().size(); l++) {
+        if (op->arrivals()[l].session) continue;
         const auto& s = job->slots[l].session;
         missing.push_back({{"local_rank", l}, {"rank", s ? json(s->rank) : json(nullptr)},
                            {"pid", s ? json(s->peer.pid) : json(nullptr)}});
@@ -215,19 +215,19 @@ nlohmann::json ops(const JobManager& manager, const pipeline::Pipeline& pipeline
       json row = {{"job", name},
                   {"key", id.key},
                   {"step", id.step},
-                  {"op", proto::name(op->shape.opcode)},
+                  {"op", proto::name(op->shape().opcode)},
                   {"bytes", op->bytes()},
-                  {"arrived", op->arrived},
+                  {"arrived", op->arrived()},
                   {"local_size", job->local_size},
                   {"not_arrived", missing},
-                  {"age_s", std::chrono::duration<double>(now - op->started).count()},
+                  {"age_s", std::chrono::duration<double>(now - op->started()).count()},
                   {"stage", nullptr},
                   {"waiting_for", nullptr}};
       if (op->running()) {
-        pipeline::OpView v = pipeline.view(op->serial);
+        pipeline::OpView v = pipeline.view(op->serial());
         row["stage"] = v.stage;
         row["waiting_for"] = v.waiting_for;
-      } else if (op->arrived == job->local_size && control) {
+      } else if (op->arrived() == job->local_size && control) {
         row["waiting_for"] =
             control->job_missing(job->wire_name(), job->world_size, job->live_rank_ids());
       }
