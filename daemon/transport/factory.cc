@@ -1,13 +1,16 @@
 // SPDX-License-Identifier: Apache-2.0
 //
-// make_context. Built with libibverbs (config.h's GSYNC_HAVE_VERBS) and
-// prefer_verbs, it is always the verbs context: with a usable RDMA device it
-// picks verbs or TCP per peer (same rack and a device on both ends); without
-// one it offers no verbs to any peer and carries every link over its
-// internal TCP context, so daemons with and without a device speak the same
-// protocol. Which, and why, is said once in the log. The plain TCP context
-// where verbs is not asked for, or the build has no libibverbs; the daemon
-// always calls this one function.
+// make_context. Every context it makes speaks one protocol, the composite's
+// (docs/transport.md, "The composite context"): a TCP bootstrap link to
+// each peer, the capability message first, then a link kind chosen per
+// peer. Built with libibverbs (config.h's GSYNC_HAVE_VERBS) and
+// prefer_verbs, it is the verbs context: with a usable RDMA device it picks
+// verbs or TCP per peer (same rack and a device on both ends); without one
+// it offers no verbs to any peer. Where verbs is not asked for (transport
+// "tcp"), or the build has no libibverbs, it is the composite with no fast
+// link kind: every link over TCP, and still the same protocol, so daemons
+// of every transport setting talk to each other. Which, and why, is said
+// once in the log; the daemon always calls this one function.
 #include <dlfcn.h>
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
@@ -113,6 +116,20 @@ std::unique_ptr<Context> dpdk_context(const ContextOptions& options, Status* err
 }  // namespace
 #endif
 
+namespace {
+// The composite with no fast link kind: every link over its TCP context,
+// offering none to any peer (why: in the log and in each CAPS).
+std::unique_ptr<Context> tcp_only(const ContextOptions& options, const std::string& why,
+                                  Status* err) {
+  std::unique_ptr<composite::CompositeContext> c;
+  Status st = composite::CompositeContext::create(options, nullptr, why, &c);
+  if (err != nullptr) *err = st;
+  if (!st) return nullptr;
+  spdlog::info("transport: tcp ({}) on every link", why);
+  return c;
+}
+}  // namespace
+
 std::unique_ptr<Context> make_context(const ContextOptions& options, bool prefer_verbs,
                                       Status* err) {
   if (options.dpdk.wanted) {
@@ -130,17 +147,10 @@ std::unique_ptr<Context> make_context(const ContextOptions& options, bool prefer
     }
     // The composite's protocol with no fast link, so daemons with DPDK
     // still talk to this one.
-    std::unique_ptr<composite::CompositeContext> c;
-    Status st = composite::CompositeContext::create(options, nullptr, why, &c);
-    if (err != nullptr) *err = st;
-    if (!st) return nullptr;
-    spdlog::warn("transport: tcp on every link ({})", why);
-    return c;
+    spdlog::warn("transport: dpdk is unusable here: {}", why);
+    return tcp_only(options, why, err);
   }
-  if (!prefer_verbs) {
-    spdlog::info("transport: tcp (verbs not asked for)");
-    return make_tcp_context(options, err);
-  }
+  if (!prefer_verbs) return tcp_only(options, "verbs not asked for", err);
 #if GSYNC_HAVE_VERBS
   std::unique_ptr<verbs::VerbsContext> v;
   Status st = verbs::VerbsContext::create(options, &v, !options.verbs.required);
@@ -173,8 +183,7 @@ std::unique_ptr<Context> make_context(const ContextOptions& options, bool prefer
                     fmt::format("transport verbs is required but unusable: {}", why));
     return nullptr;
   }
-  spdlog::info("transport: tcp ({})", why);
-  return make_tcp_context(options, err);
+  return tcp_only(options, why, err);
 #endif
 }
 

@@ -244,7 +244,8 @@ std::unique_ptr<testbed::Testbed> two_hosts() {
   testbed::Options o;
   o.rack_sizes = {2};
   o.log_level = "info";
-  // Plain tcp links: the fake peers below speak the tcp provider.
+  // tcp links: the fake peers below are the composite with no fast link
+  // (make_context without verbs), whatever devices this machine has.
   o.daemon_args = {"--op-timeout-ms", "20000", "--algo", "direct", "--transport", "tcp"};
   std::unique_ptr<testbed::Testbed> bed;
   Status st = testbed::Testbed::create(o, &bed);
@@ -268,7 +269,7 @@ int fake_host(const testbed::Testbed& bed, int self, const std::string& cluster_
   // what it sends must get past the handshake to reach the code under test.
   if (!load_cluster_key(bed.key_file(), &o.cluster_key)) return 3;
   Status err;
-  auto net = transport::make_tcp_context(o, &err);
+  auto net = transport::make_context(o, /*prefer_verbs=*/false, &err);
   if (!net) return 3;
   transport::Handlers h;
   h.on_peer_up = [&](int peer) { on_up(*net, peer); };

@@ -762,7 +762,7 @@ int fake_peer(const testbed::Testbed& bed, int self, const std::vector<std::stri
   for (int h = 0; h < bed.hosts(); h++) o.hosts.push_back({bed.host_id(h), bed.address(h), bed.port(h), ""});
   o.self = self;
   Status err;
-  auto net = transport::make_tcp_context(o, &err);
+  auto net = transport::make_context(o, /*prefer_verbs=*/false, &err);
   if (!net) return 3;
   std::set<std::string> aborted;
   bool announced = false;
@@ -818,8 +818,8 @@ TEST(MultiHost, BadOpDataFromAPeerFailsTheOpNamingItNotTheDaemon) {
       {"bad-kind", "unknown kind", [](collective::OpReady* m, std::string*) { m->xfer = 7; }},
       {"bad-shape", "hosts disagree", [](collective::OpReady* m, std::string*) { m->dtype = 9; }},
   };
-  // Plain tcp links: the fake speaks the tcp provider, not the verbs one's
-  // capability exchange that "auto" starts with.
+  // tcp links: the fake is the composite with no fast link (make_context
+  // without verbs), whatever devices this machine has.
   auto bed = make_bed({{2}, {}, "direct"}, {"--transport", "tcp"});
   ASSERT_TRUE(bed);
   bed->kill_daemon(1, SIGKILL);

@@ -87,10 +87,13 @@ class Cluster : public testing::Nodes {
       o.verbs.required = false;
     }
     Status st;
-    n.ctx = make_context(o, plain_tcp != i, &st);
+    if (bare_tcp == i)
+      n.ctx = make_tcp_context(o, &st);
+    else
+      n.ctx = make_context(o, tcp_setting != i, &st);
     EXPECT_TRUE(n.ctx) << st.message();
     if (!n.ctx) return n;
-    if (refuse_verbs == i && plain_tcp != i)
+    if (refuse_verbs == i && bare_tcp != i && tcp_setting != i)
       static_cast<verbs::VerbsContext*>(n.ctx.get())->refuse_verbs_for_test("test says no");
     n.start();
     return n;
@@ -102,7 +105,10 @@ class Cluster : public testing::Nodes {
   }
   int refuse_verbs = -1;  // this node offers no verbs link
   int no_device = -1;     // this node finds no RDMA device
-  int plain_tcp = -1;     // this node runs the plain TCP context (transport = "tcp")
+  int tcp_setting = -1;   // this node is a daemon with transport = "tcp"
+  // This node runs the TCP provider bare, as a gsyncd from before every
+  // transport setting spoke the composite's protocol did.
+  int bare_tcp = -1;
 
  private:
   ContextOptions base_;
@@ -537,19 +543,35 @@ TEST(VerbsRxe, PeerWithNoDeviceRunsTheSameProtocolOverTcp) {
   ASSERT_TRUE(c.pump([&] { return c[0].downs.size() == 1; }, 15000));
 }
 
-// transport = "tcp" on one host only: the verbs context says so, it does not
-// hang silently.
-TEST(VerbsRxe, PlainTcpPeerIsNamedAsAConfigurationMismatch) {
+// transport = "tcp" on one host, a device on the other: one protocol, the
+// link comes up over TCP (the tcp host offers no fast link), and carries
+// control messages and writes.
+TEST(VerbsRxe, TcpSettingPeerLinksOverTcpBesideVerbs) {
+  NEED_DEVICE();
+  Cluster c(2, {"r1", "r1"});
+  c.tcp_setting = 1;
+  ASSERT_TRUE(c.start_all()) << c[0].ctx->stats(1).last_error;
+  EXPECT_EQ(c[0].ctx->stats(1).transport, "tcp");
+  EXPECT_EQ(c[1].ctx->stats(0).transport, "tcp");
+  c[1].ctx->send_control(0, "hello from a tcp host");
+  ASSERT_TRUE(c.pump([&] { return !c[0].controls.empty(); }));
+  EXPECT_EQ(c[0].controls[0].second, "hello from a tcp host");
+  write_all_ways(c, 2);
+}
+
+// The bare TCP provider (a gsyncd from before one protocol) on one host:
+// the verbs context names it, it does not hang silently.
+TEST(VerbsRxe, BareTcpPeerIsNamedAsAnOlderProtocol) {
   Cluster c(2, {"r1", "r1"});
   c.no_device = 0;  // runs with or without a device
-  c.plain_tcp = 1;
+  c.bare_tcp = 1;
   c.start(0);
   c.start(1);
-  // The plain context reports the link up (the HELLO is the same) and talks.
+  // The bare context reports the link up (the HELLO is the same) and talks.
   ASSERT_TRUE(c.pump([&] { return c[1].ctx->peer_up(0); }));
   c[1].ctx->send_control(0, "hello from plain tcp");
   auto named = [&] {
-    return c[0].ctx->stats(1).last_error.find("speaks the plain tcp transport") !=
+    return c[0].ctx->stats(1).last_error.find("speaks the bare tcp protocol") !=
            std::string::npos;
   };
   ASSERT_TRUE(c.pump(named, 5000)) << c[0].ctx->stats(1).last_error;

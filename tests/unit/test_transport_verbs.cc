@@ -9,15 +9,18 @@
 #include <spdlog/spdlog.h>
 #include <sys/mman.h>
 
+#include <cstring>
 #include <memory>
 #include <sstream>
 #include <vector>
 
+#include "daemon/transport/composite/context.h"
 #include "daemon/transport/composite/frame.h"
 #include "daemon/transport/transport.h"
 #include "daemon/transport/verbs/buffer.h"
 #include "daemon/transport/verbs/device.h"
 #include "daemon/transport/verbs/frame.h"
+#include "tests/util/transport_harness.h"
 
 namespace gsync::transport {
 namespace {
@@ -69,13 +72,59 @@ TEST(VerbsSelect, FallsBackToTcpWhenNoDeviceIsUsableAndSaysWhy) {
   }
 }
 
+// transport = "tcp": still the composite's protocol, with no fast link.
 TEST(VerbsSelect, TcpWhenVerbsIsNotAskedFor) {
   LogCapture log;
   Status err;
   auto ctx = make_context(two_hosts(), false, &err);
   ASSERT_TRUE(ctx) << err.message();
   EXPECT_EQ(ctx->stats(1).transport, "tcp");
-  EXPECT_NE(log.text().find("transport: tcp (verbs not asked for)"), std::string::npos);
+  EXPECT_NE(dynamic_cast<composite::CompositeContext*>(ctx.get()), nullptr);
+  EXPECT_NE(log.text().find("transport: tcp (verbs not asked for) on every link"),
+            std::string::npos)
+      << log.text();
+}
+
+// One dialect: a daemon with transport = "tcp" and one with "auto" (the
+// verbs context; here without a device) bring their link up, exchange
+// control messages and one-sided writes both ways.
+TEST(VerbsSelect, TcpAndAutoSpeakOneProtocol) {
+  testing::Nodes c(2, 10000, 20);
+  const auto ports = testing::free_ports(2);
+  for (int i = 0; i < 2; i++) {
+    ContextOptions o = two_hosts();
+    o.hosts = {{"h0", "127.0.0.1", ports[0], ""}, {"h1", "127.0.0.1", ports[1], ""}};
+    o.self = i;
+    testing::Node& n = c.fresh(i);
+    Status err;
+    n.ctx = make_context(o, /*prefer_verbs=*/i == 0, &err);
+    ASSERT_TRUE(n.ctx) << err.message();
+    ASSERT_TRUE(n.start());
+  }
+  ASSERT_TRUE(c.pump([&] { return c.all_up(); })) << c[0].ctx->stats(1).last_error;
+  // (A first connect may have been refused before the peer listened.)
+  for (int i = 0; i < 2; i++)
+    EXPECT_EQ(c[i].ctx->stats(1 - i).last_error.find("speaks"), std::string::npos)
+        << c[i].ctx->stats(1 - i).last_error;
+  c[0].ctx->send_control(1, "from auto");
+  c[1].ctx->send_control(0, "from tcp");
+  ASSERT_TRUE(c.pump([&] { return !c[0].controls.empty() && !c[1].controls.empty(); }));
+  EXPECT_EQ(c[1].controls[0].second, "from auto");
+  EXPECT_EQ(c[0].controls[0].second, "from tcp");
+  testing::Mem dst0(4096), dst1(4096), src(4096);
+  for (size_t b = 0; b < 4096; b++) src.p[b] = uint8_t(b * 7);
+  Region r0 = c[0].ctx->register_region(dst0.p, 4096);
+  Region r1 = c[1].ctx->register_region(dst1.p, 4096);
+  c[0].ctx->write(1, src.p, 4096, r1.id, 0, 11, 1);
+  c[1].ctx->write(0, src.p, 4096, r0.id, 0, 12, 2);
+  ASSERT_TRUE(c.pump([&] {
+    return c[0].landed.size() == 1 && c[1].landed.size() == 1 && c[0].ok_dones() == 1 &&
+           c[1].ok_dones() == 1;
+  }));
+  EXPECT_EQ(c[1].landed[0].imm, 11u);
+  EXPECT_EQ(c[0].landed[0].imm, 12u);
+  EXPECT_EQ(std::memcmp(dst0.p, src.p, 4096), 0);
+  EXPECT_EQ(std::memcmp(dst1.p, src.p, 4096), 0);
 }
 
 // The composite (the verbs context's TCP bootstrap) and the plain TCP

@@ -227,15 +227,15 @@ void CompositeContext::on_internal(int peer, std::string_view msg) {
   };
   auto tag = static_cast<uint8_t>(msg[0]);
   // Our side sends CAPS first on every link, so does every daemon of this
-  // protocol. Anything else first is a daemon running the plain TCP context
-  // ([cluster] transport = "tcp", or a build without a fast kind): its
-  // messages are not ours to read, and it never comes up here.
+  // protocol, whatever its transport setting. Anything else first is the
+  // TCP provider bare (a gsyncd from before every setting spoke this
+  // protocol): its messages are not ours to read, and it never comes up.
   if (!decided_[size_t(peer)] && static_cast<Ctl>(tag) != Ctl::kCaps) {
     if (mismatch_[size_t(peer)].empty()) {
       mismatch_[size_t(peer)].set(fmt::format(
-          "peer {} speaks the plain tcp transport (its first message was not the "
-          "capability message of the composite transport); set [cluster] transport the same on "
-          "every host",
+          "peer {} speaks the bare tcp protocol of an older gsyncd (its first message was not "
+          "the capability message every transport setting sends first); run one gsyncd "
+          "release on every host",
           describe_host(peer)));
       spdlog::error("transport: {}; its messages are ignored", mismatch_[size_t(peer)].text);
     }

@@ -132,7 +132,7 @@ class CompositeContext : public Context, public LinkHost {
   std::vector<bool> decided_;         // the peer's CAPS came on this TCP link
   std::vector<std::string> logged_;   // the last choice logged, per peer
   // Per peer: why its messages are ignored (its first message on the link
-  // was not CAPS: it runs the plain TCP context), "" when it speaks ours.
+  // was not CAPS: it runs the TCP provider bare), "" when it speaks ours.
   std::vector<LastError> mismatch_;
   Caps offer_;  // what we tell peers
   // Per host: whether the provider holds its link's state (the hosts it
