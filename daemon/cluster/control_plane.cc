@@ -185,7 +185,7 @@ void ControlPlane::local_rank_left(const std::string& job, int rank, pid_t pid,
   m.pid = pid;
   set_field(m.job, sizeof m.job, job);
   set_field(m.reason, sizeof m.reason, reason);
-  std::vector<OpKey> open;
+  std::vector<proto::OpId> open;
   for (CrossHostService* s : services_.all())
     for (const auto& k : s->open_ops(job)) open.push_back(k);
   send_all(encode_leave(m, open));
@@ -285,7 +285,7 @@ void ControlPlane::on_announce(int peer, std::string_view msg) {
 
 void ControlPlane::on_leave(int peer, std::string_view msg) {
   JobLeave m;
-  std::vector<OpKey> open;
+  std::vector<proto::OpId> open;
   if (!decode_leave(msg, &m, &open)) {
     spdlog::error("host {}: malformed JobLeave ({} bytes); ignored", host_id(peer), msg.size());
     return;

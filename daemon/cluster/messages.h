@@ -13,7 +13,10 @@
 #include <cstring>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <vector>
+
+#include "protocol/ops.h"
 
 namespace gsync::cluster {
 
@@ -79,7 +82,7 @@ struct JobAnnounce {
   char job[kJobMax] = {};
 };
 
-// Followed by nopen OpKey: the ops of the job this host has begun and not
+// Followed by nopen proto::OpId (key, step): the ops of the job this host has begun and not
 // finished when the rank left. Those it still finishes (it holds the data);
 // any other op of the job can never get its part. Peers need the list
 // because in a tree they do not all hear from this host directly: one
@@ -95,10 +98,8 @@ struct JobLeave {
   char reason[160] = {};
 };
 
-struct OpKey {
-  uint64_t key = 0, step = 0;
-  auto operator<=>(const OpKey&) const = default;
-};
+// On the wire as they are in memory: (key, step), 16 bytes each.
+static_assert(sizeof(proto::OpId) == 16 && std::is_trivially_copyable_v<proto::OpId>);
 // More open ops than this are not listed; peers then treat the unlisted
 // ones as never joined and fail them (never a partial sum).
 constexpr size_t kMaxLeaveOps = 2048;
@@ -158,22 +159,22 @@ inline bool decode_announce(std::string_view msg, JobAnnounce* a, std::vector<in
   return true;
 }
 
-inline std::string encode_leave(const JobLeave& head, const std::vector<OpKey>& open) {
+inline std::string encode_leave(const JobLeave& head, const std::vector<proto::OpId>& open) {
   JobLeave m = head;
   m.nopen = static_cast<uint32_t>(std::min(open.size(), kMaxLeaveOps));
   std::string out(as_bytes(m));
   if (m.nopen > 0)
-    out.append(reinterpret_cast<const char*>(open.data()), m.nopen * sizeof(OpKey));
+    out.append(reinterpret_cast<const char*>(open.data()), m.nopen * sizeof(proto::OpId));
   return out;
 }
 
-inline bool decode_leave(std::string_view msg, JobLeave* m, std::vector<OpKey>* open) {
+inline bool decode_leave(std::string_view msg, JobLeave* m, std::vector<proto::OpId>* open) {
   if (!decode(msg, m) || m->nopen > kMaxLeaveOps ||
-      msg.size() != sizeof(JobLeave) + sizeof(OpKey) * m->nopen)
+      msg.size() != sizeof(JobLeave) + sizeof(proto::OpId) * m->nopen)
     return false;
   open->resize(m->nopen);
   if (!open->empty())
-    std::memcpy(open->data(), msg.data() + sizeof(JobLeave), open->size() * sizeof(OpKey));
+    std::memcpy(open->data(), msg.data() + sizeof(JobLeave), open->size() * sizeof(proto::OpId));
   return true;
 }
 

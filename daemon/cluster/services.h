@@ -39,13 +39,13 @@ class CrossHostService {
   virtual void on_peer_lost(int peer, const Status& why) { (void)peer, (void)why; }
   // A rank of `peer` left the job: the ops of the job that host has begun
   // and still finishes are `open`; any other can never get its part.
-  virtual void on_peer_left_job(std::string_view job, int peer, const std::vector<OpKey>& open,
+  virtual void on_peer_left_job(std::string_view job, int peer, const std::vector<proto::OpId>& open,
                                 const Status& why) {
     (void)job, (void)peer, (void)open, (void)why;
   }
   // The ops of the job this host has begun and not finished (its JobLeave
   // lists them when a local rank leaves).
-  virtual std::vector<OpKey> open_ops(std::string_view job) const {
+  virtual std::vector<proto::OpId> open_ops(std::string_view job) const {
     (void)job;
     return {};
   }

@@ -268,11 +268,11 @@ std::chrono::milliseconds Engine::timeout_grace(uint32_t token) const {
   return x && x->plan->eager ? eager_timeout_grace(*x) : std::chrono::milliseconds(0);
 }
 
-std::vector<cluster::OpKey> Engine::open_ops(std::string_view job) const {
-  std::vector<cluster::OpKey> open;
+std::vector<proto::OpId> Engine::open_ops(std::string_view job) const {
+  std::vector<proto::OpId> open;
   for (auto it = ops_.lower_bound(OpKeyView{job, proto::OpId{}});
        it != ops_.end() && it->first.first == job; ++it)
-    if (!it->second->finished) open.push_back({it->first.second.key, it->first.second.step});
+    if (!it->second->finished) open.push_back(it->first.second);
   return open;
 }
 
@@ -390,14 +390,14 @@ void Engine::on_abort(int peer, const OpAbort& m) {
 // tree or a doubling not every host hears from every other (and a host that
 // finished the op has already sent its transfers, on the same connection as
 // the JobLeave).
-bool Engine::joined(const XOp& x, int peer, const std::vector<cluster::OpKey>& open) const {
+bool Engine::joined(const XOp& x, int peer, const std::vector<proto::OpId>& open) const {
   int j = x.participant_of(peer);
   if (j < 0 || x.ready[size_t(j)].seen) return true;
   if (x.plan->eager && !eager_waits_on(x, j)) return true;
-  return std::binary_search(open.begin(), open.end(), cluster::OpKey{x.id.key, x.id.step});
+  return std::binary_search(open.begin(), open.end(), x.id);
 }
 
-void Engine::on_peer_left_job(std::string_view job, int peer, const std::vector<cluster::OpKey>& open,
+void Engine::on_peer_left_job(std::string_view job, int peer, const std::vector<proto::OpId>& open,
                               const Status& why) {
   std::vector<std::shared_ptr<XOp>> affected;
   for (auto it = ops_.lower_bound(OpKeyView{job, proto::OpId{}});

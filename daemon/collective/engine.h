@@ -109,9 +109,9 @@ class Engine final : public cluster::CrossHostService {
   void on_write(int peer, uint32_t region, uint64_t offset, uint64_t len, uint64_t imm) override;
   void on_write_done(int peer, uint64_t cookie, const Status& st) override;
   void on_peer_lost(int peer, const Status& why) override;
-  void on_peer_left_job(std::string_view job, int peer, const std::vector<cluster::OpKey>& open,
+  void on_peer_left_job(std::string_view job, int peer, const std::vector<proto::OpId>& open,
                         const Status& why) override;
-  std::vector<cluster::OpKey> open_ops(std::string_view job) const override;
+  std::vector<proto::OpId> open_ops(std::string_view job) const override;
   Payload payload_sent(int peer) const override;
 
   size_t ops_in_flight() const { return by_token_.size(); }
@@ -131,7 +131,7 @@ class Engine final : public cluster::CrossHostService {
   void on_abort(int peer, const OpAbort& m);
   OpReady op_message(const XOp& x, uint8_t type, double weight) const;
   void send_ready(XOp& x);
-  bool joined(const XOp& x, int peer, const std::vector<cluster::OpKey>& open) const;
+  bool joined(const XOp& x, int peer, const std::vector<proto::OpId>& open) const;
   void replay_early(XOp& x);
   void expire_early();
   void complete(XOp& x, const Status& st);

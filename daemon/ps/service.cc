@@ -375,7 +375,7 @@ void Service::on_peer_lost(int peer, const Status& why) {
   }
 }
 
-void Service::on_peer_left_job(std::string_view job, int peer, const std::vector<cluster::OpKey>&,
+void Service::on_peer_left_job(std::string_view job, int peer, const std::vector<proto::OpId>&,
                                const Status& why) {
   // A rank of another host left, and its host told the job's others: that
   // host's worker pushes nothing more until the rank rejoins (and if it was
@@ -424,8 +424,8 @@ bool Service::pushed_enough(const WorkerOp& op, int w) const {
   return k.server->next_clock(w) >= need;
 }
 
-std::vector<cluster::OpKey> Service::open_ops(std::string_view job) const {
-  std::vector<cluster::OpKey> open;
+std::vector<proto::OpId> Service::open_ops(std::string_view job) const {
+  std::vector<proto::OpId> open;
   for (auto& [token, op] : ops_)
     if (op->req.job == job) open.push_back({op->req.key, op->req.clock});
   return open;

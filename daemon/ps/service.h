@@ -157,9 +157,9 @@ class Service final : public cluster::CrossHostService {
   void on_write(int peer, uint32_t region, uint64_t offset, uint64_t len, uint64_t imm) override;
   void on_write_done(int peer, uint64_t cookie, const Status& st) override;
   void on_peer_lost(int peer, const Status& why) override;
-  void on_peer_left_job(std::string_view job, int peer, const std::vector<cluster::OpKey>& open,
+  void on_peer_left_job(std::string_view job, int peer, const std::vector<proto::OpId>& open,
                         const Status& why) override;
-  std::vector<cluster::OpKey> open_ops(std::string_view job) const override;
+  std::vector<proto::OpId> open_ops(std::string_view job) const override;
 
  private:
   struct Key;

@@ -82,7 +82,7 @@ void check_announce(const Scenario& sc, std::string_view msg) {
 
 void check_leave(std::string_view msg) {
   JobLeave m;
-  std::vector<OpKey> open;
+  std::vector<proto::OpId> open;
   if (!decode_leave(msg, &m, &open)) return;
   FUZZ_CHECK(open.size() == m.nopen && open.size() <= kMaxLeaveOps);
   // A peer may fill a field to its end with no NUL; field() stops there.

@@ -4,6 +4,7 @@
 // elastic.h): who leads, what the leader proposes as hosts join, leave and
 // exceed max_hosts, when a job waits or ends below min_hosts, and that
 // epochs only grow, two leaders never giving one epoch to two worlds.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <set>
@@ -14,7 +15,7 @@
 namespace gsync::cluster {
 namespace {
 
-std::string name(int h) { return "h" + std::to_string(h + 1); }
+std::string name(int h) { return fmt::format("h{}", h + 1); }
 
 struct Cluster {
   std::set<int> down;

@@ -16,10 +16,10 @@ TEST(Messages, LeaveCarriesTheOpenOps) {
   head.pid = 4242;
   set_field(head.job, sizeof head.job, "job-x");
   set_field(head.reason, sizeof head.reason, "exited");
-  std::vector<OpKey> open = {{1, 7}, {2, 0}, {1, 8}};
+  std::vector<proto::OpId> open = {{1, 7}, {2, 0}, {1, 8}};
   std::string msg = encode_leave(head, open);
   JobLeave got;
-  std::vector<OpKey> back;
+  std::vector<proto::OpId> back;
   ASSERT_TRUE(decode_leave(msg, &got, &back));
   EXPECT_EQ(got.rank, 3);
   EXPECT_EQ(got.pid, 4242);
@@ -32,17 +32,17 @@ TEST(Messages, LeaveWithNothingOpenIsTheBareHeader) {
   std::string msg = encode_leave(head, {});
   EXPECT_EQ(msg.size(), sizeof(JobLeave));
   JobLeave got;
-  std::vector<OpKey> back = {{9, 9}};
+  std::vector<proto::OpId> back = {{9, 9}};
   ASSERT_TRUE(decode_leave(msg, &got, &back));
   EXPECT_TRUE(back.empty());
 }
 
 TEST(Messages, LeaveListsAtMostTheCap) {
-  std::vector<OpKey> open(kMaxLeaveOps + 5);
+  std::vector<proto::OpId> open(kMaxLeaveOps + 5);
   for (size_t i = 0; i < open.size(); i++) open[i] = {0, i};
   std::string msg = encode_leave(JobLeave{}, open);
   JobLeave got;
-  std::vector<OpKey> back;
+  std::vector<proto::OpId> back;
   ASSERT_TRUE(decode_leave(msg, &got, &back));
   EXPECT_EQ(back.size(), kMaxLeaveOps);
   EXPECT_EQ(back.back().step, kMaxLeaveOps - 1);
@@ -51,14 +51,14 @@ TEST(Messages, LeaveListsAtMostTheCap) {
 TEST(Messages, LeaveWhoseCountDisagreesWithItsLengthIsRefused) {
   std::string msg = encode_leave(JobLeave{}, {{1, 1}, {1, 2}});
   JobLeave got;
-  std::vector<OpKey> back;
+  std::vector<proto::OpId> back;
   EXPECT_FALSE(decode_leave(msg.substr(0, msg.size() - 1), &got, &back));  // cut short
   EXPECT_FALSE(decode_leave(msg + "x", &got, &back));                     // trailing bytes
   EXPECT_FALSE(decode_leave(msg.substr(0, sizeof(JobLeave) - 1), &got, &back));
   JobLeave huge;
   huge.nopen = static_cast<uint32_t>(kMaxLeaveOps + 1);
   std::string lying(as_bytes(huge));
-  lying.append((kMaxLeaveOps + 1) * sizeof(OpKey), '\0');
+  lying.append((kMaxLeaveOps + 1) * sizeof(proto::OpId), '\0');
   EXPECT_FALSE(decode_leave(lying, &got, &back));
 }
 
