@@ -74,7 +74,7 @@ struct Job {
   std::unique_ptr<SyncPolicy> policy;
   // The parameter server's sync mode (protocol/ps.h): bsp, asp or ssp:s.
   // Local ranks always all arrive (one push per host); the mode decides
-  // when the servers apply and answer (daemon/ps/server.h).
+  // when the servers apply and answer (daemon/ps/param_server.h).
   proto::Sync sync;
   // The anomaly guard of its allreduces (protocol/guard.h), and the ops it
   // found anomalous (they count as failed too).

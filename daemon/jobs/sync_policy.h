@@ -5,7 +5,7 @@
 // submitted it; across hosts the cross-host stage then waits for every
 // other host's part, so every rank ends each step with the same sum. The
 // parameter server's ASP and SSP are not here: they decide on the serving
-// host, when a shard applies a push and answers a pull (ps/server.h).
+// host, when a shard applies a push and answers a pull (ps/param_server.h).
 #pragma once
 
 namespace gsync {

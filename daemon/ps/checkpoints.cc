@@ -12,7 +12,7 @@
 // one clock ahead of another). asp and ssp take one when the clock every
 // worker has pushed up to reaches a multiple, or at once when asked.
 //
-// How: the server's state is snapshotted (server.h: copied by the writer's
+// How: the server's state is snapshotted (param_server.h: copied by the writer's
 // thread, copy-before-write on the event thread) and written by the
 // storage layer's writer (storage/checkpoint_writer.h). One at a time per
 // key: one due while the last is still being written is skipped (and

@@ -2,7 +2,7 @@
 //
 // The parameter server's anomaly guard (docs/fault-tolerance.md, "The
 // anomaly guard"), for bsp keys of a job with the guard on. Each server
-// applies a clock's update to its shard as the pushes land (server.h:
+// applies a clock's update to its shard as the pushes land (param_server.h:
 // keeping the state it changes, and summing the squares of the gradient),
 // then, before any answer, sends its sum to every other server of the key
 // (PsNorm). Once a server has every shard's sum it adds them in

@@ -2,7 +2,7 @@
 //
 // The parameter server of one daemon (docs/parameter-server.md): every
 // host of a parameter-server job serves a shard of each declared tensor
-// (shards.h, server.h) and works for its own ranks, whose pushes and pulls
+// (shards.h, param_server.h) and works for its own ranks, whose pushes and pulls
 // go to every shard's host and come back. The op pipeline drives it: a
 // declaration's stage (after the broadcast of rank 0's initial values)
 // calls declare(); a push, pull or push_pull's stage (after the fold of the
@@ -39,7 +39,7 @@
 #include "daemon/core/status.h"
 #include "daemon/ps/mapping.h"
 #include "daemon/ps/messages.h"
-#include "daemon/ps/server.h"
+#include "daemon/ps/param_server.h"
 #include "daemon/ps/shards.h"
 #include "daemon/storage/checkpoint_files.h"
 #include "daemon/storage/checkpoint_writer.h"
@@ -178,7 +178,7 @@ class Service final : public cluster::CrossHostService {
   int self() const;
   const std::string& host_id(int host) const;
 
-  // A worker's ops (worker.cc).
+  // A worker's ops (worker_side.cc).
   void start(Key& k, std::unique_ptr<WorkerOp> op);
   void finish(WorkerOp& op, const Status& st);
   void check_done(WorkerOp& op);
@@ -214,7 +214,7 @@ class Service final : public cluster::CrossHostService {
   void on_norm(int peer, const PsNorm& m);
   void try_verdict(Key& k);
 
-  // A server's side (serve.cc).
+  // A server's side (server_side.cc).
   void on_push(int peer, const PsPush& m);
   void on_push_data(Key& k, int w, uint64_t offset, uint64_t len, uint64_t imm);
   Status serve(Key& k, int w);

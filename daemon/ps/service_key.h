@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 //
 // What the service keeps per declared key and per op in flight, shared by
-// its files (service.cc: declarations and peers; worker.cc: this host's
-// ops; serve.cc: the requests it serves). Private to daemon/ps/.
+// its files (service.cc: declarations and peers; worker_side.cc: this host's
+// ops; server_side.cc: the requests it serves). Private to daemon/ps/.
 #pragma once
 
 #include <chrono>

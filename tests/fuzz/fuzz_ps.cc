@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "daemon/ps/messages.h"
-#include "daemon/ps/server.h"
+#include "daemon/ps/param_server.h"
 #include "protocol/ps.h"
 #include "tests/fuzz/fuzz_target.h"
 

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "daemon/ps/server.h"
+#include "daemon/ps/param_server.h"
 
 #include <algorithm>
 #include <cmath>
