@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 //
 // The extern "C" surface: argument checks that need no session, then a call
-// into Session. No C++ exception may cross this boundary: each entry point
+// into Comm. No C++ exception may cross this boundary: each entry point
 // converts them to GSYNC_ERR_NOMEM (allocation) or GSYNC_ERR_INTERNAL.
 #include <algorithm>
 #include <cstddef>
@@ -98,8 +98,8 @@ int allreduce(const char* api, gsync_comm_t* comm, uint64_t key, uint64_t step, 
       return gc::fail(GSYNC_ERR_INVALID, gc::format("%s: opts.reproducible %d is not -1, 0 or 1",
                                                     api, o.reproducible));
     if (comm != nullptr && req != nullptr &&
-        (o.reproducible == 1 || (o.reproducible == -1 && comm->session->reproducible()))) {
-      return gc::Reproducible::submit(comm->session, args, req);
+        (o.reproducible == 1 || (o.reproducible == -1 && comm->impl->reproducible()))) {
+      return gc::Reproducible::submit(comm->impl, args, req);
     }
     return submit(comm, args, req);
   });
@@ -112,8 +112,8 @@ int submit(gsync_comm_t* comm, const gc::OpArgs& args, gsync_request_t** req) {
   std::shared_ptr<gc::RequestState> state;
   // Allocate the handle first so that no failure can strand a submitted op.
   auto handle = std::make_unique<gsync_request>();
-  if (int rc = comm->session->submit(args, &state); rc != GSYNC_OK) return rc;
-  handle->session = comm->session;
+  if (int rc = comm->impl->submit(args, &state); rc != GSYNC_OK) return rc;
+  handle->comm = comm->impl;
   handle->state = std::move(state);
   *req = handle.release();
   return GSYNC_OK;
@@ -235,7 +235,7 @@ int gsync_connect(const gsync_config_t* cfg, gsync_comm_t** out) {
     if (out == nullptr) return null_arg("gsync_connect", "out");
     *out = nullptr;
     auto comm = std::make_unique<gsync_comm>();
-    if (int rc = gc::Session::open(cfg, &comm->session); rc != GSYNC_OK) return rc;
+    if (int rc = gc::Comm::open(cfg, &comm->impl); rc != GSYNC_OK) return rc;
     *out = comm.release();
     return static_cast<int>(GSYNC_OK);
   });
@@ -244,7 +244,7 @@ int gsync_connect(const gsync_config_t* cfg, gsync_comm_t** out) {
 int gsync_close(gsync_comm_t* comm) {
   return guarded("gsync_close", [&] {
     if (comm == nullptr) return null_arg("gsync_close", "comm");
-    const int rc = comm->session->close();
+    const int rc = comm->impl->close();
     delete comm;
     return rc;
   });
@@ -253,35 +253,35 @@ int gsync_close(gsync_comm_t* comm) {
 int gsync_alloc(gsync_comm_t* comm, size_t bytes, void** out) {
   return guarded("gsync_alloc", [&] {
     if (comm == nullptr) return null_arg("gsync_alloc", "comm");
-    return comm->session->alloc(bytes, out);
+    return comm->impl->alloc(bytes, out);
   });
 }
 
 int gsync_free(gsync_comm_t* comm, void* ptr) {
   return guarded("gsync_free", [&] {
     if (comm == nullptr) return null_arg("gsync_free", "comm");
-    return comm->session->free(ptr);
+    return comm->impl->free(ptr);
   });
 }
 
 int gsync_alloc_device(gsync_comm_t* comm, size_t bytes, void** out) {
   return guarded("gsync_alloc_device", [&] {
     if (comm == nullptr) return null_arg("gsync_alloc_device", "comm");
-    return comm->session->alloc_device(bytes, out);
+    return comm->impl->alloc_device(bytes, out);
   });
 }
 
 int gsync_free_device(gsync_comm_t* comm, void* ptr) {
   return guarded("gsync_free_device", [&] {
     if (comm == nullptr) return null_arg("gsync_free_device", "comm");
-    return comm->session->free_device(ptr);
+    return comm->impl->free_device(ptr);
   });
 }
 
 int gsync_arena_info(gsync_comm_t* comm, size_t* capacity, size_t* free_bytes) {
   return guarded("gsync_arena_info", [&] {
     if (comm == nullptr) return null_arg("gsync_arena_info", "comm");
-    return comm->session->arena_info(capacity, free_bytes);
+    return comm->impl->arena_info(capacity, free_bytes);
   });
 }
 
@@ -409,8 +409,8 @@ int ps_op(const char* api, gsync::proto::Opcode opcode, gsync_comm_t* comm, uint
                           .timeout_ms = o.timeout_ms,
                           .lr = o.lr};
     if (comm != nullptr && req != nullptr && gsync::proto::is_push(opcode) &&
-        comm->session->reproducible())
-      return gc::Reproducible::submit_push(comm->session, args, req);
+        comm->impl->reproducible())
+      return gc::Reproducible::submit_push(comm->impl, args, req);
     return submit(comm, args, req);
   });
 }
@@ -473,15 +473,15 @@ int gsync_barrier(gsync_comm_t* comm, uint64_t step, int timeout_ms) {
     gsync_request_t* req = nullptr;
     if (int rc = submit(comm, args, &req); rc != GSYNC_OK) return rc;
     const int wait_ms = timeout_ms > 0 ? timeout_ms + kBarrierGraceMs : -1;
-    int rc = req->session->wait(*req->state, wait_ms);
+    int rc = req->comm->wait(*req->state, wait_ms);
     if (rc == GSYNC_ERR_AGAIN) {
       rc = gc::fail(GSYNC_ERR_TIMEOUT,
                     gc::format("gsync_barrier: step %llu did not complete within %d ms, and gsyncd "
                                "did not report why within %d ms more (%s)",
                                static_cast<unsigned long long>(step), timeout_ms, kBarrierGraceMs,
-                               req->session->context().c_str()));
+                               req->comm->context().c_str()));
     }
-    req->session->release(*req->state);
+    req->comm->release(*req->state);
     delete req;
     return rc;
   });
@@ -491,7 +491,7 @@ int gsync_test(gsync_request_t* req) {
   return guarded("gsync_test", [&] {
     if (req == nullptr) return null_arg("gsync_test", "req");
     if (req->repro) return req->repro->test();
-    return req->session->test(*req->state);
+    return req->comm->test(*req->state);
   });
 }
 
@@ -499,7 +499,7 @@ int gsync_wait(gsync_request_t* req, int timeout_ms) {
   return guarded("gsync_wait", [&] {
     if (req == nullptr) return null_arg("gsync_wait", "req");
     if (req->repro) return req->repro->wait(timeout_ms);
-    return req->session->wait(*req->state, timeout_ms);
+    return req->comm->wait(*req->state, timeout_ms);
   });
 }
 
@@ -508,7 +508,7 @@ int gsync_ps_resume_clock(gsync_request_t* req, uint64_t* clock) {
     if (req == nullptr || clock == nullptr)
       return gc::fail(GSYNC_ERR_INVALID, "gsync_ps_resume_clock: req and clock must not be NULL");
     uint64_t v = 0;
-    if (!req->session->declared_clock(*req->state, &v))
+    if (!req->comm->declared_clock(*req->state, &v))
       return gc::fail(GSYNC_ERR_INVALID,
                       "gsync_ps_resume_clock: the request is not a completed declaration");
     *clock = v;
@@ -521,7 +521,7 @@ int gsync_ps_rolled_back(gsync_request_t* req, const char** why) {
     if (req == nullptr) return null_arg("gsync_ps_rolled_back", "req");
     bool rolled = false;
     const char* text = "";
-    if (!req->session->rolled_back(*req->state, &rolled, &text))
+    if (!req->comm->rolled_back(*req->state, &rolled, &text))
       return gc::fail(GSYNC_ERR_INVALID, "gsync_ps_rolled_back: the request is not a completed "
                                          "gsync_ps_push or gsync_ps_push_pull");
     if (why != nullptr) *why = text;
@@ -538,7 +538,7 @@ int gsync_world(gsync_comm_t* comm, gsync_world_t* out, int timeout_ms) {
                       gc::format("gsync_world: out->struct_size %u is below %zu (set it to "
                                  "sizeof(gsync_world_t))",
                                  out->struct_size, sizeof(gsync_world_t)));
-    return comm->session->world(out, timeout_ms);
+    return comm->impl->world(out, timeout_ms);
   });
 }
 
@@ -561,7 +561,7 @@ int gsync_lease_batch(gsync_request_t* req, uint64_t* batch) {
     if (req == nullptr || batch == nullptr)
       return gc::fail(GSYNC_ERR_INVALID, "gsync_lease_batch: req and batch must not be NULL");
     uint64_t v = 0;
-    if (!req->session->leased_batch(*req->state, &v))
+    if (!req->comm->leased_batch(*req->state, &v))
       return gc::fail(GSYNC_ERR_INVALID,
                       "gsync_lease_batch: the request is not a lease that completed");
     *batch = v;
@@ -572,7 +572,7 @@ int gsync_lease_batch(gsync_request_t* req, uint64_t* batch) {
 const char* gsync_request_error(gsync_request_t* req) {
   if (req == nullptr) return "";
   try {
-    return req->session->request_error(*req->state);
+    return req->comm->request_error(*req->state);
   } catch (...) {
     return "";
   }
@@ -582,7 +582,7 @@ void gsync_request_free(gsync_request_t* req) {
   if (req == nullptr) return;
   try {
     if (req->repro) req->repro->release();
-    req->session->release(*req->state);
+    req->comm->release(*req->state);
   } catch (...) {
     // Only a failing mutex lock can throw here; the handle goes regardless.
   }
@@ -592,7 +592,7 @@ void gsync_request_free(gsync_request_t* req) {
 int gsync_completion_fd(gsync_comm_t* comm) {
   return guarded("gsync_completion_fd", [&] {
     if (comm == nullptr) return null_arg("gsync_completion_fd", "comm");
-    return comm->session->completion_fd();
+    return comm->impl->completion_fd();
   });
 }
 

@@ -34,7 +34,7 @@ constexpr auto kAliveEvery = std::chrono::milliseconds(1);
 
 }  // namespace
 
-int Session::open(const gsync_config_t* cfg, std::shared_ptr<Session>* out) {
+int Comm::open(const gsync_config_t* cfg, std::shared_ptr<Comm>* out) {
   ConnectParams params;
   if (int rc = parse_config(cfg, &params); rc != GSYNC_OK) return rc;
   Connection conn;
@@ -44,11 +44,11 @@ int Session::open(const gsync_config_t* cfg, std::shared_ptr<Session>* out) {
     return fail(GSYNC_ERR_NOMEM, format("eventfd: %s (job %s rank %d)", std::strerror(errno),
                                         params.job_id.c_str(), params.rank));
   }
-  *out = std::make_shared<Session>(std::move(params), std::move(conn), std::move(wake));
+  *out = std::make_shared<Comm>(std::move(params), std::move(conn), std::move(wake));
   return GSYNC_OK;
 }
 
-Session::Session(ConnectParams params, Connection conn, UniqueFd wake)
+Comm::Comm(ConnectParams params, Connection conn, UniqueFd wake)
     : params_(std::move(params)),
       conn_(std::move(conn)),
       wake_(std::move(wake)),
@@ -75,14 +75,14 @@ Session::Session(ConnectParams params, Connection conn, UniqueFd wake)
   spin_ = !shares_one_cpu_with(daemon);
 }
 
-std::string Session::context() const {
+std::string Comm::context() const {
   const int rank = rank_.load(std::memory_order_relaxed);
   if (rank < 0)  // an elastic job's rank before gsync_world told it
     return format("job %s local rank %d", params_.job_id.c_str(), params_.local_rank);
   return format("job %s rank %d", params_.job_id.c_str(), rank);
 }
 
-std::string Session::op_name(const RequestState& st) const {
+std::string Comm::op_name(const RequestState& st) const {
   if (st.opcode == proto::Opcode::kBarrier) {
     return format("barrier step %llu (tag %llu)", static_cast<unsigned long long>(st.step),
                   static_cast<unsigned long long>(st.tag));
@@ -92,7 +92,7 @@ std::string Session::op_name(const RequestState& st) const {
                 static_cast<unsigned long long>(st.tag));
 }
 
-int Session::close() {
+int Comm::close() {
   std::unique_lock lk(mu_);
   if (fds_closed_) return GSYNC_OK;
   // Results that already arrived are kept; only what is still pending fails.
@@ -110,7 +110,7 @@ int Session::close() {
   return GSYNC_OK;
 }
 
-int Session::alloc(size_t bytes, void** out) {
+int Comm::alloc(size_t bytes, void** out) {
   if (out == nullptr) return fail(GSYNC_ERR_INVALID, "gsync_alloc: out is NULL");
   *out = nullptr;
   std::lock_guard lk(mu_);
@@ -128,7 +128,7 @@ int Session::alloc(size_t bytes, void** out) {
   return GSYNC_OK;
 }
 
-bool Session::try_alloc(size_t bytes, void** out) {
+bool Comm::try_alloc(size_t bytes, void** out) {
   std::lock_guard lk(mu_);
   if (shut_) return false;
   const auto offset = allocator_.allocate(bytes);
@@ -138,7 +138,7 @@ bool Session::try_alloc(size_t bytes, void** out) {
   return true;
 }
 
-void Session::free_on_completion(RequestState& st, void* ptr) {
+void Comm::free_on_completion(RequestState& st, void* ptr) {
   std::lock_guard lk(mu_);
   const uint64_t off = static_cast<uint64_t>(static_cast<char*>(ptr) - arena_);
   if (user_blocks_.erase(off) == 0) return;
@@ -149,7 +149,7 @@ void Session::free_on_completion(RequestState& st, void* ptr) {
   }
 }
 
-int Session::free(void* ptr) {
+int Comm::free(void* ptr) {
   if (ptr == nullptr) return GSYNC_OK;
   std::lock_guard lk(mu_);
   const auto p = reinterpret_cast<uintptr_t>(ptr);
@@ -164,12 +164,12 @@ int Session::free(void* ptr) {
   return GSYNC_OK;
 }
 
-int Session::device_socket() {
+int Comm::device_socket() {
   std::lock_guard lk(mu_);
   return shut_ || fds_closed_ ? -1 : conn_.sock.get();
 }
 
-int Session::alloc_device(size_t bytes, void** out) {
+int Comm::alloc_device(size_t bytes, void** out) {
   if (out == nullptr) return fail(GSYNC_ERR_INVALID, "gsync_alloc_device: out is NULL");
   std::string why;
   const int rc = device_.alloc(device_socket(), bytes, out, &why);
@@ -178,7 +178,7 @@ int Session::alloc_device(size_t bytes, void** out) {
   return GSYNC_OK;
 }
 
-int Session::free_device(void* ptr) {
+int Comm::free_device(void* ptr) {
   if (ptr == nullptr) return GSYNC_OK;
   std::string why;
   const int rc = device_.free(device_socket(), ptr, &why);
@@ -187,14 +187,14 @@ int Session::free_device(void* ptr) {
   return GSYNC_OK;
 }
 
-int Session::arena_info(size_t* capacity, size_t* free_bytes) {
+int Comm::arena_info(size_t* capacity, size_t* free_bytes) {
   std::lock_guard lk(mu_);
   if (capacity != nullptr) *capacity = allocator_.capacity();
   if (free_bytes != nullptr) *free_bytes = allocator_.free_bytes();
   return GSYNC_OK;
 }
 
-int Session::completion_fd() {
+int Comm::completion_fd() {
   std::lock_guard lk(mu_);
   if (shut_) {
     return fail(closed_code_,
@@ -214,7 +214,7 @@ int Session::completion_fd() {
   return conn_.cq_doorbell.get();
 }
 
-void Session::check_alive_locked(bool force) {
+void Comm::check_alive_locked(bool force) {
   if (shut_ || fds_closed_) return;
   const auto now = Clock::now();
   if (!force && now - alive_checked_ < kAliveEvery) return;
@@ -233,7 +233,7 @@ void Session::check_alive_locked(bool force) {
                                             params_.socket_path.c_str()));
 }
 
-void Session::shut_down_locked(int code, const std::string& why) {
+void Comm::shut_down_locked(int code, const std::string& why) {
   if (!shut_) {
     shut_ = true;
     closed_code_ = code;

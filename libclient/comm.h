@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 //
-// A client session: the submission and completion rings, the request table,
-// the arena allocator and the waiting protocol. One mutex guards all of it;
+// Comm, the client's side of a session with gsyncd (the daemon's side is
+// its Session, daemon/shm/session.h): the submission and completion rings,
+// the request table, the arena allocator and the waiting protocol. One
+// mutex guards all of it;
 // no thread sleeps or copies a tensor while holding it. Waiting threads elect
 // one "poller" that blocks on the completion doorbell; the others wait on a
 // condition variable and are woken by whoever drains the ring.
@@ -62,12 +64,12 @@ struct OpArgs {
   float lr = 0;
 };
 
-class Session {
+class Comm {
  public:
-  static int open(const gsync_config_t* cfg, std::shared_ptr<Session>* out);
-  Session(ConnectParams params, Connection conn, UniqueFd wake);
-  Session(const Session&) = delete;
-  Session& operator=(const Session&) = delete;
+  static int open(const gsync_config_t* cfg, std::shared_ptr<Comm>* out);
+  Comm(ConnectParams params, Connection conn, UniqueFd wake);
+  Comm(const Comm&) = delete;
+  Comm& operator=(const Comm&) = delete;
 
   int close();
 
@@ -204,5 +206,5 @@ class Session {
 
 // The opaque C handle.
 struct gsync_comm {
-  std::shared_ptr<gsync::client::Session> session;
+  std::shared_ptr<gsync::client::Comm> impl;
 };

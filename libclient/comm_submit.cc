@@ -87,7 +87,7 @@ std::string argument_error(const OpArgs& a, int world, size_t* elem) {
 
 }  // namespace
 
-int Session::validate(const OpArgs& a, bool* zero_copy, uint64_t* bytes,
+int Comm::validate(const OpArgs& a, bool* zero_copy, uint64_t* bytes,
                       uint64_t* device_offset) const {
   *zero_copy = false;
   *bytes = 0;
@@ -110,7 +110,7 @@ int Session::validate(const OpArgs& a, bool* zero_copy, uint64_t* bytes,
                      static_cast<unsigned long long>(a.step), context().c_str()));
 }
 
-std::string Session::buffer_error(const OpArgs& a, size_t elem, bool* zero_copy, uint64_t* bytes,
+std::string Comm::buffer_error(const OpArgs& a, size_t elem, bool* zero_copy, uint64_t* bytes,
                                   uint64_t* device_offset) const {
   const uint64_t n = uint64_t{a.count} * elem;
   if (n == 0) return "";
@@ -153,7 +153,7 @@ std::string Session::buffer_error(const OpArgs& a, size_t elem, bool* zero_copy,
   return "";
 }
 
-proto::Compression Session::compression_of(const OpArgs& a) const {
+proto::Compression Comm::compression_of(const OpArgs& a) const {
   if (a.opcode != proto::Opcode::kAllreduce) return {};
   if (a.compress != nullptr) return *a.compress;
   proto::DType dtype{};
@@ -164,7 +164,7 @@ proto::Compression Session::compression_of(const OpArgs& a) const {
   return proto::check_use(job, a.opcode, dtype, redop).empty() ? job : proto::Compression{};
 }
 
-int Session::submit(const OpArgs& a, std::shared_ptr<RequestState>* out) {
+int Comm::submit(const OpArgs& a, std::shared_ptr<RequestState>* out) {
   bool zero_copy;
   uint64_t bytes;
   uint64_t device_offset = 0;
@@ -226,7 +226,7 @@ int Session::submit(const OpArgs& a, std::shared_ptr<RequestState>* out) {
   return GSYNC_OK;
 }
 
-int Session::stage_locked(const OpArgs& a, uint64_t bytes, RequestState& st, uint64_t* offset,
+int Comm::stage_locked(const OpArgs& a, uint64_t bytes, RequestState& st, uint64_t* offset,
                           bool* copy_in) {
   const uint64_t skip = a.opcode == proto::Opcode::kPsDeclare ? sizeof(proto::PsDeclareHeader) : 0;
   const auto staging = allocator_.allocate(bytes + skip);
@@ -257,7 +257,7 @@ int Session::stage_locked(const OpArgs& a, uint64_t bytes, RequestState& st, uin
   return GSYNC_OK;
 }
 
-int Session::publish_locked(const OpArgs& a, const std::shared_ptr<RequestState>& st,
+int Comm::publish_locked(const OpArgs& a, const std::shared_ptr<RequestState>& st,
                             uint64_t offset) {
   if (shut_) {
     undo_submit_locked(*st);
@@ -313,7 +313,7 @@ int Session::publish_locked(const OpArgs& a, const std::shared_ptr<RequestState>
   return GSYNC_OK;
 }
 
-void Session::undo_submit_locked(RequestState& st) {
+void Comm::undo_submit_locked(RequestState& st) {
   free_staging_locked(st);
   --inflight_;
 }

@@ -47,7 +47,7 @@ inline void cpu_relax() {
 
 }  // namespace
 
-void Session::drain_locked() {
+void Comm::drain_locked() {
   if (fds_closed_) return;
   // Acquire: the entries and the reduced tensors are visible once the tail is.
   const uint32_t tail = header_->cq_tail.load(std::memory_order_acquire);
@@ -74,7 +74,7 @@ void Session::drain_locked() {
   cv_.notify_all();
 }
 
-void Session::complete_locked(uint64_t tag, int32_t status, std::string message,
+void Comm::complete_locked(uint64_t tag, int32_t status, std::string message,
                               uint32_t value) {
   auto it = table_.find(tag);
   // An unknown tag is a daemon bug; there is no one to tell but nothing to
@@ -108,18 +108,18 @@ void Session::complete_locked(uint64_t tag, int32_t status, std::string message,
   }
 }
 
-void Session::free_staging_locked(RequestState& st) {
+void Comm::free_staging_locked(RequestState& st) {
   if (!st.staging_held) return;
   allocator_.release(st.staging_offset);
   st.staging_held = false;
   st.copy_out_pending = false;
 }
 
-void Session::kick_poller_locked() {
+void Comm::kick_poller_locked() {
   if (poller_active_) ring(wake_.get());
 }
 
-int Session::finish(RequestState& st, std::unique_lock<std::mutex>& lk) {
+int Comm::finish(RequestState& st, std::unique_lock<std::mutex>& lk) {
   if (st.copy_out_pending) {
     // Copy the result out on the caller's thread, without the lock; the
     // block stays allocated (staging_held) until the copy is done.
@@ -136,7 +136,7 @@ int Session::finish(RequestState& st, std::unique_lock<std::mutex>& lk) {
   return GSYNC_OK;
 }
 
-int Session::test(RequestState& st) {
+int Comm::test(RequestState& st) {
   std::unique_lock lk(mu_);
   if (!st.done && !fds_closed_) {
     // Clear the doorbell before looking at the ring: a completion posted
@@ -152,7 +152,7 @@ int Session::test(RequestState& st) {
   return finish(st, lk);
 }
 
-int Session::wait(RequestState& st, int timeout_ms) {
+int Comm::wait(RequestState& st, int timeout_ms) {
   if (timeout_ms == 0) return test(st);
   std::unique_lock lk(mu_);
   // The op's name is made only for an error: not per wait of a small op.
@@ -162,7 +162,7 @@ int Session::wait(RequestState& st, int timeout_ms) {
   return finish(st, lk);
 }
 
-int Session::wait_any(const std::vector<RequestState*>& sts, int timeout_ms,
+int Comm::wait_any(const std::vector<RequestState*>& sts, int timeout_ms,
                       const std::function<std::string()>& what) {
   std::unique_lock lk(mu_);
   auto any = [&] {
@@ -183,7 +183,7 @@ int Session::wait_any(const std::vector<RequestState*>& sts, int timeout_ms,
   return wait_locked(lk, any, timeout_ms, what);
 }
 
-int Session::wait_locked(std::unique_lock<std::mutex>& lk, const std::function<bool()>& done,
+int Comm::wait_locked(std::unique_lock<std::mutex>& lk, const std::function<bool()>& done,
                          int timeout_ms, const std::function<std::string()>& what) {
   const auto start = Clock::now();
   // After a block the socket is looked at every time: the block may have
@@ -222,7 +222,7 @@ int Session::wait_locked(std::unique_lock<std::mutex>& lk, const std::function<b
   }
 }
 
-void Session::block_for_completion(int slice_ms) {
+void Comm::block_for_completion(int slice_ms) {
   auto completion_ready = [this] {
     return header_->cq_tail.load(std::memory_order_acquire) !=
            header_->cq_head.load(std::memory_order_relaxed);
@@ -259,14 +259,14 @@ void Session::block_for_completion(int slice_ms) {
   header_->cq_waiters.fetch_sub(1, std::memory_order_seq_cst);
 }
 
-bool Session::leased_batch(RequestState& st, uint64_t* batch) {
+bool Comm::leased_batch(RequestState& st, uint64_t* batch) {
   std::lock_guard lk(mu_);
   if (!st.done || st.status != GSYNC_OK || st.opcode != proto::Opcode::kLease) return false;
   *batch = st.value;
   return true;
 }
 
-int Session::world(gsync_world_t* out, int timeout_ms) {
+int Comm::world(gsync_world_t* out, int timeout_ms) {
   std::shared_ptr<RequestState> st;
   const OpArgs args{.api = "gsync_world", .opcode = proto::Opcode::kWorld};
   if (int rc = submit(args, &st); rc != GSYNC_OK) return rc;
@@ -299,14 +299,14 @@ int Session::world(gsync_world_t* out, int timeout_ms) {
   return GSYNC_OK;
 }
 
-bool Session::declared_clock(RequestState& st, uint64_t* clock) {
+bool Comm::declared_clock(RequestState& st, uint64_t* clock) {
   std::lock_guard lk(mu_);
   if (!st.done || st.status != GSYNC_OK || st.opcode != proto::Opcode::kPsDeclare) return false;
   *clock = st.value;
   return true;
 }
 
-bool Session::rolled_back(RequestState& st, bool* rolled, const char** why) {
+bool Comm::rolled_back(RequestState& st, bool* rolled, const char** why) {
   std::lock_guard lk(mu_);
   if (!st.done || st.status != GSYNC_OK || !proto::is_push(st.opcode)) return false;
   // value 1 and the verdict's text (daemon/ps/guard.cc).
@@ -315,12 +315,12 @@ bool Session::rolled_back(RequestState& st, bool* rolled, const char** why) {
   return true;
 }
 
-const char* Session::request_error(RequestState& st) {
+const char* Comm::request_error(RequestState& st) {
   std::lock_guard lk(mu_);
   return st.done && st.status != GSYNC_OK ? st.error.c_str() : "";
 }
 
-void Session::release(RequestState& st) {
+void Comm::release(RequestState& st) {
   std::lock_guard lk(mu_);
   if (!st.done) {
     // The completion is consumed and dropped by whoever drains it; the

@@ -1,9 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 //
-// Session setup: validate the caller's config (connect_config.cc), connect
-// to gsyncd, exchange the hello, receive the memfd and the two doorbells,
+// Opening a Comm (the client's side of a session): validate the caller's
+// config (connect_config.cc), connect to gsyncd, exchange the hello,
+// receive the memfd and the two doorbells,
 // map and validate the shared memory (connect.cc). Everything is acquired
-// here, in this order, and handed to the Session as one Connection; see
+// here, in this order, and handed to the Comm as one Connection; see
 // docs/protocol.md.
 #pragma once
 

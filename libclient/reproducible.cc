@@ -25,7 +25,7 @@ constexpr size_t kWindow = 4;
 
 }  // namespace
 
-Reproducible::Reproducible(std::shared_ptr<Session> s, const OpArgs& user)
+Reproducible::Reproducible(std::shared_ptr<Comm> s, const OpArgs& user)
     : session_(std::move(s)), user_(user), outer_(std::make_shared<RequestState>()) {
   outer_->key = user.key;
   outer_->step = user.step;
@@ -38,7 +38,7 @@ Reproducible::Reproducible(std::shared_ptr<Session> s, const OpArgs& user)
 
 Reproducible::~Reproducible() { release(); }
 
-int Reproducible::start(const std::shared_ptr<Session>& s, const OpArgs& user,
+int Reproducible::start(const std::shared_ptr<Comm>& s, const OpArgs& user,
                         std::unique_ptr<Reproducible>* out) {
   auto bad = [&](int code, const std::string& why) {
     return fail(code, format("%s: reproducible allreduce: %s (key %llu step %llu, %s)", user.api,
@@ -95,20 +95,20 @@ int Reproducible::start(const std::shared_ptr<Session>& s, const OpArgs& user,
   return GSYNC_OK;
 }
 
-int Reproducible::submit(const std::shared_ptr<Session>& s, const OpArgs& user,
+int Reproducible::submit(const std::shared_ptr<Comm>& s, const OpArgs& user,
                          gsync_request** req) {
   *req = nullptr;
   auto handle = std::make_unique<gsync_request>();
   std::unique_ptr<Reproducible> r;
   if (int rc = start(s, user, &r); rc != GSYNC_OK) return rc;
-  handle->session = s;
+  handle->comm = s;
   handle->state = r->outer();
   handle->repro = std::move(r);
   *req = handle.release();
   return GSYNC_OK;
 }
 
-int Reproducible::submit_push(const std::shared_ptr<Session>& s, const OpArgs& push,
+int Reproducible::submit_push(const std::shared_ptr<Comm>& s, const OpArgs& push,
                               gsync_request** req) {
   *req = nullptr;
   if (push.key >= proto::kReproPushBit)
@@ -127,7 +127,7 @@ int Reproducible::submit_push(const std::shared_ptr<Session>& s, const OpArgs& p
   r->push_ = push;
   r->outer_->opcode = push.opcode;
   r->outer_->key = push.key;
-  handle->session = s;
+  handle->comm = s;
   handle->state = r->outer();
   handle->repro = std::move(r);
   *req = handle.release();

@@ -41,16 +41,16 @@ class Reproducible {
  public:
   // Checks, converts and submits the first inner ops. On success *out owns
   // the request; outer() is the handle's state, done when it is.
-  static int start(const std::shared_ptr<Session>& s, const OpArgs& user,
+  static int start(const std::shared_ptr<Comm>& s, const OpArgs& user,
                    std::unique_ptr<Reproducible>* out);
   // start() into a new handle *req (nullptr on failure).
-  static int submit(const std::shared_ptr<Session>& s, const OpArgs& user, gsync_request** req);
+  static int submit(const std::shared_ptr<Comm>& s, const OpArgs& user, gsync_request** req);
   // A reproducible push or push_pull (a bsp job's): the workers' weighted
   // average of the gradient, reproducible (its allreduce on the key with
   // kReproPushBit), then global rank 0 pushes it with weight 1 and every
   // other rank zeros with weight 0, so the servers' fold adds only zeros
   // to it, in whatever order. Into a new handle *req.
-  static int submit_push(const std::shared_ptr<Session>& s, const OpArgs& push,
+  static int submit_push(const std::shared_ptr<Comm>& s, const OpArgs& push,
                          gsync_request** req);
   ~Reproducible();
 
@@ -61,7 +61,7 @@ class Reproducible {
   void release();
 
  private:
-  Reproducible(std::shared_ptr<Session> s, const OpArgs& user);
+  Reproducible(std::shared_ptr<Comm> s, const OpArgs& user);
   // A block of scratch: arena memory where it fits, else heap (staged).
   struct Scratch {
     void* p = nullptr;
@@ -92,7 +92,7 @@ class Reproducible {
   void release_segments();
   size_t in_flight() const;
 
-  std::shared_ptr<Session> session_;
+  std::shared_ptr<Comm> session_;
   OpArgs user_;
   int world_ = 0;
   int rank_ = 0;

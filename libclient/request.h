@@ -15,9 +15,9 @@
 
 namespace gsync::client {
 
-class Session;
+class Comm;
 
-// Guarded by the owning Session's mutex.
+// Guarded by the owning Comm's mutex.
 struct RequestState {
   uint64_t tag = 0;
   uint64_t key = 0;
@@ -53,7 +53,7 @@ class Reproducible;
 
 // The opaque C handle.
 struct gsync_request {
-  std::shared_ptr<gsync::client::Session> session;
+  std::shared_ptr<gsync::client::Comm> comm;
   std::shared_ptr<gsync::client::RequestState> state;
   // A reproducible allreduce: its inner ops; state is its own (reproducible.h).
   std::shared_ptr<gsync::client::Reproducible> repro;
