@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <cstring>
 #include <iterator>
+#include <string>
 #include <string_view>
 
 #include "gsync/gsync.h"
@@ -301,5 +302,15 @@ struct OpId {
 struct OpIdHash {
   size_t operator()(const OpId& o) const { return o.key * 0x9e3779b97f4a7c15ull ^ o.step; }
 };
+
+// An op as errors and logs name it, in every layer: "job j allreduce key 3
+// step 7" (job: its name between hosts).
+inline std::string describe_op(std::string_view job, Opcode op, const OpId& id) {
+  std::string out = "job ";
+  out.append(job).append(" ").append(name(op));
+  out.append(" key ").append(std::to_string(id.key));
+  out.append(" step ").append(std::to_string(id.step));
+  return out;
+}
 
 }  // namespace gsync::proto

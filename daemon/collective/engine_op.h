@@ -10,8 +10,6 @@
 #include <string>
 #include <vector>
 
-#include <fmt/format.h>
-
 #include "daemon/collective/engine.h"
 
 namespace gsync::collective {
@@ -103,8 +101,7 @@ struct Engine::XOp : std::enable_shared_from_this<Engine::XOp> {
 
   const Plan& p() const { return *plan; }
   std::string describe() const {
-    return fmt::format("job {} {} key {} step {}", job, proto::name(plan->shape.opcode), id.key,
-                       id.step);
+    return proto::describe_op(job, plan->shape.opcode, id);
   }
   int participant_of(int host) const {
     auto it = std::find(plan->hosts.begin(), plan->hosts.end(), host);

@@ -53,8 +53,7 @@ std::vector<pipeline::Contribution> Op::contributions() const {
 }
 
 std::string Op::describe(const std::string& job) const {
-  return fmt::format("job {} {} key {} step {}", job, proto::name(shape_.opcode), id_.key,
-                     id_.step);
+  return proto::describe_op(job, shape_.opcode, id_);
 }
 
 Status Op::timed_out(const std::string& job, const std::string& why) const {

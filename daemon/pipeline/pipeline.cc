@@ -30,7 +30,7 @@ constexpr const char* kStagingWait = "pinned host memory";
 }  // namespace
 
 std::string OpRequest::describe() const {
-  return fmt::format("job {} {} key {} step {}", job, proto::name(shape.opcode), id.key, id.step);
+  return proto::describe_op(job, shape.opcode, id);
 }
 
 // ---------------------------------------------------------------- StageLink
