@@ -47,7 +47,7 @@ const RankSlot* Job::first_dead() const {
 
 const Job::Tombstone* Job::find_tombstone(const OpId& id) const {
   for (const auto& t : tombstones)
-    if (t.id == id && t.world == world_epoch) return &t;
+    if (t.id == id && t.world == world_epoch()) return &t;
   return nullptr;
 }
 

@@ -26,6 +26,7 @@
 #include "protocol/ps.h"
 #include "daemon/shm/session.h"
 #include "daemon/tuning/tune_table.h"
+#include "daemon/worlds/world.h"
 #include "protocol/ops.h"
 
 namespace gsync {
@@ -115,30 +116,14 @@ struct Job {
   // (gsyncctl jobs: what an operator, and a test, can wait on).
   uint64_t remote_departures = 0;
 
-  // An elastic job (docs/membership.md, "Elastic jobs"): min_hosts > 0.
-  // The daemons form its world; its ranks are numbered in the world this
-  // host adopted last (world_epoch, 0: none yet), and its ops go between
-  // hosts under that world's name, so an epoch's ops never meet another's.
-  int min_hosts = 0, max_hosts = 0;
-  uint64_t world_epoch = 0;
-  std::string world_name;
-  int world_hosts = 0;
-  bool in_world = false;  // this host is in the current world
-  std::string world_reason;  // why the world last changed
-  Status world_end;  // the job ended below min_hosts: every op fails with it
-  std::vector<std::string> worlds_used;  // names to close with the job
-  // gsync_world calls waiting for a world this host is in.
-  struct WorldWaiter {
-    std::shared_ptr<Session> session;
-    uint64_t tag = 0;
-  };
-  std::vector<WorldWaiter> world_waiters;
-  // Ops of an earlier world still in the pipeline (their stages end them),
-  // by serial: the (key, step) is free for the new world's op meanwhile.
-  std::map<uint64_t, std::unique_ptr<ops::Op>> old_ops;
-  bool elastic() const { return min_hosts > 0; }
+  // An elastic job's world (docs/membership.md, "Elastic jobs"); null for
+  // a job of a fixed size. Its ranks are numbered in the world this host
+  // adopted last, and its ops go between hosts under that world's name.
+  std::unique_ptr<worlds::World> world;
+  bool elastic() const { return world != nullptr; }
+  uint64_t world_epoch() const { return world ? world->epoch() : 0; }
   // The name its ops and rank map go by between the daemons.
-  const std::string& wire_name() const { return elastic() ? world_name : id; }
+  const std::string& wire_name() const { return world ? world->name() : id; }
 
   bool multi_host() const { return world_size > local_size; }
   // The local ranks an op waits for: all but the departed.

@@ -4,7 +4,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
-#include "daemon/jobs/admission.h"
+#include "daemon/shm/client_checks.h"
 
 namespace gsync {
 
@@ -28,11 +28,12 @@ Status JobManager::check_join(const JoinRequest& r) {
   auto it = jobs_.find(r.job_id);
   if (it == jobs_.end()) return Status::ok();
   const Job& job = *it->second;
-  if (job.min_hosts != r.min_hosts || job.max_hosts != r.max_hosts)
+  const int min_hosts = job.elastic() ? job.world->min_hosts() : 0;
+  const int max_hosts = job.elastic() ? job.world->max_hosts() : 0;
+  if (min_hosts != r.min_hosts || max_hosts != r.max_hosts)
     return {GSYNC_ERR_REFUSED,
             fmt::format("job {} has min_hosts {} max_hosts {}, but local rank {} says {} and {}",
-                        r.job_id, job.min_hosts, job.max_hosts, r.local_rank, r.min_hosts,
-                        r.max_hosts)};
+                        r.job_id, min_hosts, max_hosts, r.local_rank, r.min_hosts, r.max_hosts)};
   if (job.elastic() ? job.local_size != r.local_size
                     : job.world_size != r.world_size || job.local_size != r.local_size)
     return {GSYNC_ERR_REFUSED,
@@ -90,8 +91,8 @@ void JobManager::attach(const std::shared_ptr<Session>& s) {
     const bool elastic = s->min_hosts > 0;
     job = std::make_unique<Job>(s->job_id, elastic ? s->local_size : s->world_size,
                                 s->local_size, sync);
-    job->min_hosts = s->min_hosts;
-    job->max_hosts = s->max_hosts;
+    if (elastic)
+      job->world = std::make_unique<worlds::World>(s->job_id, s->min_hosts, s->max_hosts);
     leases_.job_opened(s->job_id);
     proto::from_wire_guard(s->guard, &job->guard);  // checked at join
     proto::from_wire_plan(s->plan, &job->plan);     // checked at join
@@ -205,13 +206,15 @@ void JobManager::rank_died(Job& job, const Session& s, const std::string& reason
 
 void JobManager::maybe_erase(const std::string& job_id) {
   auto it = jobs_.find(job_id);
-  if (it == jobs_.end() || it->second->live_ranks() > 0 || !it->second->old_ops.empty()) return;
+  if (it == jobs_.end() || it->second->live_ranks() > 0) return;
+  if (it->second->elastic() && it->second->world->crossing()) return;
   for (const auto& [id, op] : it->second->ops)
     if (op->running()) return;  // erased when the pipeline hands it back
   spdlog::info("job {}: last rank left; job closed ({} ops completed, {} failed)", job_id,
                it->second->ops_completed, it->second->ops_failed);
   if (control_ && it->second->elastic()) control_->elastic_closed(job_id);
-  std::vector<std::string> worlds = std::move(it->second->worlds_used);
+  std::vector<std::string> worlds;
+  if (it->second->elastic()) worlds = it->second->world->take_names();
   jobs_.erase(it);
   pipeline_.job_closed(job_id);
   for (const auto& w : worlds) pipeline_.job_closed(w);
@@ -277,7 +280,7 @@ ops::Op& JobManager::op_for(Job& job, const Session& s, const proto::SubmitEntry
   auto& slot = job.ops[OpId{e.key, e.step}];
   if (!slot)
     slot = std::make_unique<ops::Op>(OpId{e.key, e.step}, shape, s.local_rank, job.local_size,
-                                     job.world_epoch, e.timeout_ms ? e.timeout_ms : s.timeout_ms,
+                                     job.world_epoch(), e.timeout_ms ? e.timeout_ms : s.timeout_ms,
                                      Clock::now());
   return *slot;
 }
@@ -340,10 +343,8 @@ void JobManager::op_done(const std::string& job_id, const OpId& id, uint64_t ser
   auto jit = jobs_.find(job_id);
   if (jit == jobs_.end()) return;
   Job& job = *jit->second;
-  if (auto old = job.old_ops.find(serial); old != job.old_ops.end()) {
+  if (auto op = job.elastic() ? job.world->take_crossing(serial) : nullptr) {
     // An elastic job's op of an earlier world.
-    std::unique_ptr<ops::Op> op = std::move(old->second);
-    job.old_ops.erase(old);
     finish_op(job, std::move(op), st, &times);
     maybe_erase(job_id);
     return;

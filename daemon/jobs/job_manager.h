@@ -111,7 +111,6 @@ class JobManager final : public ClientSink {
   bool world_settled(Job& job);
   void answer_world(Job& job, const std::shared_ptr<Session>& s, uint64_t tag);
   void answer_world_waiters(Job& job);
-  void wait_for_world(Job& job, const std::shared_ptr<Session>& s, uint64_t tag);
   void maybe_erase(const std::string& job_id);
   std::string missing_ranks(const Job& job, const ops::Op& op) const;
   // Batch leases (leasing.cc).

@@ -74,15 +74,8 @@ void JobManager::expire(Job& job, Clock::time_point now) {
   }
   // An elastic job's ops of an earlier world that were crossing when it
   // changed run on (elastic_jobs.cc), under the same deadline.
-  for (const auto& [serial, op] : job.old_ops) {
-    if (now < op->deadline()) continue;
-    std::string what = pipeline_.overdue(serial, late(now, op->deadline()));
-    if (!what.empty())
-      cross_expired.emplace_back(
-          serial, Status(GSYNC_ERR_TIMEOUT,
-                         fmt::format("{} (of an earlier world) timed out after {} ms {}",
-                                     op->describe(job.id), op->timeout_ms(), what)));
-  }
+  if (job.elastic())
+    for (auto& old : job.world->overdue(pipeline_, now)) cross_expired.push_back(std::move(old));
   for (auto& [id, st] : expired) {
     spdlog::warn("{}", st.message());
     finish(job, id, st);

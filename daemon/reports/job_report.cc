@@ -114,15 +114,16 @@ nlohmann::json straggler_report(const Job& job, const cluster::ControlPlane* con
 // fixed job.
 nlohmann::json elastic_report(const Job& job) {
   if (!job.elastic()) return nullptr;
-  return {{"min_hosts", job.min_hosts},
-          {"max_hosts", job.max_hosts},
-          {"epoch", job.world_epoch},
-          {"world", job.world_name},
-          {"hosts", job.world_hosts},
-          {"in_world", job.in_world},
-          {"reason", job.world_reason},
-          {"ended", job.world_end.is_ok() ? std::string() : job.world_end.message()},
-          {"waiting_ranks", job.world_waiters.size()}};
+  const worlds::World& w = *job.world;
+  return {{"min_hosts", w.min_hosts()},
+          {"max_hosts", w.max_hosts()},
+          {"epoch", w.epoch()},
+          {"world", w.name()},
+          {"hosts", w.hosts()},
+          {"in_world", w.in_world()},
+          {"reason", w.reason()},
+          {"ended", w.ended() ? w.end().message() : std::string()},
+          {"waiting_ranks", w.waiting()}};
 }
 
 }  // namespace
@@ -154,10 +155,11 @@ nlohmann::json jobs(const JobManager& manager, const pipeline::Pipeline& pipelin
     // by (an elastic job's: one per world).
     uint64_t ef_bytes = pipeline.error_feedback_bytes(name);
     uint64_t pinned = pipeline.pinned_bytes(name);
-    for (const auto& w : job->worlds_used) {
-      ef_bytes += pipeline.error_feedback_bytes(w);
-      pinned += pipeline.pinned_bytes(w);
-    }
+    if (job->elastic())
+      for (const auto& w : job->world->names()) {
+        ef_bytes += pipeline.error_feedback_bytes(w);
+        pinned += pipeline.pinned_bytes(w);
+      }
     list.push_back({{"job", name},
                     {"world_size", job->world_size},
                     {"local_size", job->local_size},

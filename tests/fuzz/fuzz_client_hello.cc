@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 //
 // A client's hello (daemon/shm/handshake.h) and the checks of who it says
-// it is (daemon/jobs/admission.h), as the client listener runs them on the
+// it is (daemon/shm/client_checks.h), as the client listener runs them on the
 // one message a client sends after connect. Input: one byte of flags (bit
 // 0: this daemon has a cluster), then the message. Properties: a hello that
 // passes has a NUL-terminated job id of printable ASCII and a consistent
@@ -10,7 +10,7 @@
 #include <cstring>
 
 #include "daemon/core/text.h"
-#include "daemon/jobs/admission.h"
+#include "daemon/shm/client_checks.h"
 #include "daemon/shm/handshake.h"
 #include "tests/fuzz/fuzz_target.h"
 

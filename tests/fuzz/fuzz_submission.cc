@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 //
 // A submission entry as a client may write it into its ring (it can write
-// anything), checked by check_submission (daemon/jobs/admission.h) as the
+// anything), checked by check_submission (daemon/shm/client_checks.h) as the
 // jobs layer does before it touches the tensor. Input: 64 bytes of
 // SubmitEntry, then the job's world size (1 byte) and the arena's size (8
 // bytes). Properties: an entry that passes names a tensor inside the arena
@@ -11,7 +11,7 @@
 #include <cmath>
 #include <cstring>
 
-#include "daemon/jobs/admission.h"
+#include "daemon/shm/client_checks.h"
 #include "protocol/compression.h"
 #include "protocol/device.h"
 #include "protocol/lease.h"

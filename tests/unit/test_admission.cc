@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 //
-// The stateless checks of what a client sends (daemon/jobs/admission.h):
+// The stateless checks of what a client sends (daemon/shm/client_checks.h):
 // its hello's identity and every field of a submission entry. The
 // integration tests send the same through real sockets and rings
 // (tests/integration/test_failures.cc); these pin the edges.
@@ -10,7 +10,7 @@
 #include <cstring>
 
 #include "daemon/core/text.h"
-#include "daemon/jobs/admission.h"
+#include "daemon/shm/client_checks.h"
 #include "daemon/shm/handshake.h"
 #include "protocol/device.h"
 

@@ -30,4 +30,7 @@ Status check_join_request(const JoinRequest& r, bool multi_host_ok);
 Status check_submission(const proto::SubmitEntry& e, int world_size, uint64_t arena_bytes,
                         const std::string& who, proto::OpShape* shape, uint64_t* bytes);
 
+// "allreduce of 100 float32 (sum)": what one rank asked for, in errors.
+std::string describe_shape(const proto::OpShape& s);
+
 }  // namespace gsync
