@@ -85,7 +85,7 @@ Status Gsyncd::start_cluster() {
   control_ = std::make_unique<cluster::ControlPlane>(cfg_, std::move(cluster), loop_,
                                                      std::move(registry));
   if (Status st = control_->start(); !st) return st;
-  engine_ = std::make_unique<collective::Engine>(*control_, loop_);
+  engine_ = std::make_unique<collective::Engine>(*control_);
   return Status::ok();
 }
 

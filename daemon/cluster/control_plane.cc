@@ -132,7 +132,10 @@ Status ControlPlane::start() {
                          std::chrono::milliseconds(1)),
                 [this] { net_->poll(); }, "transport tick");
   }
-  loop_.every(std::chrono::milliseconds(1000), [this] { sample_rates(); });
+  loop_.every(std::chrono::milliseconds(1000), [this] {
+    sample_rates();
+    early_.expire(Clock::now());
+  });
   loop_.every(
       std::chrono::milliseconds(50),
       [this] {
@@ -331,6 +334,18 @@ void ControlPlane::on_peer_down(int peer, const Status& why) {
       on_job_broken(job, Status(GSYNC_ERR_HOST_LOST, fmt::format("job {}: {}", job, what)));
   // After the ops failed naming the host: the next world is formed without it.
   elastic_peer_down(peer);
+}
+
+void ControlPlane::hold_early(EarlyMessages::Key key, int peer, std::string_view msg,
+                              Clock::time_point at, Clock::time_point expires) {
+  if (early_.hold(std::move(key), peer, msg, at, expires)) return;
+  // One line for the first and every 1000th after: a flood says so once.
+  if (early_dropped_++ % 1000 == 0)
+    spdlog::error("host {}: a control message (type {}) came before its op began, and the buffer "
+                  "of such messages is full ({} messages, {} bytes); "
+                  "dropped ({} so far)",
+                  host_id(peer), msg.empty() ? 0 : int(uint8_t(msg[0])), early_.messages(),
+                  early_.bytes(), early_dropped_);
 }
 
 }  // namespace gsync::cluster

@@ -21,6 +21,7 @@
 #include <nlohmann/json_fwd.hpp>
 
 #include "daemon/cluster/cluster_file.h"
+#include "daemon/cluster/early_messages.h"
 #include "daemon/cluster/elastic.h"
 #include "daemon/cluster/etcd/registry.h"
 #include "daemon/cluster/membership.h"
@@ -80,8 +81,21 @@ class ControlPlane {
     return services_.add(service, std::move(claim));
   }
   void remove_services() {
-    for (CrossHostService* s : services_.all()) services_.remove(s);
+    for (CrossHostService* s : services_.all()) {
+      services_.remove(s);
+      early_.drop_owner(s);
+    }
   }
+  // Messages for what this host has not begun yet, held for their service
+  // (early_messages.h; key.owner: the service) until `expires`. A message
+  // the full buffer cannot take is dropped with an error naming its host.
+  void hold_early(EarlyMessages::Key key, int peer, std::string_view msg, Clock::time_point at,
+                  Clock::time_point expires);
+  std::vector<EarlyMessages::Held> take_early(const EarlyMessages::Key& key) {
+    return early_.take(key);
+  }
+  void drop_early(const CrossHostService* owner, std::string_view job) { early_.drop_job(owner, job); }
+  const EarlyMessages& early() const { return early_; }
   // Called after every epoch change (plans built for the old one go).
   std::function<void(uint64_t epoch)> on_epoch;
 
@@ -184,6 +198,8 @@ class ControlPlane {
   std::unique_ptr<transport::Context> net_;
   ServiceRegistry services_{
       std::vector<uint8_t>(std::begin(kControlPlaneTypes), std::end(kControlPlaneTypes))};
+  EarlyMessages early_;
+  uint64_t early_dropped_ = 0;
   uint64_t epoch_ = 1;
   Membership members_;
   ElasticBook elastic_;

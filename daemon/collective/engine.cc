@@ -16,9 +16,7 @@ namespace gsync::collective {
 
 using xop::kEarlyLife;
 
-Engine::Engine(cluster::ControlPlane& cp, EventLoop& loop) : cp_(cp), net_(cp.net()) {
-  loop.every(std::chrono::milliseconds(1000), [this] { expire_early(); });
-}
+Engine::Engine(cluster::ControlPlane& cp) : cp_(cp), net_(cp.net()) {}
 
 Engine::~Engine() = default;
 
@@ -182,19 +180,22 @@ void Engine::begin(const EngineOp& op, EngineCallbacks cb) {
 
 // What came before this host began the op.
 void Engine::replay_early(XOp& x) {
-  auto early = early_.find(OpKeyView{x.job, x.id});
-  if (early == early_.end()) return;
-  Early e = std::move(early->second);
-  early_.erase(early);
+  std::vector<cluster::EarlyMessages::Held> early = cp_.take_early(early_key(x.job, x.id));
+  if (early.empty()) return;
   auto keep = x.hold();
-  if (e.abort) {
-    fail(x, *e.abort, false);
-    return;
-  }
-  for (auto& [host, msg] : e.ready) {
+  // An abort wins over any rendezvous, whichever came first.
+  std::stable_partition(early.begin(), early.end(), [](const auto& h) {
+    return static_cast<uint8_t>(h.bytes[0]) == kOpAbort;
+  });
+  for (auto& h : early) {
     if (x.finished) return;
-    on_message(host, msg.bytes, msg.at);
+    on_message(h.peer, h.bytes, h.at);
   }
+}
+
+cluster::EarlyMessages::Key Engine::early_key(std::string_view job,
+                                               const proto::OpId& id) const {
+  return {this, std::string(job), id.key, id.step};
 }
 
 // The op's shape and name, as OpReady and OpData carry them.
@@ -312,12 +313,6 @@ void Engine::send_abort(const std::string& job, const proto::OpId& id, const Sta
   cp_.send(host, cluster::as_bytes(m));
 }
 
-void Engine::expire_early() {
-  auto now = Clock::now();
-  for (auto it = early_.begin(); it != early_.end();)
-    it = it->second.expires < now ? early_.erase(it) : std::next(it);
-}
-
 // ---------------------------------------------------------------- control
 
 void Engine::on_message(int peer, std::string_view msg) {
@@ -329,7 +324,7 @@ void Engine::on_message(int peer, std::string_view msg, Clock::time_point at) {
   uint8_t type = static_cast<uint8_t>(msg[0]);
   if (type == kOpAbort) {
     OpAbort m;
-    if (cluster::decode(msg, &m)) return on_abort(peer, m);
+    if (cluster::decode(msg, &m)) return on_abort(peer, m, msg, at);
   } else {
     OpReady m;
     if (cluster::decode(msg, &m)) return on_ready(peer, m, msg, at);
@@ -344,9 +339,7 @@ void Engine::on_ready(int peer, const OpReady& m, std::string_view msg,
   proto::OpId id{m.key, m.step};
   XOp* x = find(job, id);
   if (!x) {
-    auto& e = early_[OpKey{std::string(job), id}];
-    e.ready[peer] = {std::string(msg), at};
-    e.expires = Clock::now() + kEarlyLife;
+    cp_.hold_early(early_key(job, id), peer, msg, at, Clock::now() + kEarlyLife);
     return;
   }
   if (m.type == kOpData) {
@@ -369,17 +362,13 @@ void Engine::on_ready(int peer, const OpReady& m, std::string_view msg,
   maybe_run(*x);
 }
 
-void Engine::on_abort(int peer, const OpAbort& m) {
+void Engine::on_abort(int peer, const OpAbort& m, std::string_view msg, Clock::time_point at) {
   std::string job = cluster::field(m.job, sizeof m.job);
   proto::OpId id{m.key, m.step};
-  Status st = abort_status(m, host_id(peer));
-  if (XOp* x = find(job, id)) {
-    fail(*x, st, false);
-  } else {
-    auto& e = early_[{job, id}];
-    e.abort = std::make_unique<Status>(st);
-    e.expires = Clock::now() + kEarlyLife;
-  }
+  if (XOp* x = find(job, id))
+    fail(*x, abort_status(m, host_id(peer)), false);
+  else
+    cp_.hold_early(early_key(job, id), peer, msg, at, Clock::now() + kEarlyLife);
 }
 
 // After a rank of `peer` left: can this op still get that host's part?

@@ -72,7 +72,7 @@ struct EngineOp {
 
 class Engine final : public cluster::CrossHostService {
  public:
-  Engine(cluster::ControlPlane& cp, EventLoop& loop);
+  explicit Engine(cluster::ControlPlane& cp);
   ~Engine() override;
   // What it owns in the control plane (added from gsyncd.cc): its
   // messages, and the writes whose immediate has bit 63 clear (the
@@ -128,12 +128,14 @@ class Engine final : public cluster::CrossHostService {
   // began here keeps when it came).
   void on_message(int peer, std::string_view msg, Clock::time_point at);
   void on_ready(int peer, const OpReady& m, std::string_view msg, Clock::time_point at);
-  void on_abort(int peer, const OpAbort& m);
+  void on_abort(int peer, const OpAbort& m, std::string_view msg, Clock::time_point at);
   OpReady op_message(const XOp& x, uint8_t type, double weight) const;
   void send_ready(XOp& x);
   bool joined(const XOp& x, int peer, const std::vector<proto::OpId>& open) const;
+  // Messages for an op not begun here yet are held by the control plane
+  // (cluster/early_messages.h) under this key, and replayed when it begins.
+  cluster::EarlyMessages::Key early_key(std::string_view job, const proto::OpId& id) const;
   void replay_early(XOp& x);
-  void expire_early();
   void complete(XOp& x, const Status& st);
   void fail(XOp& x, const Status& st, bool tell_peers);
   void send_abort(const std::string& job, const proto::OpId& id, const Status& st, int host);
@@ -185,17 +187,6 @@ class Engine final : public cluster::CrossHostService {
   };
   std::map<OpKey, std::shared_ptr<XOp>, OpKeyLess> ops_;
   std::unordered_map<uint32_t, XOp*> by_token_;
-  // Rendezvous and aborts that came before this host began the op.
-  struct Early {
-    struct Message {
-      std::string bytes;  // whole (eager ones carry data)
-      Clock::time_point at;
-    };
-    std::map<int, Message> ready;
-    std::unique_ptr<Status> abort;
-    Clock::time_point expires;
-  };
-  std::map<OpKey, Early, OpKeyLess> early_;
   std::vector<Payload> sent_;  // by cluster index
 };
 

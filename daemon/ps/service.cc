@@ -121,12 +121,8 @@ void Service::declare(const Declaration& d, Done done) {
   for (int h : key.hosts)
     if (h != self()) cp_->send(h, cluster::as_bytes(m));
   // What came before this host declared it.
-  auto early = early_.find({d.job, d.key});
-  if (early != early_.end()) {
-    auto msgs = std::move(early->second);
-    early_.erase(early);
-    for (auto& [peer, msg] : msgs) on_regions(peer, msg);
-  }
+  if (cp_)
+    for (auto& h : cp_->take_early({this, d.job, d.key, 0})) on_message(h.peer, h.bytes);
   if (Key* again = find(d.job, d.key)) maybe_declared(*again);
 }
 
@@ -158,7 +154,10 @@ void Service::on_regions(int peer, const PsRegions& m) {
   std::string job = cluster::field(m.job, sizeof m.job);
   Key* k = find(job, m.key);
   if (!k) {
-    early_[{job, m.key}][peer] = m;
+    // Kept until this host declares the key or the job closes, however
+    // late its ranks come.
+    cp_->hold_early({this, job, m.key, 0}, peer, cluster::as_bytes(m), Clock::now(),
+                    Clock::time_point::max());
     return;
   }
   int p = k->participant_of(peer);
@@ -262,8 +261,7 @@ void Service::job_closed(const std::string& job) {
   for (auto it = keys_.lower_bound({job, 0}); it != keys_.end() && it->first.first == job; ++it)
     doomed.push_back(it->second.get());
   for (Key* k : doomed) drop(*k, Status(GSYNC_ERR_CLOSED, fmt::format("job {} closed", job)));
-  for (auto it = early_.lower_bound({job, 0}); it != early_.end() && it->first.first == job;)
-    it = early_.erase(it);
+  if (cp_) cp_->drop_early(this, job);
   guards_.job_closed(job);
   sets_.erase(job);
   // The job's files checked for its sets: checked again if it comes back.

@@ -246,8 +246,6 @@ class Service final : public cluster::CrossHostService {
     uint64_t count = 0;  // the tensor's elements, as its header says
   };
   std::map<std::string, FileCheck> file_checks_;
-  // PsRegions that came before this host declared the key.
-  std::map<std::pair<std::string, uint64_t>, std::map<int, PsRegions>> early_;
 };
 
 }  // namespace gsync::ps

@@ -62,7 +62,7 @@ struct Host {
     cp = std::make_unique<cluster::ControlPlane>(cfg, c, loop);
     Status st = cp->start();
     EXPECT_TRUE(st) << st.message();
-    engine = std::make_unique<collective::Engine>(*cp, loop);
+    engine = std::make_unique<collective::Engine>(*cp);
     st = cp->add_service(engine.get(), collective::Engine::claim());
     EXPECT_TRUE(st) << st.message();
     plans = std::make_unique<PlanCache>(*engine);
