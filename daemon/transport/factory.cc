@@ -1,13 +1,13 @@
 // SPDX-License-Identifier: Apache-2.0
 //
-// make_context. Every context it makes speaks one protocol, the composite's
-// (docs/transport.md, "The composite context"): a TCP bootstrap link to
+// make_context. Every context it makes speaks one protocol, the peering context's
+// (docs/transport.md, "The peering context"): a TCP bootstrap link to
 // each peer, the capability message first, then a link kind chosen per
 // peer. Built with libibverbs (config.h's GSYNC_HAVE_VERBS) and
 // prefer_verbs, it is the verbs context: with a usable RDMA device it picks
 // verbs or TCP per peer (same rack and a device on both ends); without one
 // it offers no verbs to any peer. Where verbs is not asked for (transport
-// "tcp"), or the build has no libibverbs, it is the composite with no fast
+// "tcp"), or the build has no libibverbs, it is the peering context with no fast
 // link kind: every link over TCP, and still the same protocol, so daemons
 // of every transport setting talk to each other. Which, and why, is said
 // once in the log; the daemon always calls this one function.
@@ -26,7 +26,7 @@
 #if GSYNC_HAVE_VERBS
 #include "daemon/transport/verbs/context.h"
 #endif
-#include "daemon/transport/composite/context.h"
+#include "daemon/transport/peering/context.h"
 
 #if GSYNC_HAVE_DPDK
 #include "daemon/transport/dpdk/plugin_abi.h"
@@ -117,12 +117,12 @@ std::unique_ptr<Context> dpdk_context(const ContextOptions& options, Status* err
 #endif
 
 namespace {
-// The composite with no fast link kind: every link over its TCP context,
+// The peering context with no fast link kind: every link over its TCP context,
 // offering none to any peer (why: in the log and in each CAPS).
 std::unique_ptr<Context> tcp_only(const ContextOptions& options, const std::string& why,
                                   Status* err) {
-  std::unique_ptr<composite::CompositeContext> c;
-  Status st = composite::CompositeContext::create(options, nullptr, why, &c);
+  std::unique_ptr<peering::PeeringContext> c;
+  Status st = peering::PeeringContext::create(options, nullptr, why, &c);
   if (err != nullptr) *err = st;
   if (!st) return nullptr;
   spdlog::info("transport: tcp ({}) on every link", why);
@@ -145,7 +145,7 @@ std::unique_ptr<Context> make_context(const ContextOptions& options, bool prefer
                       fmt::format("transport dpdk is required but unusable: {}", why));
       return nullptr;
     }
-    // The composite's protocol with no fast link, so daemons with DPDK
+    // The peering context's protocol with no fast link, so daemons with DPDK
     // still talk to this one.
     spdlog::warn("transport: dpdk is unusable here: {}", why);
     return tcp_only(options, why, err);

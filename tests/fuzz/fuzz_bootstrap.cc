@@ -1,16 +1,16 @@
 // SPDX-License-Identifier: Apache-2.0
 //
-// The messages on the bootstrap link of the composite context and the
-// verbs provider (daemon/transport/composite/frame.h, verbs/frame.h), and
+// The messages on the bootstrap link of the peering context and the
+// verbs provider (daemon/transport/peering/frame.h, verbs/frame.h), and
 // the reassembly of a user message sent in parts. Input: a sequence of
 // messages, each a 2-byte length and that many bytes (or, with the top bit
 // of the length set, a tag and one byte repeated), decoded by its tag as
-// CompositeContext::on_internal and the verbs pair do. Properties: what
+// PeeringContext::on_internal and the verbs pair do. Properties: what
 // decodes re-encodes to its bytes; a message in parts is never buffered
 // past kMaxControl and comes out whole or not at all.
 #include <cstring>
 
-#include "daemon/transport/composite/frame.h"
+#include "daemon/transport/peering/frame.h"
 #include "daemon/transport/transport.h"
 #include "daemon/transport/verbs/frame.h"
 #include "tests/fuzz/fuzz_target.h"
@@ -19,19 +19,19 @@ namespace {
 
 using namespace gsync::transport;
 
-void check_composite(std::string_view msg, composite::UserReassembly& parts) {
-  auto tag = static_cast<composite::Ctl>(msg[0]);
-  if (tag == composite::Ctl::kCaps) {
-    composite::Caps caps;
-    if (composite::decode(msg, &caps)) FUZZ_CHECK(composite::encode(caps) == msg);
-  } else if (tag == composite::Ctl::kRetire || tag == composite::Ctl::kRetireAck) {
+void check_peering(std::string_view msg, peering::UserReassembly& parts) {
+  auto tag = static_cast<peering::Ctl>(msg[0]);
+  if (tag == peering::Ctl::kCaps) {
+    peering::Caps caps;
+    if (peering::decode(msg, &caps)) FUZZ_CHECK(peering::encode(caps) == msg);
+  } else if (tag == peering::Ctl::kRetire || tag == peering::Ctl::kRetireAck) {
     uint32_t id = 0;
-    if (composite::decode_id(msg, &id)) FUZZ_CHECK(composite::encode_id(tag, id) == msg);
-  } else if (tag == composite::Ctl::kUser || tag == composite::Ctl::kUserPart) {
+    if (peering::decode_id(msg, &id)) FUZZ_CHECK(peering::encode_id(tag, id) == msg);
+  } else if (tag == peering::Ctl::kUser || tag == peering::Ctl::kUserPart) {
     std::string_view whole;
-    auto r = parts.add(msg.substr(1), tag == composite::Ctl::kUser, &whole);
+    auto r = parts.add(msg.substr(1), tag == peering::Ctl::kUser, &whole);
     FUZZ_CHECK(parts.buffered() <= kMaxControl);
-    if (r == composite::UserReassembly::Result::kWhole) FUZZ_CHECK(whole.size() <= kMaxControl);
+    if (r == peering::UserReassembly::Result::kWhole) FUZZ_CHECK(whole.size() <= kMaxControl);
   }
 }
 
@@ -59,7 +59,7 @@ void check_verbs(std::string_view msg) {
 
 GSYNC_FUZZ_TARGET(bootstrap) {
   gsync::fuzz::Input in(data, size);
-  composite::UserReassembly parts;
+  peering::UserReassembly parts;
   while (in.left() > 0) {
     uint16_t len = in.take<uint16_t>();
     std::string msg;
@@ -74,8 +74,8 @@ GSYNC_FUZZ_TARGET(bootstrap) {
       for (size_t i = 0; i < msg.size(); i++) in.byte();
     }
     if (msg.empty()) continue;
-    if (composite::is_composite_tag(static_cast<uint8_t>(msg[0]))) {
-      check_composite(msg, parts);
+    if (peering::is_peering_tag(static_cast<uint8_t>(msg[0]))) {
+      check_peering(msg, parts);
     } else {
       check_verbs(msg);
     }

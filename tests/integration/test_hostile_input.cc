@@ -244,7 +244,7 @@ std::unique_ptr<testbed::Testbed> two_hosts() {
   testbed::Options o;
   o.rack_sizes = {2};
   o.log_level = "info";
-  // tcp links: the fake peers below are the composite with no fast link
+  // tcp links: the fake peers below are the peering context with no fast link
   // (make_context without verbs), whatever devices this machine has.
   o.daemon_args = {"--op-timeout-ms", "20000", "--algo", "direct", "--transport", "tcp"};
   std::unique_ptr<testbed::Testbed> bed;

@@ -818,7 +818,7 @@ TEST(MultiHost, BadOpDataFromAPeerFailsTheOpNamingItNotTheDaemon) {
       {"bad-kind", "unknown kind", [](collective::OpReady* m, std::string*) { m->xfer = 7; }},
       {"bad-shape", "hosts disagree", [](collective::OpReady* m, std::string*) { m->dtype = 9; }},
   };
-  // tcp links: the fake is the composite with no fast link (make_context
+  // tcp links: the fake is the peering context with no fast link (make_context
   // without verbs), whatever devices this machine has.
   auto bed = make_bed({{2}, {}, "direct"}, {"--transport", "tcp"});
   ASSERT_TRUE(bed);

@@ -107,7 +107,7 @@ class Cluster : public testing::Nodes {
   int no_device = -1;     // this node finds no RDMA device
   int tcp_setting = -1;   // this node is a daemon with transport = "tcp"
   // This node runs the TCP provider bare, as a gsyncd from before every
-  // transport setting spoke the composite's protocol did.
+  // transport setting spoke the peering context's protocol did.
   int bare_tcp = -1;
 
  private:

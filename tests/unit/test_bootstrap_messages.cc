@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 //
-// The composite context's and the verbs provider's messages on the
-// bootstrap link (daemon/transport/composite/frame.h, verbs/frame.h): each
+// The peering context's and the verbs provider's messages on the
+// bootstrap link (daemon/transport/peering/frame.h, verbs/frame.h): each
 // decoder refuses what is short or long, and a user message in parts is
 // never buffered past kMaxControl (a peer that sent parts forever used to
 // grow the daemon's memory without bound).
@@ -9,14 +9,14 @@
 
 #include <string>
 
-#include "daemon/transport/composite/frame.h"
+#include "daemon/transport/peering/frame.h"
 #include "daemon/transport/transport.h"
 #include "daemon/transport/verbs/frame.h"
 
 namespace gsync::transport {
 namespace {
 
-using composite::UserReassembly;
+using peering::UserReassembly;
 using Result = UserReassembly::Result;
 
 TEST(UserReassembly, PartsMakeOneMessage) {
@@ -57,17 +57,17 @@ TEST(UserReassembly, PartsBeyondTheLimitAreDroppedWholeAndBufferNothing) {
 }
 
 TEST(BootstrapDecoders, RefuseWhatIsShortOrLong) {
-  composite::Caps caps;
-  EXPECT_TRUE(composite::decode(composite::encode(composite::Caps{composite::LinkKind::kVerbs,
+  peering::Caps caps;
+  EXPECT_TRUE(peering::decode(peering::encode(peering::Caps{peering::LinkKind::kVerbs,
                                                                   "rxe0 port 1"}),
                                 &caps));
   EXPECT_EQ(caps.detail, "rxe0 port 1");
-  EXPECT_FALSE(composite::decode(std::string_view("C"), &caps));
-  EXPECT_FALSE(composite::decode(std::string_view("C\x09"), &caps));  // no such link kind
+  EXPECT_FALSE(peering::decode(std::string_view("C"), &caps));
+  EXPECT_FALSE(peering::decode(std::string_view("C\x09"), &caps));  // no such link kind
   uint32_t id = 0;
-  EXPECT_TRUE(composite::decode_id(composite::encode_id(composite::Ctl::kRetire, 7), &id));
+  EXPECT_TRUE(peering::decode_id(peering::encode_id(peering::Ctl::kRetire, 7), &id));
   EXPECT_EQ(id, 7u);
-  EXPECT_FALSE(composite::decode_id(composite::encode_id(composite::Ctl::kRetire, 7) + "x", &id));
+  EXPECT_FALSE(peering::decode_id(peering::encode_id(peering::Ctl::kRetire, 7) + "x", &id));
   verbs::QpInfo qp;
   qp.qpn = 17;
   std::string wire = verbs::encode(qp);

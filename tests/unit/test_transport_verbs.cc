@@ -14,8 +14,8 @@
 #include <sstream>
 #include <vector>
 
-#include "daemon/transport/composite/context.h"
-#include "daemon/transport/composite/frame.h"
+#include "daemon/transport/peering/context.h"
+#include "daemon/transport/peering/frame.h"
 #include "daemon/transport/transport.h"
 #include "daemon/transport/verbs/buffer.h"
 #include "daemon/transport/verbs/device.h"
@@ -72,14 +72,14 @@ TEST(VerbsSelect, FallsBackToTcpWhenNoDeviceIsUsableAndSaysWhy) {
   }
 }
 
-// transport = "tcp": still the composite's protocol, with no fast link.
+// transport = "tcp": still the peering context's protocol, with no fast link.
 TEST(VerbsSelect, TcpWhenVerbsIsNotAskedFor) {
   LogCapture log;
   Status err;
   auto ctx = make_context(two_hosts(), false, &err);
   ASSERT_TRUE(ctx) << err.message();
   EXPECT_EQ(ctx->stats(1).transport, "tcp");
-  EXPECT_NE(dynamic_cast<composite::CompositeContext*>(ctx.get()), nullptr);
+  EXPECT_NE(dynamic_cast<peering::PeeringContext*>(ctx.get()), nullptr);
   EXPECT_NE(log.text().find("transport: tcp (verbs not asked for) on every link"),
             std::string::npos)
       << log.text();
@@ -127,7 +127,7 @@ TEST(VerbsSelect, TcpAndAutoSpeakOneProtocol) {
   EXPECT_EQ(std::memcmp(dst1.p, src.p, 4096), 0);
 }
 
-// The composite (the verbs context's TCP bootstrap) and the plain TCP
+// The peering context (the verbs context's TCP bootstrap) and the plain TCP
 // context alike: no key, no context.
 TEST(VerbsSelect, AContextWithoutAKeyDoesNotStart) {
   ContextOptions o = two_hosts();
@@ -303,7 +303,7 @@ TEST(VerbsFrames, RoundTrip) {
   EXPECT_EQ(g2.rkey, g.rkey);
   EXPECT_EQ(g2.error, "no memory");
   uint32_t id = 0;
-  ASSERT_TRUE(composite::decode_id(composite::encode_id(composite::Ctl::kRetire, 42), &id));
+  ASSERT_TRUE(peering::decode_id(peering::encode_id(peering::Ctl::kRetire, 42), &id));
   EXPECT_EQ(id, 42u);
   EXPECT_FALSE(verbs::decode(std::string_view("Q\1\2"), &q2));  // short
 }

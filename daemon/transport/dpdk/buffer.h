@@ -3,7 +3,7 @@
 // This daemon's regions as the DPDK provider sees them: peers' frames are
 // copied by our CPU from the receive buffer into the region, so a region
 // needs no registration and no announcement - only a table the receive
-// path checks every frame against. Ids come from the composite context
+// path checks every frame against. Ids come from the peering context
 // (never reused, increasing): an id below the highest seen and not in the
 // table was retired, and a late write into it is dropped as on TCP; an id
 // never seen is a protocol error.

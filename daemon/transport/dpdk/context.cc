@@ -66,7 +66,7 @@ std::string DpdkLinks::summary() const {
                      rx_ ? ", received on " + rx_->describe() : std::string());
 }
 
-void DpdkLinks::start(composite::LinkHost& host) {
+void DpdkLinks::start(peering::LinkHost& host) {
   host_ = &host;
   PairEnv env;
   env.host = host_;

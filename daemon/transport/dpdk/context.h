@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 //
-// The DPDK provider: Ethernet links for a composite context
-// (transport/composite/), which gives it the TCP bootstrap, the link choice
+// The DPDK provider: Ethernet links for a peering context
+// (transport/peering/), which gives it the TCP bootstrap, the link choice
 // and region retirement. DpdkLinks owns the port (device.h), the table of
 // this daemon's regions, the drop counters and one Pair per peer. It runs
 // inside the event loop: poll() takes received frames, hands each to its
@@ -11,7 +11,7 @@
 // event loop's timer (tick()), since a virtual port has no receive
 // interrupt - unless [dpdk] rx_lcore puts the receive poll on a dedicated
 // lcore (rx_lcore.h), whose eventfd is then event_fd(). DpdkContext is the
-// composite with DpdkLinks in it.
+// peering context with DpdkLinks in it.
 // docs/transport.md, "The DPDK provider".
 #pragma once
 
@@ -23,8 +23,8 @@
 #include <string>
 #include <vector>
 
-#include "daemon/transport/composite/context.h"
-#include "daemon/transport/composite/link.h"
+#include "daemon/transport/peering/context.h"
+#include "daemon/transport/peering/link.h"
 #include "daemon/transport/dpdk/buffer.h"
 #include "daemon/transport/dpdk/device.h"
 #include "daemon/transport/dpdk/frame.h"
@@ -34,13 +34,13 @@
 
 namespace gsync::transport::dpdk {
 
-class DpdkLinks final : public composite::LinkProvider {
+class DpdkLinks final : public peering::LinkProvider {
  public:
   // Starts the EAL and the port; fails where they cannot start.
   static Status create(const ContextOptions& options, std::unique_ptr<DpdkLinks>* out);
   ~DpdkLinks() override;
 
-  composite::LinkKind kind() const override { return composite::LinkKind::kDpdk; }
+  peering::LinkKind kind() const override { return peering::LinkKind::kDpdk; }
   std::string detail() const override { return device_->describe(); }
   // No fd: a virtual port has no receive interrupt. tick() instead; and
   // the receive lcore's wake-up where there is one.
@@ -48,7 +48,7 @@ class DpdkLinks final : public composite::LinkProvider {
   std::chrono::microseconds tick() const override {
     return std::chrono::microseconds(options_.dpdk.idle_poll_us);
   }
-  void start(composite::LinkHost& host) override;
+  void start(peering::LinkHost& host) override;
   bool add_peer(int peer) override;
   void link_up(int peer) override;
   void link_down(int peer, const Status& why) override;
@@ -80,7 +80,7 @@ class DpdkLinks final : public composite::LinkProvider {
                             uint16_t max, void* self);
 
   ContextOptions options_;
-  composite::LinkHost* host_ = nullptr;
+  peering::LinkHost* host_ = nullptr;
   std::unique_ptr<Device> device_;
   std::unique_ptr<TxBurst> tx_;
   std::unique_ptr<RxLcore> rx_;  // [dpdk] rx_lcore; null: received here
@@ -101,7 +101,7 @@ class DpdkLinks final : public composite::LinkProvider {
   std::atomic<uint64_t> injected_{0};
 };
 
-class DpdkContext final : public composite::CompositeContext {
+class DpdkContext final : public peering::PeeringContext {
  public:
   // Fails where the port cannot start, unless allow_no_device: then a
   // context that runs every link over TCP (has_device() false, naming why).
@@ -114,8 +114,8 @@ class DpdkContext final : public composite::CompositeContext {
   std::string summary() const override;
 
  private:
-  explicit DpdkContext(const ContextOptions& options) : CompositeContext(options) {}
-  DpdkLinks* links_ = nullptr;  // owned by the composite
+  explicit DpdkContext(const ContextOptions& options) : PeeringContext(options) {}
+  DpdkLinks* links_ = nullptr;  // owned by the peering context
 };
 
 }  // namespace gsync::transport::dpdk

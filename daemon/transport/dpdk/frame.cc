@@ -6,7 +6,7 @@
 
 #include <xxhash.h>
 
-#include "daemon/transport/composite/frame.h"
+#include "daemon/transport/peering/frame.h"
 
 namespace gsync::transport::dpdk {
 
@@ -96,7 +96,7 @@ uint32_t cluster_tag(std::string_view cluster_name) {
 // ---------------------------------------------------------------- bootstrap
 
 std::string encode(const Hello& m) {
-  return composite::Writer(static_cast<uint8_t>(Tag::kHello))
+  return peering::Writer(static_cast<uint8_t>(Tag::kHello))
       .bytes(m.mac, 6)
       .put(m.link)
       .put(m.payload)
@@ -105,19 +105,19 @@ std::string encode(const Hello& m) {
 }
 
 std::string encode(const Ready& m) {
-  return composite::Writer(static_cast<uint8_t>(Tag::kReady)).put(m.from_link).put(m.to_link).take();
+  return peering::Writer(static_cast<uint8_t>(Tag::kReady)).put(m.from_link).put(m.to_link).take();
 }
 
 bool decode(std::string_view in, Hello* m) {
   if (in.empty() || static_cast<Tag>(in[0]) != Tag::kHello) return false;
-  composite::Reader r(in);
+  peering::Reader r(in);
   return r.bytes(m->mac, 6) && r.get(&m->link) && r.get(&m->payload) && r.get(&m->window) &&
          r.done() && m->link != 0 && m->payload > 0 && m->window > 0;
 }
 
 bool decode(std::string_view in, Ready* m) {
   if (in.empty() || static_cast<Tag>(in[0]) != Tag::kReady) return false;
-  composite::Reader r(in);
+  peering::Reader r(in);
   return r.get(&m->from_link) && r.get(&m->to_link) && r.done();
 }
 

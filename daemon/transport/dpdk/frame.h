@@ -5,7 +5,7 @@
 // header, and for DATA its payload; the header alone says where the payload
 // lands (region, offset), so the receiver checks it and copies it straight
 // from the receive buffer into the region. On the bootstrap TCP link (in
-// order with the composite context's messages): HELLO, which says this
+// order with the peering context's messages): HELLO, which says this
 // side's MAC and link id, and READY. docs/transport.md, "The DPDK provider".
 #pragma once
 

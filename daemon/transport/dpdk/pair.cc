@@ -7,7 +7,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
-#include "daemon/transport/composite/link.h"
+#include "daemon/transport/peering/link.h"
 
 namespace gsync::transport::dpdk {
 

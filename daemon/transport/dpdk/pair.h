@@ -22,7 +22,7 @@
 #include "daemon/transport/dpdk/window.h"
 #include "daemon/transport/transport.h"
 
-namespace gsync::transport::composite {
+namespace gsync::transport::peering {
 class LinkHost;
 }
 
@@ -30,7 +30,7 @@ namespace gsync::transport::dpdk {
 
 // What a pair needs of the provider it belongs to.
 struct PairEnv {
-  composite::LinkHost* host = nullptr;
+  peering::LinkHost* host = nullptr;
   const RegionTable* regions = nullptr;
   uint8_t mac[6] = {};
   uint32_t cluster = 0;     // cluster_tag

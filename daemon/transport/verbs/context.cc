@@ -38,7 +38,7 @@ std::string VerbsLinks::summary() const {
                      c.port, c.gid_index, c.gid_type);
 }
 
-void VerbsLinks::start(composite::LinkHost& host) {
+void VerbsLinks::start(peering::LinkHost& host) {
   host_ = &host;
   pairs_.resize(options_.hosts.size());
   for (int i = 0; i < static_cast<int>(options_.hosts.size()); i++)

@@ -1,12 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
 //
-// The verbs provider: RDMA links for a composite context
-// (transport/composite/), which gives it the TCP bootstrap, the link choice
+// The verbs provider: RDMA links for a peering context
+// (transport/peering/), which gives it the TCP bootstrap, the link choice
 // and region retirement. VerbsLinks owns what verbs needs once per daemon -
 // the device (PD, completion channel), the registration cache, the table of
 // this daemon's regions with their memory registrations - and one Pair per
 // peer (an RC queue pair, set up by QP_INFO / READY over the bootstrap
-// link). VerbsContext is the composite with VerbsLinks in it: what
+// link). VerbsContext is the peering context with VerbsLinks in it: what
 // make_context builds where libibverbs is, device or not.
 // docs/transport.md, "The verbs provider".
 #pragma once
@@ -17,8 +17,8 @@
 #include <unordered_map>
 #include <vector>
 
-#include "daemon/transport/composite/context.h"
-#include "daemon/transport/composite/link.h"
+#include "daemon/transport/peering/context.h"
+#include "daemon/transport/peering/link.h"
 #include "daemon/transport/transport.h"
 #include "daemon/transport/verbs/buffer.h"
 #include "daemon/transport/verbs/device.h"
@@ -27,16 +27,16 @@
 
 namespace gsync::transport::verbs {
 
-class VerbsLinks final : public composite::LinkProvider {
+class VerbsLinks final : public peering::LinkProvider {
  public:
   // Opens the device; fails where none is usable.
   static Status create(const ContextOptions& options, std::unique_ptr<VerbsLinks>* out);
   ~VerbsLinks() override;
 
-  composite::LinkKind kind() const override { return composite::LinkKind::kVerbs; }
+  peering::LinkKind kind() const override { return peering::LinkKind::kVerbs; }
   std::string detail() const override;
   int event_fd() const override { return device_->channel()->fd; }
-  void start(composite::LinkHost& host) override;
+  void start(peering::LinkHost& host) override;
   bool add_peer(int peer) override;
   void link_up(int peer) override;
   void link_down(int peer, const Status& why) override;
@@ -57,7 +57,7 @@ class VerbsLinks final : public composite::LinkProvider {
   const Device& device() const { return *device_; }
   MrCache& mrs() { return *mrs_; }
   const RegionTable& regions() const { return regions_; }
-  composite::LinkHost& host() { return *host_; }
+  peering::LinkHost& host() { return *host_; }
 
   Pair* pair(int peer) { return pairs_[size_t(peer)].get(); }
   const MrCache& mr_cache() const { return *mrs_; }
@@ -67,7 +67,7 @@ class VerbsLinks final : public composite::LinkProvider {
   void announce(int peer, const LocalRegion& r);
 
   ContextOptions options_;
-  composite::LinkHost* host_ = nullptr;
+  peering::LinkHost* host_ = nullptr;
   std::unique_ptr<Device> device_;
   std::unique_ptr<MrCache> mrs_;
   RegionTable regions_;  // this daemon's regions, with their registrations
@@ -77,7 +77,7 @@ class VerbsLinks final : public composite::LinkProvider {
   uint64_t failed_registrations_ = 0;
 };
 
-class VerbsContext final : public composite::CompositeContext {
+class VerbsContext final : public peering::PeeringContext {
  public:
   // Fails where no device is usable, unless allow_no_device: then a context
   // that runs every link over TCP (has_device() false, no_device_reason()).
@@ -95,8 +95,8 @@ class VerbsContext final : public composite::CompositeContext {
   void refuse_verbs_for_test(std::string why) { refuse_links_for_test(std::move(why)); }
 
  private:
-  explicit VerbsContext(const ContextOptions& options) : CompositeContext(options) {}
-  VerbsLinks* links_ = nullptr;  // owned by the composite; null without a device
+  explicit VerbsContext(const ContextOptions& options) : PeeringContext(options) {}
+  VerbsLinks* links_ = nullptr;  // owned by the peering context; null without a device
 };
 
 }  // namespace gsync::transport::verbs

@@ -1,15 +1,15 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "daemon/transport/verbs/frame.h"
 
-#include "daemon/transport/composite/frame.h"
+#include "daemon/transport/peering/frame.h"
 
 namespace gsync::transport::verbs {
 
 namespace {
-using composite::Reader;
+using peering::Reader;
 
 // A Writer for one of the provider's tags.
-composite::Writer writer(Tag t) { return composite::Writer(static_cast<uint8_t>(t)); }
+peering::Writer writer(Tag t) { return peering::Writer(static_cast<uint8_t>(t)); }
 }  // namespace
 
 std::string encode(const QpInfo& m) {

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 //
 // The verbs provider's two message formats. On the bootstrap TCP link
-// (in order, beside the composite context's own messages): the QP
+// (in order, beside the peering context's own messages): the QP
 // parameters and region announcements. On the RC queue pair (SEND): the
 // descriptor that follows each RDMA WRITE, and credit returns.
 // docs/transport.md, "The verbs provider".
@@ -14,7 +14,7 @@
 namespace gsync::transport::verbs {
 
 // First byte of the provider's messages on the bootstrap link (the
-// composite context's own tags are in composite/frame.h).
+// peering context's own tags are in peering/frame.h).
 enum class Tag : uint8_t {
   kQpInfo = 'Q',  // this side's queue pair: connect to it
   kReady = 'R',   // this side's QP is RTS and connected to yours

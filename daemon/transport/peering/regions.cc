@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 //
-// The composite context's regions, writes and loop: one region id space for
+// The peering context's regions, writes and loop: one region id space for
 // both kinds of link, retirement with every peer on a fast link, each write
 // on the link its peer has, and poll(), the one place handlers run.
 #include <unistd.h>
@@ -11,18 +11,18 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
-#include "daemon/transport/composite/context.h"
+#include "daemon/transport/peering/context.h"
 
-namespace gsync::transport::composite {
+namespace gsync::transport::peering {
 
-Region CompositeContext::register_region(void* base, uint64_t bytes) {
+Region PeeringContext::register_region(void* base, uint64_t bytes) {
   // One id for both paths: the TCP table's (never reused either).
   Region r = inner_->register_region(base, bytes);
   if (provider_) provider_->add_region(r);
   return r;
 }
 
-void CompositeContext::deregister_region(uint32_t id, std::function<void()> released) {
+void PeeringContext::deregister_region(uint32_t id, std::function<void()> released) {
   // Released once both paths are done with it: TCP receives into it have
   // completed and every peer on a fast link has acknowledged its
   // retirement.
@@ -57,7 +57,7 @@ void CompositeContext::deregister_region(uint32_t id, std::function<void()> rele
   retiring_[id] = std::move(t);
 }
 
-void CompositeContext::region_acked(uint32_t id, int peer) {
+void PeeringContext::region_acked(uint32_t id, int peer) {
   auto it = retiring_.find(id);
   if (it == retiring_.end() || size_t(peer) >= it->second.waiting.size() ||
       !it->second.waiting[size_t(peer)])
@@ -70,11 +70,11 @@ void CompositeContext::region_acked(uint32_t id, int peer) {
   notify();
 }
 
-void CompositeContext::ack_retire(int peer, uint32_t id) {
+void PeeringContext::ack_retire(int peer, uint32_t id) {
   if (decided_[size_t(peer)]) send_bootstrap(peer, encode_id(Ctl::kRetireAck, id));
 }
 
-void CompositeContext::write(int peer, const void* src, uint64_t len, uint32_t remote_region,
+void PeeringContext::write(int peer, const void* src, uint64_t len, uint32_t remote_region,
                              uint64_t remote_offset, uint64_t imm, uint64_t cookie) {
   if (!valid_peer(peer)) {
     post_write_done(peer, cookie,
@@ -99,7 +99,7 @@ void CompositeContext::write(int peer, const void* src, uint64_t len, uint32_t r
                                      describe_host(peer))));
 }
 
-void CompositeContext::send_control(int peer, std::string_view msg) {
+void PeeringContext::send_control(int peer, std::string_view msg) {
   if (!valid_peer(peer)) return;
   if (msg.size() > kMaxControl) {
     spdlog::error("transport: control message of {} bytes to {} dropped: the limit is {}",
@@ -121,7 +121,7 @@ void CompositeContext::send_control(int peer, std::string_view msg) {
 
 // ---------------------------------------------------------------- the loop
 
-void CompositeContext::notify() {
+void PeeringContext::notify() {
   // Inside poll() the events are delivered before it returns, and one
   // pending wakeup is enough: either way another write would only cost a
   // syscall and a spurious turn of the event loop.
@@ -132,7 +132,7 @@ void CompositeContext::notify() {
     spdlog::warn("transport: eventfd write: {}", strerror(errno));
 }
 
-void CompositeContext::poll() {
+void PeeringContext::poll() {
   if (in_poll_) return;  // a handler called poll(); its caller is polling already
   if (wake_pending_) {
     uint64_t v;
@@ -147,24 +147,24 @@ void CompositeContext::poll() {
   if (more) notify();  // bounded work per turn; the loop comes back
 }
 
-void CompositeContext::post_write_done(int peer, uint64_t cookie, Status st) {
+void PeeringContext::post_write_done(int peer, uint64_t cookie, Status st) {
   events_.write_done(peer, cookie, std::move(st));
   notify();
 }
 
-void CompositeContext::post_peer_up(int peer) {
+void PeeringContext::post_peer_up(int peer) {
   events_.peer_up(peer);
   notify();
 }
 
-void CompositeContext::post_peer_down(int peer, Status why) {
+void PeeringContext::post_peer_down(int peer, Status why) {
   events_.peer_down(peer, std::move(why));
   notify();
 }
 
-void CompositeContext::flush_events() { events_.flush(handlers_); }
+void PeeringContext::flush_events() { events_.flush(handlers_); }
 
-bool CompositeContext::peer_up(int peer) const {
+bool PeeringContext::peer_up(int peer) const {
   if (!valid_peer(peer)) return false;
   switch (link_[size_t(peer)]) {
     case Link::kFast:
@@ -177,7 +177,7 @@ bool CompositeContext::peer_up(int peer) const {
   return false;
 }
 
-PeerStats CompositeContext::stats(int peer) const {
+PeerStats PeeringContext::stats(int peer) const {
   if (!valid_peer(peer)) return {};
   if (link_[size_t(peer)] == Link::kFast) return provider_->stats(peer);
   PeerStats s = inner_->stats(peer);  // transport "tcp", no verbs_* fields
@@ -189,9 +189,9 @@ PeerStats CompositeContext::stats(int peer) const {
   return s;
 }
 
-std::string CompositeContext::summary() const {
+std::string PeeringContext::summary() const {
   if (!provider_) return fmt::format("tcp on every link: no usable RDMA device ({})", why_none_);
   return provider_->summary();
 }
 
-}  // namespace gsync::transport::composite
+}  // namespace gsync::transport::peering

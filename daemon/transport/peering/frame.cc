@@ -1,11 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "daemon/transport/composite/frame.h"
+#include "daemon/transport/peering/frame.h"
 
 #include "daemon/transport/transport.h"
 
-namespace gsync::transport::composite {
+namespace gsync::transport::peering {
 
-bool is_composite_tag(uint8_t tag) {
+bool is_peering_tag(uint8_t tag) {
   switch (static_cast<Ctl>(tag)) {
     case Ctl::kCaps:
     case Ctl::kUser:
@@ -79,4 +79,4 @@ void UserReassembly::reset() {
   dropping_ = false;
 }
 
-}  // namespace gsync::transport::composite
+}  // namespace gsync::transport::peering

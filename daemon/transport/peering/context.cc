@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "daemon/transport/composite/context.h"
+#include "daemon/transport/peering/context.h"
 
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
@@ -11,20 +11,20 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
-namespace gsync::transport::composite {
+namespace gsync::transport::peering {
 
-CompositeContext::CompositeContext(const ContextOptions& options) : options_(options) {}
+PeeringContext::PeeringContext(const ContextOptions& options) : options_(options) {}
 
-Status CompositeContext::create(const ContextOptions& options,
+Status PeeringContext::create(const ContextOptions& options,
                                 std::unique_ptr<LinkProvider> provider, std::string why_none,
-                                std::unique_ptr<CompositeContext>* out) {
-  std::unique_ptr<CompositeContext> c(new CompositeContext(options));
+                                std::unique_ptr<PeeringContext>* out) {
+  std::unique_ptr<PeeringContext> c(new PeeringContext(options));
   if (Status st = c->init(std::move(provider), std::move(why_none)); !st) return st;
   *out = std::move(c);
   return Status::ok();
 }
 
-Status CompositeContext::init(std::unique_ptr<LinkProvider> provider, std::string why_none) {
+Status PeeringContext::init(std::unique_ptr<LinkProvider> provider, std::string why_none) {
   const ContextOptions& options = options_;
   if (options.self < 0 || options.self >= static_cast<int>(options.hosts.size()))
     return Status(GSYNC_ERR_INVALID, fmt::format("self index {} is not one of the {} hosts",
@@ -62,28 +62,28 @@ Status CompositeContext::init(std::unique_ptr<LinkProvider> provider, std::strin
   return Status::ok();
 }
 
-CompositeContext::~CompositeContext() {
+PeeringContext::~PeeringContext() {
   inner_.reset();
   provider_.reset();  // its links before anything they report to
   if (wake_fd_ >= 0) close(wake_fd_);
   if (epoll_fd_ >= 0) close(epoll_fd_);
 }
 
-std::string CompositeContext::describe_host(int index) const {
+std::string PeeringContext::describe_host(int index) const {
   const PeerInfo& h = options_.hosts[static_cast<size_t>(index)];
   bool v6 = h.address.find(':') != std::string::npos;
   return fmt::format("{} ({}{}{}:{})", h.host_id, v6 ? "[" : "", h.address, v6 ? "]" : "", h.port);
 }
 
-bool CompositeContext::valid_peer(int peer) const {
+bool PeeringContext::valid_peer(int peer) const {
   return peer >= 0 && peer < size() && peer != self();
 }
 
-bool CompositeContext::fast_linked(int peer) const {
+bool PeeringContext::fast_linked(int peer) const {
   return provider_ && link_[size_t(peer)] == Link::kFast && decided_[size_t(peer)];
 }
 
-Status CompositeContext::start(Handlers handlers) {
+Status PeeringContext::start(Handlers handlers) {
   if (started_) return Status(GSYNC_ERR_INVALID, "transport: started twice");
   started_ = true;
   handlers_ = std::move(handlers);
@@ -106,13 +106,13 @@ Status CompositeContext::start(Handlers handlers) {
 
 // ---------------------------------------------------------------- membership
 
-Caps CompositeContext::offer_for(int peer) const {
+Caps PeeringContext::offer_for(int peer) const {
   if (offer_.kind == LinkKind::kNone || fast_ok_[size_t(peer)]) return offer_;
   return {LinkKind::kNone, fmt::format("its {} links cannot take a host that joined later",
                                        kind_name(offer_.kind))};
 }
 
-void CompositeContext::grow(int peer) {
+void PeeringContext::grow(int peer) {
   const size_t n = size_t(peer) + 1;
   if (n <= link_.size()) return;
   options_.hosts.resize(n);
@@ -124,7 +124,7 @@ void CompositeContext::grow(int peer) {
   mismatch_.resize(n);
 }
 
-Status CompositeContext::set_peer(int peer, const PeerInfo& info) {
+Status PeeringContext::set_peer(int peer, const PeerInfo& info) {
   // The inner context checks the index and the host and links it.
   if (Status st = inner_->set_peer(peer, info); !st) return st;
   grow(peer);
@@ -146,7 +146,7 @@ Status CompositeContext::set_peer(int peer, const PeerInfo& info) {
   return Status::ok();
 }
 
-void CompositeContext::drop_peer(int peer, const Status& why) {
+void PeeringContext::drop_peer(int peer, const Status& why) {
   if (!valid_peer(peer)) return;
   // The inner link goes down (on_link_down: the fast link with it).
   inner_->drop_peer(peer, why);
@@ -154,14 +154,14 @@ void CompositeContext::drop_peer(int peer, const Status& why) {
 
 // ---------------------------------------------------------------- the TCP link
 
-void CompositeContext::on_link_up(int peer) {
+void PeeringContext::on_link_up(int peer) {
   // First on the link, so the peer decides before anything else of ours
   // arrives; the fast link (if any) starts once its CAPS is here.
   decided_[size_t(peer)] = false;
   send_bootstrap(peer, encode(offer_for(peer)));
 }
 
-std::string CompositeContext::why_tcp(int peer, const Caps& m) const {
+std::string PeeringContext::why_tcp(int peer, const Caps& m) const {
   const PeerInfo& me = options_.hosts[size_t(self())];
   const PeerInfo& them = options_.hosts[size_t(peer)];
   auto detail = [](const std::string& d) { return d.empty() ? std::string() : ": " + d; };
@@ -180,7 +180,7 @@ std::string CompositeContext::why_tcp(int peer, const Caps& m) const {
   return "";
 }
 
-void CompositeContext::on_caps(int peer, const Caps& m) {
+void PeeringContext::on_caps(int peer, const Caps& m) {
   if (decided_[size_t(peer)]) return;
   decided_[size_t(peer)] = true;
   mismatch_[size_t(peer)].clear();
@@ -204,7 +204,7 @@ void CompositeContext::on_caps(int peer, const Caps& m) {
   flush_events();
 }
 
-void CompositeContext::on_link_down(int peer, const Status& why) {
+void PeeringContext::on_link_down(int peer, const Status& why) {
   bool was_tcp = decided_[size_t(peer)] && link_[size_t(peer)] == Link::kTcp;
   bool was_fast = fast_linked(peer);
   decided_[size_t(peer)] = false;
@@ -219,7 +219,7 @@ void CompositeContext::on_link_down(int peer, const Status& why) {
   for (uint32_t id : ids) region_acked(id, peer);
 }
 
-void CompositeContext::on_internal(int peer, std::string_view msg) {
+void PeeringContext::on_internal(int peer, std::string_view msg) {
   if (msg.empty()) return;
   auto bad = [&](const char* what) {
     spdlog::error("transport: malformed {} message from {} ({} bytes); ignored", what,
@@ -241,7 +241,7 @@ void CompositeContext::on_internal(int peer, std::string_view msg) {
     }
     return;
   }
-  if (!is_composite_tag(tag)) {
+  if (!is_peering_tag(tag)) {
     if (!fast_linked(peer)) {
       spdlog::error("transport: a {}-byte message (tag {:#x}) from {} for a fast link it does not "
                     "have with this daemon; ignored",
@@ -272,7 +272,7 @@ void CompositeContext::on_internal(int peer, std::string_view msg) {
   }
 }
 
-void CompositeContext::on_user(int peer, std::string_view msg, bool last) {
+void PeeringContext::on_user(int peer, std::string_view msg, bool last) {
   std::string_view whole;
   switch (partial_[size_t(peer)].add(msg, last, &whole)) {
     case UserReassembly::Result::kMore:
@@ -288,8 +288,8 @@ void CompositeContext::on_user(int peer, std::string_view msg, bool last) {
   if (handlers_.on_control) handlers_.on_control(peer, whole);
 }
 
-void CompositeContext::send_bootstrap(int peer, const std::string& msg) {
+void PeeringContext::send_bootstrap(int peer, const std::string& msg) {
   inner_->send_control(peer, msg);
 }
 
-}  // namespace gsync::transport::composite
+}  // namespace gsync::transport::peering

@@ -1,10 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 //
-// The composite context's messages on the bootstrap (TCP) link, in order
+// The peering context's messages on the bootstrap (TCP) link, in order
 // with everything else on it: the capability exchange, the user's control
 // messages, region retirement. A provider's own messages (verbs: QP_INFO,
 // READY, REGION) travel on the same link under tags of their own.
-// docs/transport.md, "The composite context".
+// docs/transport.md, "The peering context".
 #pragma once
 
 #include <cstdint>
@@ -12,7 +12,7 @@
 #include <string>
 #include <string_view>
 
-namespace gsync::transport::composite {
+namespace gsync::transport::peering {
 
 // First byte of every message on the bootstrap link.
 enum class Ctl : uint8_t {
@@ -22,8 +22,8 @@ enum class Ctl : uint8_t {
   kRetire = 'X',     // the region is gone: stop writing, acknowledge
   kRetireAck = 'A',  // no write into the region is in flight any more
 };
-// Whether a tag is the composite's (else it is the provider's).
-bool is_composite_tag(uint8_t tag);
+// Whether a tag is the peering context's (else it is the provider's).
+bool is_peering_tag(uint8_t tag);
 
 // The fast link kinds. A link carries its writes on one only when both
 // ends offer the same kind and are in the same rack; else on TCP.
@@ -104,4 +104,4 @@ class Reader {
   std::string_view in_;
 };
 
-}  // namespace gsync::transport::composite
+}  // namespace gsync::transport::peering

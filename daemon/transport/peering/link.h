@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 //
-// A fast link kind that a composite context (context.h) can choose per
-// peer: verbs (transport/verbs/) and DPDK (transport/dpdk/). The composite does what
+// A fast link kind that a peering context (context.h) can choose per
+// peer: verbs (transport/verbs/) and DPDK (transport/dpdk/). The peering context does what
 // is the same for every such kind - the TCP bootstrap (HELLO, identity
 // checks, reconnects, heartbeats), the capability exchange and the link
 // choice, the user's control messages, region ids and their retirement
@@ -15,13 +15,13 @@
 #include <string_view>
 
 #include "daemon/core/status.h"
-#include "daemon/transport/composite/frame.h"
+#include "daemon/transport/peering/frame.h"
 #include "daemon/transport/transport.h"
 
-namespace gsync::transport::composite {
+namespace gsync::transport::peering {
 
-// What a provider may ask of the composite it is part of. Events are queued
-// and run in order from the composite's poll(), never inside the call.
+// What a provider may ask of the peering context it is part of. Events are queued
+// and run in order from the peering context's poll(), never inside the call.
 class LinkHost {
  public:
   virtual ~LinkHost() = default;
@@ -36,7 +36,7 @@ class LinkHost {
   virtual void post_peer_up(int peer) = 0;
   virtual void post_peer_down(int peer, Status why) = 0;
   // No write of ours into the peer's region `id` is in flight any more
-  // (after its RETIRE): the composite acknowledges it.
+  // (after its RETIRE): the peering context acknowledges it.
   virtual void ack_retire(int peer, uint32_t id) = 0;
   // Wake the caller's poll loop (work is waiting for poll()).
   virtual void notify() = 0;
@@ -84,7 +84,7 @@ class LinkProvider {
   // For a caller that polls: poll() may have work that event_fd does not
   // signal (a polled port with no interrupts: DPDK).
   virtual bool pending() const { return false; }
-  // Context::tick() of the composite.
+  // Context::tick() of the peering context.
   virtual std::chrono::microseconds tick() const { return {}; }
 
   virtual bool peer_up(int peer) const = 0;
@@ -93,4 +93,4 @@ class LinkProvider {
   virtual std::string summary() const = 0;
 };
 
-}  // namespace gsync::transport::composite
+}  // namespace gsync::transport::peering

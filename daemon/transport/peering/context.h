@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 //
-// The composite context: a Context whose links each run over TCP or over a
+// The peering context: a Context whose links each run over TCP or over a
 // fast link kind (link.h: verbs, later DPDK), chosen per peer. An internal
 // TCP context (transport/tcp/, the configured streams) does what TCP does
 // well - the connector rule, HELLO with identity checks and refusals,
@@ -29,20 +29,20 @@
 #include <unordered_map>
 #include <vector>
 
-#include "daemon/transport/composite/frame.h"
-#include "daemon/transport/composite/link.h"
+#include "daemon/transport/peering/frame.h"
+#include "daemon/transport/peering/link.h"
 #include "daemon/transport/handler_queue.h"
 #include "daemon/transport/transport.h"
 
-namespace gsync::transport::composite {
+namespace gsync::transport::peering {
 
-class CompositeContext : public Context, public LinkHost {
+class PeeringContext : public Context, public LinkHost {
  public:
   // provider: null (or one that failed to find its device, with why_none
   // saying why) for a context that runs every link over TCP.
   static Status create(const ContextOptions& options, std::unique_ptr<LinkProvider> provider,
-                       std::string why_none, std::unique_ptr<CompositeContext>* out);
-  ~CompositeContext() override;
+                       std::string why_none, std::unique_ptr<PeeringContext>* out);
+  ~PeeringContext() override;
 
   // Context.
   Status start(Handlers handlers) override;
@@ -94,7 +94,7 @@ class CompositeContext : public Context, public LinkHost {
   void refuse_links_for_test(std::string why) { offer_ = {LinkKind::kNone, std::move(why)}; }
 
  protected:
-  explicit CompositeContext(const ContextOptions& options);
+  explicit PeeringContext(const ContextOptions& options);
   // What create() does after construction (for a subclass's own create).
   Status init(std::unique_ptr<LinkProvider> provider, std::string why_none);
 
@@ -149,4 +149,4 @@ class CompositeContext : public Context, public LinkHost {
   std::unique_ptr<Context> inner_;  // first to go: nothing calls back into us after
 };
 
-}  // namespace gsync::transport::composite
+}  // namespace gsync::transport::peering
