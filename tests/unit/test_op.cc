@@ -10,19 +10,14 @@
 #include <vector>
 
 #include "daemon/ops/op.h"
+#include "tests/util/sessions.h"
 
 namespace gsync::ops {
 namespace {
 
 using std::chrono::milliseconds;
 
-std::shared_ptr<Session> session(uint64_t id, int rank) {
-  std::unique_ptr<Session> s;
-  Status st = Session::create(id, 16, 1 << 16, &s);
-  EXPECT_TRUE(st) << st.message();
-  s->rank = rank;
-  return std::shared_ptr<Session>(std::move(s));
-}
+using gsync::testing::make_session;
 
 proto::OpShape floats(uint32_t count) {
   proto::OpShape sh;
@@ -37,7 +32,7 @@ TEST(Op, GathersWithTheShortestTimeoutThenRuns) {
   Op op({3, 9}, floats(64), /*first=*/1, /*local_size=*/3, /*world=*/0, 1000, t0);
   EXPECT_EQ(op.state(), Op::State::kGathering);
   EXPECT_EQ(op.deadline(), t0 + milliseconds(1000));
-  auto s1 = session(11, 21), s0 = session(10, 20);
+  auto s1 = make_session(11, 21), s0 = make_session(10, 20);
   std::vector<float> b1(64), b0(64);
   op.arrive(1, Arrival{s1, 101, b1.data(), {}, 0.5, t0}, 0);  // 0: no timeout of its own
   op.arrive(0, Arrival{s0, 100, b0.data(), {}, 1.5, t0}, 200);
@@ -46,7 +41,7 @@ TEST(Op, GathersWithTheShortestTimeoutThenRuns) {
   EXPECT_FALSE(op.has(2));
   EXPECT_EQ(op.timeout_ms(), 200u);
   EXPECT_EQ(op.deadline(), t0 + milliseconds(200));
-  op.arrive(2, Arrival{session(12, 22), 102, b0.data(), {}, 1, t0}, 500);  // longer: no change
+  op.arrive(2, Arrival{make_session(12, 22), 102, b0.data(), {}, 1, t0}, 500);  // longer: no change
   EXPECT_EQ(op.deadline(), t0 + milliseconds(200));
 
   const auto c = op.contributions();
@@ -67,8 +62,8 @@ TEST(Op, AWithdrawnRankIsLeftOutAndTheFirstMoves) {
   const auto t0 = Clock::now();
   Op op({1, 1}, floats(4), 0, 3, 0, 1000, t0);
   std::vector<float> b(4);
-  op.arrive(0, Arrival{session(1, 0), 1, b.data(), {}, 1, t0}, 0);
-  op.arrive(2, Arrival{session(3, 2), 3, b.data(), {}, 1, t0}, 0);
+  op.arrive(0, Arrival{make_session(1, 0), 1, b.data(), {}, 1, t0}, 0);
+  op.arrive(2, Arrival{make_session(3, 2), 3, b.data(), {}, 1, t0}, 0);
   op.withdraw(1);  // never arrived: nothing changes
   EXPECT_EQ(op.arrived(), 2);
   op.withdraw(0);
@@ -83,7 +78,7 @@ TEST(Op, ItsTimeoutAndItsEndSayWhatHappened) {
   const auto t0 = Clock::now();
   Op op({3, 9}, floats(8), 0, 2, /*world=*/4, 250, t0);
   std::vector<float> b(8);
-  op.arrive(1, Arrival{session(2, 31), 1, b.data(), {}, 1, t0 + milliseconds(3)}, 0);
+  op.arrive(1, Arrival{make_session(2, 31), 1, b.data(), {}, 1, t0 + milliseconds(3)}, 0);
   Status st = op.timed_out("j", ": 1 of 2 local ranks arrived");
   EXPECT_EQ(st.code(), GSYNC_ERR_TIMEOUT);
   EXPECT_EQ(st.message(), "job j allreduce key 3 step 9 timed out after 250 ms: 1 of 2 local "

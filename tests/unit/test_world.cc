@@ -11,17 +11,12 @@
 #include <memory>
 
 #include "daemon/worlds/world.h"
+#include "tests/util/sessions.h"
 
 namespace gsync::worlds {
 namespace {
 
-std::shared_ptr<Session> session(uint64_t id, int rank) {
-  std::unique_ptr<Session> s;
-  Status st = Session::create(id, 16, 1 << 16, &s);
-  EXPECT_TRUE(st) << st.message();
-  s->rank = rank;
-  return std::shared_ptr<Session>(std::move(s));
-}
+using gsync::testing::make_session;
 
 cluster::ElasticWorldView view(uint64_t counter, std::vector<cluster::ElasticMember> hosts) {
   cluster::ElasticWorldView w;
@@ -96,7 +91,7 @@ TEST(World, AJobBelowMinHostsEndsAndEverySubmissionFailsWithIt) {
 
 TEST(World, OneAskPerRankAndALeavingRankDropsItsAsk) {
   World w("j", 1, 0);
-  auto a = session(1, 0), b = session(2, 1);
+  auto a = make_session(1, 0), b = make_session(2, 1);
   EXPECT_FALSE(w.wait(a, 10).has_value());
   EXPECT_FALSE(w.wait(b, 20).has_value());
   EXPECT_EQ(w.wait(a, 11), std::optional<uint64_t>(10));  // asked again: the first ends
