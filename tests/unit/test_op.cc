@@ -17,7 +17,7 @@ namespace {
 
 using std::chrono::milliseconds;
 
-using gsync::testing::make_session;
+using gsync::test::make_session;
 
 proto::OpShape floats(uint32_t count) {
   proto::OpShape sh;

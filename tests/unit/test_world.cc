@@ -16,7 +16,7 @@
 namespace gsync::worlds {
 namespace {
 
-using gsync::testing::make_session;
+using gsync::test::make_session;
 
 cluster::ElasticWorldView view(uint64_t counter, std::vector<cluster::ElasticMember> hosts) {
   cluster::ElasticWorldView w;

@@ -12,7 +12,7 @@
 
 #include "daemon/shm/session.h"
 
-namespace gsync::testing {
+namespace gsync::test {
 
 inline std::shared_ptr<Session> make_session(uint64_t id, int rank) {
   std::unique_ptr<Session> s;
@@ -22,4 +22,4 @@ inline std::shared_ptr<Session> make_session(uint64_t id, int rank) {
   return std::shared_ptr<Session>(std::move(s));
 }
 
-}  // namespace gsync::testing
+}  // namespace gsync::test
