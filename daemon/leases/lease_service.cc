@@ -6,10 +6,13 @@
 #include <nlohmann/json.hpp>
 
 #include "daemon/leases/messages.h"
+#include "protocol/admin_jobs.h"
 #include "protocol/lease.h"
 #include "protocol/ops.h"
 
 namespace gsync::leases {
+
+namespace k = admin::jobs;
 
 namespace {
 // Ledgers one keeper holds at most: a peer cannot make it grow without end.
@@ -246,24 +249,24 @@ nlohmann::json LeaseService::report(const std::string& job) const {
   if (c == counts_.end() && b == books_.end()) return j;
   if (c != counts_.end()) {
     const Counts& n = c->second;
-    j["keeper"] = n.keeper < 0 ? std::string("this host") : host_id(n.keeper);
-    j["leased"] = n.leased;
-    j["waits"] = n.waits;
-    j["ends"] = n.ends;
-    j["settled_clocks"] = n.settled;
+    j[k::kKeeper] = n.keeper < 0 ? std::string("this host") : host_id(n.keeper);
+    j[k::kLeased] = n.leased;
+    j[k::kWaits] = n.waits;
+    j[k::kEnds] = n.ends;
+    j[k::kSettledClocks] = n.settled;
   }
   if (b != books_.end()) {
-    j["outstanding"] = b->second.outstanding();
+    j[k::kOutstanding] = b->second.outstanding();
     nlohmann::json epochs = nlohmann::json::array();
     for (const auto& e : b->second.report())
-      epochs.push_back({{"epoch", e.epoch},
-                        {"batches", e.batches},
-                        {"leased", e.leased},
-                        {"outstanding", e.outstanding},
-                        {"settled", e.settled},
-                        {"reassigned", e.reassigned},
-                        {"free", e.free}});
-    j["epochs"] = std::move(epochs);
+      epochs.push_back({{k::kEpoch, e.epoch},
+                        {k::kBatches, e.batches},
+                        {k::kLeased, e.leased},
+                        {k::kOutstanding, e.outstanding},
+                        {k::kSettled, e.settled},
+                        {k::kReassigned, e.reassigned},
+                        {k::kFree, e.free}});
+    j[k::kEpochs] = std::move(epochs);
   }
   return j;
 }

@@ -8,8 +8,11 @@
 #include <nlohmann/json.hpp>
 
 #include "daemon/ps/service.h"
+#include "protocol/admin_jobs.h"
 
 namespace gsync::reports {
+
+namespace k = admin::jobs;
 
 namespace {
 // A parameter-server job's keys as this host serves them: the shard map,
@@ -22,50 +25,51 @@ nlohmann::json checkpoint_json(const ps::CheckpointReport& c) {
   if (!c.on && c.last_error.empty()) return nullptr;
   json last = nullptr;
   if (c.have_last)
-    last = {{"clock", c.last_clock}, {"age_s", c.last_age_s}, {"bytes", c.last_bytes},
-            {"duration_s", c.last_duration_s}, {"copy_s", c.last_copy_s}};
-  return {{"on", c.on},
-          {"every_clocks", c.every_clocks},
-          {"every_ms", c.every_ms},
-          {"folder", c.folder},
-          {"taken", c.taken},
-          {"failed", c.failed},
-          {"skipped", c.skipped},
-          {"writing", c.writing},
-          {"last", last},
-          {"longest_stall_s", c.longest_stall_s},
-          {"last_error", c.last_error.empty() ? json(nullptr) : json(c.last_error)},
-          {"resumed_from", c.resumed_from}};
+    last = {{k::kClock, c.last_clock}, {k::kAgeS, c.last_age_s}, {k::kBytes, c.last_bytes},
+            {k::kDurationS, c.last_duration_s}, {k::kCopyS, c.last_copy_s}};
+  return {{k::kOn, c.on},
+          {k::kEveryClocks, c.every_clocks},
+          {k::kEveryMs, c.every_ms},
+          {k::kFolder, c.folder},
+          {k::kTaken, c.taken},
+          {k::kFailed, c.failed},
+          {k::kSkipped, c.skipped},
+          {k::kWriting, c.writing},
+          {k::kLast, last},
+          {k::kLongestStallS, c.longest_stall_s},
+          {k::kLastError, c.last_error.empty() ? json(nullptr) : json(c.last_error)},
+          {k::kResumedFrom, c.resumed_from}};
 }
 
 nlohmann::json ps_keys(const ps::Service* service, const std::string& job) {
   using nlohmann::json;
   json keys = json::array();
   if (!service) return keys;
-  for (const auto& k : service->report(job)) {
+  for (const auto& key : service->report(job)) {
     json clocks = json::object(), shards = json::object();
     std::string slowest;
     uint64_t low = ~0ull;
-    for (const auto& [host, c] : k.worker_clocks) {
+    for (const auto& [host, c] : key.worker_clocks) {
       clocks[host] = c;
       if (c < low) {
         low = c;
         slowest = host;
       }
     }
-    for (const auto& [host, b] : k.shard_bytes) shards[host] = b;
+    for (const auto& [host, b] : key.shard_bytes) shards[host] = b;
     json waited = json::object();
-    for (const auto& [host, w] : k.pull_wait_s) waited[host] = w;
-    keys.push_back({{"key", k.key}, {"count", k.count}, {"dtype", k.dtype},
-                    {"optimizer", k.optimizer}, {"sync", k.sync},
-                    {"shard", {k.shard_begin, k.shard_end}}, {"updates", k.updates},
-                    {"worker_clocks", clocks}, {"slowest_worker", slowest},
-                    {"shard_bytes", shards}, {"pulls_waiting", k.pulls_waiting},
-                    {"pull_wait_s", waited}, {"updates_per_s", k.updates_per_s},
-                    {"checkpoint", checkpoint_json(k.checkpoint)},
-                    {"anomalies", k.anomalies},
-                    {"last_anomaly", k.last_anomaly.empty() ? json(nullptr) : json(k.last_anomaly)},
-                    {"last_rollback_s", k.last_rollback_s}});
+    for (const auto& [host, w] : key.pull_wait_s) waited[host] = w;
+    keys.push_back({{k::kKey, key.key}, {k::kCount, key.count}, {k::kDtype, key.dtype},
+                    {k::kOptimizer, key.optimizer}, {k::kSync, key.sync},
+                    {k::kShard, {key.shard_begin, key.shard_end}}, {k::kUpdates, key.updates},
+                    {k::kWorkerClocks, clocks}, {k::kSlowestWorker, slowest},
+                    {k::kShardBytes, shards}, {k::kPullsWaiting, key.pulls_waiting},
+                    {k::kPullWaitS, waited}, {k::kUpdatesPerS, key.updates_per_s},
+                    {k::kCheckpoint, checkpoint_json(key.checkpoint)},
+                    {k::kAnomalies, key.anomalies},
+                    {k::kLastAnomaly,
+                     key.last_anomaly.empty() ? json(nullptr) : json(key.last_anomaly)},
+                    {k::kLastRollbackS, key.last_rollback_s}});
   }
   return keys;
 }
@@ -77,14 +81,16 @@ nlohmann::json host_report(const Job& job, const cluster::ControlPlane* control)
   const auto lags = job.host_lags.lags();
   const int st = job.host_lags.straggler(lags);
   for (const auto& l : lags)
-    hosts.push_back({{"host", control ? control->host_id(l.host) : std::to_string(l.host)},
-                     {"self", control && l.host == control->self()},
-                     {"lag_median_s", l.median_s},
-                     {"lag_p99_s", l.p99_s},
-                     {"last_share", l.last_share}});
+    hosts.push_back({{k::kHost, control ? control->host_id(l.host) : std::to_string(l.host)},
+                     {k::kSelf, control && l.host == control->self()},
+                     {k::kLagMedianS, l.median_s},
+                     {k::kLagP99S, l.p99_s},
+                     {k::kLastShare, l.last_share}});
   nlohmann::json who = nullptr;
   if (st >= 0 && control) who = control->host_id(lags[size_t(st)].host);
-  return {{"host_ops", job.host_lags.ops()}, {"hosts", std::move(hosts)}, {"host_straggler", who}};
+  return {{k::kHostOps, job.host_lags.ops()},
+          {k::kHosts, std::move(hosts)},
+          {k::kHostStraggler, who}};
 }
 
 // Per local rank, its lag behind the first to arrive; the host lags.
@@ -93,18 +99,18 @@ nlohmann::json straggler_report(const Job& job, const cluster::ControlPlane* con
   const auto lags = job.stragglers.lags();
   for (size_t l = 0; l < lags.size() && l < job.slots.size(); l++) {
     const auto& s = job.slots[l].session;
-    ranks.push_back({{"rank", s ? nlohmann::json(s->rank) : nlohmann::json(nullptr)},
-                     {"local_rank", l},
-                     {"pid", s ? nlohmann::json(s->peer.pid) : nlohmann::json(nullptr)},
-                     {"median_lag_s", lags[l].median_s},
-                     {"p99_lag_s", lags[l].p99_s},
-                     {"last_share", lags[l].last_share}});
+    ranks.push_back({{k::kRank, s ? nlohmann::json(s->rank) : nlohmann::json(nullptr)},
+                     {k::kLocalRank, l},
+                     {k::kPid, s ? nlohmann::json(s->peer.pid) : nlohmann::json(nullptr)},
+                     {k::kMedianLagS, lags[l].median_s},
+                     {k::kP99LagS, lags[l].p99_s},
+                     {k::kLastShare, lags[l].last_share}});
   }
   const int st = job.stragglers.straggler(lags);
   nlohmann::json out = host_report(job, control);
-  out["ops"] = job.stragglers.ops();
-  out["ranks"] = std::move(ranks);
-  out["straggler"] = st >= 0 && job.slots[size_t(st)].session
+  out[k::kOps] = job.stragglers.ops();
+  out[k::kRanks] = std::move(ranks);
+  out[k::kStraggler] = st >= 0 && job.slots[size_t(st)].session
                          ? nlohmann::json(job.slots[size_t(st)].session->rank)
                          : nlohmann::json(nullptr);
   return out;
@@ -115,15 +121,15 @@ nlohmann::json straggler_report(const Job& job, const cluster::ControlPlane* con
 nlohmann::json elastic_report(const Job& job) {
   if (!job.elastic()) return nullptr;
   const worlds::World& w = *job.world;
-  return {{"min_hosts", w.min_hosts()},
-          {"max_hosts", w.max_hosts()},
-          {"epoch", w.epoch()},
-          {"world", w.name()},
-          {"hosts", w.hosts()},
-          {"in_world", w.in_world()},
-          {"reason", w.reason()},
-          {"ended", w.ended() ? w.end().message() : std::string()},
-          {"waiting_ranks", w.waiting()}};
+  return {{k::kMinHosts, w.min_hosts()},
+          {k::kMaxHosts, w.max_hosts()},
+          {k::kEpoch, w.epoch()},
+          {k::kWorld, w.name()},
+          {k::kHosts, w.hosts()},
+          {k::kInWorld, w.in_world()},
+          {k::kReason, w.reason()},
+          {k::kEnded, w.ended() ? w.end().message() : std::string()},
+          {k::kWaitingRanks, w.waiting()}};
 }
 
 }  // namespace
@@ -139,15 +145,15 @@ nlohmann::json jobs(const JobManager& manager, const pipeline::Pipeline& pipelin
     for (size_t l = 0; l < job->slots.size(); l++) {
       const auto& slot = job->slots[l];
       if (slot.session)
-        ranks.push_back({{"rank", slot.session->rank}, {"local_rank", l},
-                         {"pid", slot.session->peer.pid}, {"uid", slot.session->peer.uid},
-                         {"state", "connected"}});
+        ranks.push_back({{k::kRank, slot.session->rank}, {k::kLocalRank, l},
+                         {k::kPid, slot.session->peer.pid}, {k::kUid, slot.session->peer.uid},
+                         {k::kState, k::kConnected}});
       else if (slot.dead)
-        ranks.push_back({{"rank", slot.dead_rank}, {"local_rank", l}, {"pid", slot.dead_pid},
-                         {"uid", nullptr}, {"state", "dead"}});
+        ranks.push_back({{k::kRank, slot.dead_rank}, {k::kLocalRank, l}, {k::kPid, slot.dead_pid},
+                         {k::kUid, nullptr}, {k::kState, k::kDead}});
       else if (slot.departed)
-        ranks.push_back({{"rank", nullptr}, {"local_rank", l}, {"pid", nullptr},
-                         {"uid", nullptr}, {"state", "departed"}});
+        ranks.push_back({{k::kRank, nullptr}, {k::kLocalRank, l}, {k::kPid, nullptr},
+                         {k::kUid, nullptr}, {k::kState, k::kDeparted}});
     }
     size_t running = 0;
     for (const auto& [id, op] : job->ops) running += op->running();
@@ -160,42 +166,42 @@ nlohmann::json jobs(const JobManager& manager, const pipeline::Pipeline& pipelin
         ef_bytes += pipeline.error_feedback_bytes(w);
         pinned += pipeline.pinned_bytes(w);
       }
-    list.push_back({{"job", name},
-                    {"world_size", job->world_size},
-                    {"local_size", job->local_size},
-                    {"sync", job->policy->name()},
-                    {"ranks", ranks},
-                    {"ops_completed", job->ops_completed},
-                    {"ops_failed", job->ops_failed},
-                    {"anomalies", job->anomalies},
-                    {"anomaly_guard", proto::describe(job->guard)},
-                    {"plan", proto::describe(job->plan)},
-                    {"tuning_entries", job->tuning ? job->tuning->size() : 0},
-                    {"ops_in_flight", job->ops.size()},
-                    {"ops_running", running},
-                    {"ready", !job->multi_host() ||
+    list.push_back({{k::kJob, name},
+                    {k::kWorldSize, job->world_size},
+                    {k::kLocalSize, job->local_size},
+                    {k::kSync, job->policy->name()},
+                    {k::kRanks, ranks},
+                    {k::kOpsCompleted, job->ops_completed},
+                    {k::kOpsFailed, job->ops_failed},
+                    {k::kAnomalies, job->anomalies},
+                    {k::kAnomalyGuard, proto::describe(job->guard)},
+                    {k::kPlan, proto::describe(job->plan)},
+                    {k::kTuningEntries, job->tuning ? job->tuning->size() : 0},
+                    {k::kOpsInFlight, job->ops.size()},
+                    {k::kOpsRunning, running},
+                    {k::kReady, !job->multi_host() ||
                                   (control &&
                                    control->job_ready(job->wire_name(), job->world_size))},
-                    {"remote_departures", job->remote_departures},
-                    {"bytes_reduced", job->bytes_reduced},
-                    {"throughput_gbps", job->meter.rate(now) / 1e9},
+                    {k::kRemoteDepartures, job->remote_departures},
+                    {k::kBytesReduced, job->bytes_reduced},
+                    {k::kThroughputGbps, job->meter.rate(now) / 1e9},
                     // What compression's error feedback holds for the job
                     // (docs/compression.md, "The engine").
-                    {"error_feedback_bytes", ef_bytes},
+                    {k::kErrorFeedbackBytes, ef_bytes},
                     // Pinned host memory kept for its ops over device
                     // memory (docs/gpu.md, "Across hosts from device memory").
-                    {"pinned_bytes", pinned},
-                    {"sync_mode", proto::describe(job->sync)},
-                    {"parameters", ps_keys(pipeline.ps(), name)},
+                    {k::kPinnedBytes, pinned},
+                    {k::kSyncMode, proto::describe(job->sync)},
+                    {k::kParameters, ps_keys(pipeline.ps(), name)},
                     // Batch leases (docs/fault-tolerance.md): this host's
                     // counts and, on the keeper, the ledger.
-                    {"leases", manager.leases().report(name)},
-                    {"departures", job->departures},
-                    {"stragglers", straggler_report(*job, control)},
-                    {"elastic", elastic_report(*job)},
-                    {"last_error", job->last_error}});
+                    {k::kLeases, manager.leases().report(name)},
+                    {k::kDepartures, job->departures},
+                    {k::kStragglers, straggler_report(*job, control)},
+                    {k::kElastic, elastic_report(*job)},
+                    {k::kLastError, job->last_error}});
   }
-  return json{{"jobs", list}};
+  return json{{k::kJobs, list}};
 }
 
 nlohmann::json ops(const JobManager& manager, const pipeline::Pipeline& pipeline,

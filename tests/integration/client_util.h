@@ -11,11 +11,13 @@
 #include <string>
 
 #include <fmt/format.h>
+#include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
 #include "gsync/gsync.h"
 #include "tools/common/procs.h"
 #include "tools/common/reference.h"
+#include "tests/util/admin_schema.h"
 
 namespace gsync::test {
 
@@ -58,9 +60,14 @@ inline int64_t daemon_ops_failed(const std::string& admin) {
 }
 
 // job's row in the admin "jobs" report (null while the job is not there).
+// Every reply is checked against the report's schema on the way
+// (tests/util/admin_schema.h): a field the schema does not name fails the
+// test.
 inline nlohmann::json job_row(const std::string& admin, const std::string& job) {
   nlohmann::json j = admin_json(admin, "jobs");
   if (!j.is_object() || !j["jobs"].is_array()) return nullptr;
+  if (std::string unknown = gsync::test::unknown_jobs_fields(j); !unknown.empty())
+    ADD_FAILURE() << "the jobs report has fields protocol/admin_jobs.h does not name: " << unknown;
   for (const auto& row : j["jobs"])
     if (row.value("job", "") == job) return row;
   return nullptr;

@@ -30,12 +30,14 @@
 #include <nlohmann/json.hpp>
 
 #include "gsync/gsync.h"
+#include "protocol/admin_jobs.h"
 #include "tools/common/procs.h"
 
 namespace {
 
 using Clock = std::chrono::steady_clock;
 using gsync::tools::DaemonProcess;
+namespace k = gsync::admin::jobs;
 
 double secs(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
@@ -92,17 +94,17 @@ bool step(Client* c, bool nan = false) {
 nlohmann::json key_report(const DaemonProcess& d) {
   auto j = nlohmann::json::parse(gsync::tools::admin_query(d.admin_socket(), "jobs"), nullptr,
                                  false);
-  if (!j.is_object() || !j["jobs"].is_array()) return nullptr;
-  for (auto& row : j["jobs"])
-    if (row.value("job", "") == "bench-ckpt" && row["parameters"].is_array() &&
-        !row["parameters"].empty())
-      return row["parameters"][0];
+  if (!j.is_object() || !j[k::kJobs].is_array()) return nullptr;
+  for (auto& row : j[k::kJobs])
+    if (row.value(k::kJob, "") == "bench-ckpt" && row[k::kParameters].is_array() &&
+        !row[k::kParameters].empty())
+      return row[k::kParameters][0];
   return nullptr;
 }
 
 nlohmann::json checkpoint_report(const DaemonProcess& d) {
-  nlohmann::json k = key_report(d);
-  return k.is_object() ? k["checkpoint"] : nlohmann::json();
+  nlohmann::json key = key_report(d);
+  return key.is_object() ? key[k::kCheckpoint] : nlohmann::json();
 }
 
 // dd's MB/s writing `mb` MiB with O_DIRECT into dir (its own figure).
@@ -179,12 +181,12 @@ bool measure_overhead(const std::string& dir, size_t n, int steps, int rounds, u
     o->worst_off.push_back(*std::max_element(a.steps.begin(), a.steps.end()));
     o->worst_on.push_back(*std::max_element(b.steps.begin(), b.steps.end()));
     if (b.ckpt.is_object()) {
-      o->stall.push_back(b.ckpt.value("longest_stall_s", 0.0));
-      o->taken += b.ckpt.value("taken", 0ull);
-      auto& last = b.ckpt["last"];
-      if (last.is_object() && last.value("duration_s", 0.0) > 0) {
-        o->write_mbps.push_back(last.value("bytes", 0.0) / last.value("duration_s", 1.0) / 1e6);
-        o->copy_ms.push_back(1e3 * last.value("copy_s", 0.0));
+      o->stall.push_back(b.ckpt.value(k::kLongestStallS, 0.0));
+      o->taken += b.ckpt.value(k::kTaken, 0ull);
+      auto& last = b.ckpt[k::kLast];
+      if (last.is_object() && last.value(k::kDurationS, 0.0) > 0) {
+        o->write_mbps.push_back(last.value(k::kBytes, 0.0) / last.value(k::kDurationS, 1.0) / 1e6);
+        o->copy_ms.push_back(1e3 * last.value(k::kCopyS, 0.0));
       }
     }
   }
@@ -204,8 +206,8 @@ bool measure_recovery(const std::string& dir, size_t n, Recovery* rec) {
   for (int s = 0; s < 5; s++) step(&c);
   for (int i = 0; i < 600; i++) {  // until the fifth is on disk (at most a minute)
     auto ck = checkpoint_report(*d);
-    if (ck.is_object() && ck["last"].is_object() && ck["last"].value("clock", 0) >= 5 &&
-        !ck.value("writing", true))
+    if (ck.is_object() && ck[k::kLast].is_object() && ck[k::kLast].value(k::kClock, 0) >= 5 &&
+        !ck.value(k::kWriting, true))
       break;
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
@@ -246,10 +248,10 @@ bool measure_rollback(size_t n, Rollback* rb) {
   }
   rb->guarded_step_s = median(times);
   if (!step(&c, true)) return false;
-  auto k = key_report(d);
-  if (k.is_object()) {
-    rb->rollback_s = k.value("last_rollback_s", 0.0);
-    rb->rolled = k.value("anomalies", 0ull);
+  auto key = key_report(d);
+  if (key.is_object()) {
+    rb->rollback_s = key.value(k::kLastRollbackS, 0.0);
+    rb->rolled = key.value(k::kAnomalies, 0ull);
   }
   gsync_close(c.comm);
   return true;

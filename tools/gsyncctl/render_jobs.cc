@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "protocol/admin_jobs.h"
 #include "tools/gsyncctl/render.h"
 #include "tools/gsyncctl/render_fields.h"
 #include "tools/gsyncctl/table.h"
@@ -22,6 +23,7 @@ using fields::kMissing;
 using fields::seconds;
 using fields::text;
 using nlohmann::json;
+namespace k = admin::jobs;
 
 // A key's checkpoints, indented under it: "  checkpoints: last clock 40,
 // 2.1 s ago, 4.0 MiB in 0.031 s; 4 taken, 0 failed, 0 skipped; resumed
@@ -29,24 +31,24 @@ using nlohmann::json;
 std::string render_checkpoint(const json& c) {
   if (!c.is_object()) return "";
   std::string out = "  checkpoints: ";
-  const json& last = field(c, "last");
+  const json& last = field(c, k::kLast);
   if (last.is_object()) {
-    const json& age = field(last, "age_s");
-    const json& dur = field(last, "duration_s");
-    out += fmt::format("last clock {}, {} ago, {} in {}", text(field(last, "clock")),
+    const json& age = field(last, k::kAgeS);
+    const json& dur = field(last, k::kDurationS);
+    out += fmt::format("last clock {}, {} ago, {} in {}", text(field(last, k::kClock)),
                        age.is_number() ? fmt::format("{:.1f} s", age.get<double>()) : kMissing,
-                       bytes(field(last, "bytes")),
+                       bytes(field(last, k::kBytes)),
                        dur.is_number() ? fmt::format("{:.3f} s", dur.get<double>()) : kMissing);
   } else {
     out += "none written yet";
   }
-  out += fmt::format("; {} taken, {} failed, {} skipped", text(field(c, "taken")),
-                     text(field(c, "failed")), text(field(c, "skipped")));
-  const json& resumed = field(c, "resumed_from");
+  out += fmt::format("; {} taken, {} failed, {} skipped", text(field(c, k::kTaken)),
+                     text(field(c, k::kFailed)), text(field(c, k::kSkipped)));
+  const json& resumed = field(c, k::kResumedFrom);
   if (resumed.is_number() && resumed.get<uint64_t>() != 0)
     out += fmt::format("; resumed from clock {}", resumed.get<uint64_t>());
   out += "\n";
-  const json& err = field(c, "last_error");
+  const json& err = field(c, k::kLastError);
   if (err.is_string()) out += fmt::format("  checkpoint error: {}\n", err.get<std::string>());
   return out;
 }
@@ -56,39 +58,40 @@ std::string render_checkpoint(const json& c) {
 // clocks h1 12, h2 11 (slowest h2); pulls waited h1 0.8 s, h2 0.0 s; 46
 // updates (23.0/s), 1 pulls waiting".
 std::string render_parameters(const json& job) {
-  const json& keys = field(job, "parameters");
+  const json& keys = field(job, k::kParameters);
   if (!keys.is_array()) return "";
   std::string out;
-  for (const json& k : keys) {
+  for (const json& key : keys) {
     std::string clocks;
-    const json& wc = field(k, "worker_clocks");
+    const json& wc = field(key, k::kWorkerClocks);
     if (wc.is_object())
       for (auto it = wc.begin(); it != wc.end(); ++it)
         clocks += fmt::format("{}{} {}", clocks.empty() ? "" : ", ", it.key(), text(it.value()));
     std::string waited;
-    const json& pw = field(k, "pull_wait_s");
+    const json& pw = field(key, k::kPullWaitS);
     if (pw.is_object())
       for (auto it = pw.begin(); it != pw.end(); ++it)
         waited += fmt::format("{}{} {} s", waited.empty() ? "" : ", ", it.key(),
                               it.value().is_number() ? fmt::format("{:.1f}", it.value().get<double>())
                                                      : std::string(kMissing));
-    const json& rate = field(k, "updates_per_s");
-    const json& shard = field(k, "shard");
+    const json& rate = field(key, k::kUpdatesPerS);
+    const json& shard = field(key, k::kShard);
     std::string range = shard.is_array() && shard.size() == 2
                             ? fmt::format("[{}, {})", text(shard[0]), text(shard[1]))
                             : std::string(kMissing);
     out += fmt::format("job {} key {} ({}, {}): serves {} of {} {}; clocks {} (slowest {}); "
                        "pulls waited {}; {} updates ({}/s), {} pulls waiting\n",
-                       text(field(job, "job")), text(field(k, "key")), text(field(k, "optimizer")),
-                       text(field(k, "sync")), range, text(field(k, "count")),
-                       text(field(k, "dtype")), clocks.empty() ? std::string(kMissing) : clocks,
-                       text(field(k, "slowest_worker")),
+                       text(field(job, k::kJob)), text(field(key, k::kKey)),
+                       text(field(key, k::kOptimizer)),
+                       text(field(key, k::kSync)), range, text(field(key, k::kCount)),
+                       text(field(key, k::kDtype)), clocks.empty() ? std::string(kMissing) : clocks,
+                       text(field(key, k::kSlowestWorker)),
                        waited.empty() ? std::string(kMissing) : waited,
-                       text(field(k, "updates")),
+                       text(field(key, k::kUpdates)),
                        rate.is_number() ? fmt::format("{:.1f}", rate.get<double>())
                                         : std::string(kMissing),
-                       text(field(k, "pulls_waiting")));
-    out += render_checkpoint(field(k, "checkpoint"));
+                       text(field(key, k::kPullsWaiting)));
+    out += render_checkpoint(field(key, k::kCheckpoint));
   }
   return out;
 }
@@ -97,39 +100,39 @@ std::string render_parameters(const json& job) {
 // 64 batches, 40 settled, 2 outstanding, 1 reassigned, 22 free"; the
 // epochs only on the keeper.
 std::string render_leases(const json& job) {
-  const json& l = field(job, "leases");
+  const json& l = field(job, k::kLeases);
   if (!l.is_object() || l.empty()) return "";
   std::string out = fmt::format("job {} leases (keeper {}): {} leased here, {} departed",
-                                text(field(job, "job")), text(field(l, "keeper")),
-                                text(field(l, "leased")), text(field(job, "departures")));
-  const json& epochs = field(l, "epochs");
+                                text(field(job, k::kJob)), text(field(l, k::kKeeper)),
+                                text(field(l, k::kLeased)), text(field(job, k::kDepartures)));
+  const json& epochs = field(l, k::kEpochs);
   if (epochs.is_array())
     for (const json& e : epochs)
       out += fmt::format("; epoch {}: {} batches, {} settled, {} outstanding, {} reassigned, {} "
                          "free",
-                         text(field(e, "epoch")), text(field(e, "batches")),
-                         text(field(e, "settled")), text(field(e, "outstanding")),
-                         text(field(e, "reassigned")), text(field(e, "free")));
+                         text(field(e, k::kEpoch)), text(field(e, k::kBatches)),
+                         text(field(e, k::kSettled)), text(field(e, k::kOutstanding)),
+                         text(field(e, k::kReassigned)), text(field(e, k::kFree)));
   return out + "\n";
 }
 
 // "job J: rank 2 (pid 4711) is the straggler: last in 97% of 256 ops,
 // 41.2 ms after the first (median; p99 45.0 ms)", when one is.
 std::string render_straggler(const json& job) {
-  const json& s = field(job, "stragglers");
-  const json& who = field(s, "straggler");
+  const json& s = field(job, k::kStragglers);
+  const json& who = field(s, k::kStraggler);
   if (!who.is_number()) return "";
-  for (const json& r : field(s, "ranks")) {
-    if (field(r, "rank") != who) continue;
-    auto num = [&](const char* k) {
-      const json& v = field(r, k);
+  for (const json& r : field(s, k::kRanks)) {
+    if (field(r, k::kRank) != who) continue;
+    auto num = [&](const char* name) {
+      const json& v = field(r, name);
       return v.is_number() ? v.get<double>() : 0.0;
     };
     return fmt::format("job {}: rank {} (pid {}) is the straggler: last in {:.0f}% of {} ops, "
                        "{:.1f} ms after the first (median; p99 {:.1f} ms)\n",
-                       text(field(job, "job")), text(who), text(field(r, "pid")),
-                       100 * num("last_share"), text(field(s, "ops")), 1e3 * num("median_lag_s"),
-                       1e3 * num("p99_lag_s"));
+                       text(field(job, k::kJob)), text(who), text(field(r, k::kPid)),
+                       100 * num(k::kLastShare), text(field(s, k::kOps)), 1e3 * num(k::kMedianLagS),
+                       1e3 * num(k::kP99LagS));
   }
   return "";
 }
@@ -137,20 +140,20 @@ std::string render_straggler(const json& job) {
 // "job J: host h2 is last in 90% of 256 ops by a median 40.1 ms (p99
 // 44.0 ms)", when one host of a job on several is the straggler.
 std::string render_host_straggler(const json& job) {
-  const json& s = field(job, "stragglers");
-  const json& who = field(s, "host_straggler");
+  const json& s = field(job, k::kStragglers);
+  const json& who = field(s, k::kHostStraggler);
   if (!who.is_string()) return "";
-  for (const json& h : field(s, "hosts")) {
-    if (field(h, "host") != who) continue;
-    auto num = [&](const char* k) {
-      const json& v = field(h, k);
+  for (const json& h : field(s, k::kHosts)) {
+    if (field(h, k::kHost) != who) continue;
+    auto num = [&](const char* name) {
+      const json& v = field(h, name);
       return v.is_number() ? v.get<double>() : 0.0;
     };
     return fmt::format("job {}: host {} is last in {:.0f}% of {} ops by a median {:.1f} ms "
                        "(p99 {:.1f} ms)\n",
-                       text(field(job, "job")), text(who), 100 * num("last_share"),
-                       text(field(s, "host_ops")), 1e3 * num("lag_median_s"),
-                       1e3 * num("lag_p99_s"));
+                       text(field(job, k::kJob)), text(who), 100 * num(k::kLastShare),
+                       text(field(s, k::kHostOps)), 1e3 * num(k::kLagMedianS),
+                       1e3 * num(k::kLagP99S));
   }
   return "";
 }
@@ -158,22 +161,22 @@ std::string render_host_straggler(const json& job) {
 // The second table of --stragglers: a job's hosts, each behind the first
 // host ready (as this daemon's clock saw them).
 std::string render_host_lags(const json& job) {
-  const json& s = field(job, "stragglers");
-  const json& hosts = field(s, "hosts");
+  const json& s = field(job, k::kStragglers);
+  const json& hosts = field(s, k::kHosts);
   if (!hosts.is_array() || hosts.empty()) return "";
   auto ms = [](const json& v) {
     return v.is_number() ? fmt::format("{:.2f} ms", 1e3 * v.get<double>()) : std::string(kMissing);
   };
   std::vector<Row> rows;
   for (const json& h : hosts) {
-    const json& share = field(h, "last_share");
-    rows.push_back({"  " + text(field(h, "host")) + (field(h, "self") == true ? " (this)" : ""),
-                    ms(field(h, "lag_median_s")), ms(field(h, "lag_p99_s")),
+    const json& share = field(h, k::kLastShare);
+    rows.push_back({"  " + text(field(h, k::kHost)) + (field(h, k::kSelf) == true ? " (this)" : ""),
+                    ms(field(h, k::kLagMedianS)), ms(field(h, k::kLagP99S)),
                     share.is_number() ? fmt::format("{:.0f}%", 100 * share.get<double>())
                                       : std::string(kMissing)});
   }
   return fmt::format("  hosts, over {} cross-host ops (lag behind the first host ready):\n",
-                     text(field(s, "host_ops"))) +
+                     text(field(s, k::kHostOps))) +
          format_table({{"  HOST"},
                        {"LAG MEDIAN", Align::kRight},
                        {"LAG P99", Align::kRight},
@@ -184,26 +187,26 @@ std::string render_host_lags(const json& job) {
 }  // namespace
 
 std::string render_stragglers(const json& reply) {
-  const json& jobs = field(reply, "jobs");
+  const json& jobs = field(reply, k::kJobs);
   if (!jobs.is_array() || jobs.empty()) return "no jobs\n";
   std::string out;
   for (const json& job : jobs) {
-    const json& s = field(job, "stragglers");
-    out += fmt::format("job {}: {} ops with every local rank\n", text(field(job, "job")),
-                       text(field(s, "ops")));
-    const json& ranks = field(s, "ranks");
+    const json& s = field(job, k::kStragglers);
+    out += fmt::format("job {}: {} ops with every local rank\n", text(field(job, k::kJob)),
+                       text(field(s, k::kOps)));
+    const json& ranks = field(s, k::kRanks);
     if (ranks.is_array())
       for (const json& r : ranks) {
-        auto ms = [&](const char* k) {
-          const json& v = field(r, k);
+        auto ms = [&](const char* name) {
+          const json& v = field(r, name);
           return v.is_number() ? fmt::format("{:.2f} ms", 1e3 * v.get<double>())
                                : std::string(kMissing);
         };
-        const json& share = field(r, "last_share");
+        const json& share = field(r, k::kLastShare);
         out += fmt::format("  rank {} (local {}, pid {}): {} after the first (median), {} (p99); "
                            "last in {}\n",
-                           text(field(r, "rank")), text(field(r, "local_rank")),
-                           text(field(r, "pid")), ms("median_lag_s"), ms("p99_lag_s"),
+                           text(field(r, k::kRank)), text(field(r, k::kLocalRank)),
+                           text(field(r, k::kPid)), ms(k::kMedianLagS), ms(k::kP99LagS),
                            share.is_number() ? fmt::format("{:.0f}%", 100 * share.get<double>())
                                              : std::string(kMissing));
       }
@@ -213,35 +216,35 @@ std::string render_stragglers(const json& reply) {
 }
 
 std::string render_jobs(const json& reply) {
-  const json& jobs = field(reply, "jobs");
+  const json& jobs = field(reply, k::kJobs);
   if (!jobs.is_array() || jobs.empty()) return "no jobs\n";
   std::vector<Row> rows;
   for (const json& job : jobs) {
-    const json& ranks = field(job, "ranks");
+    const json& ranks = field(job, k::kRanks);
     size_t connected = 0;
     std::string dead;
     if (ranks.is_array()) {
       for (const json& r : ranks) {
-        std::string state = text(field(r, "state"));
-        if (state == "connected") ++connected;
-        if (state != "dead") continue;
+        std::string state = text(field(r, k::kState));
+        if (state == k::kConnected) ++connected;
+        if (state != k::kDead) continue;
         if (!dead.empty()) dead += ',';
-        dead += text(field(r, "rank"));
+        dead += text(field(r, k::kRank));
       }
     }
-    std::string last_error = text(field(job, "last_error"));
+    std::string last_error = text(field(job, k::kLastError));
     rows.push_back({
-        text(field(job, "job")),
-        text(field(job, "world_size")),
-        fmt::format("{}/{}", connected, text(field(job, "local_size"))),
+        text(field(job, k::kJob)),
+        text(field(job, k::kWorldSize)),
+        fmt::format("{}/{}", connected, text(field(job, k::kLocalSize))),
         dead.empty() ? std::string(kMissing) : dead,
-        text(field(job, "ops_completed")),
-        text(field(job, "ops_failed")),
-        text(field(job, "ops_in_flight")),
-        bytes(field(job, "bytes_reduced")),
-        gbps(field(job, "throughput_gbps")),
-        bytes(field(job, "error_feedback_bytes")),
-        bytes(field(job, "pinned_bytes")),
+        text(field(job, k::kOpsCompleted)),
+        text(field(job, k::kOpsFailed)),
+        text(field(job, k::kOpsInFlight)),
+        bytes(field(job, k::kBytesReduced)),
+        gbps(field(job, k::kThroughputGbps)),
+        bytes(field(job, k::kErrorFeedbackBytes)),
+        bytes(field(job, k::kPinnedBytes)),
         last_error.empty() ? std::string(kMissing) : last_error,
     });
   }

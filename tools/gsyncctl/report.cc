@@ -9,12 +9,14 @@
 #include <algorithm>
 #include <optional>
 
+#include "protocol/admin_jobs.h"
 #include "tools/gsyncctl/table.h"
 
 namespace gsync::cli {
 
 namespace {
 using nlohmann::json;
+namespace k = admin::jobs;
 
 // Style and the one script, inline: the page must open from a mail or an
 // archive with nothing else around it.
@@ -134,18 +136,18 @@ std::vector<JobView> jobs_of(const ReportSource& src, const std::string& only, s
     out.push_back({id, fmt::format("d{}-job{}", daemon, out.size()), nullptr, {}});
     return &out.back();
   };
-  const json& jobs = at(src.jobs, "jobs");
+  const json& jobs = at(src.jobs, k::kJobs);
   if (jobs.is_array())
     for (const json& row : jobs)
-      if (at(row, "job").is_string())
-        if (JobView* v = find(row["job"].get<std::string>())) v->row = row;
+      if (at(row, k::kJob).is_string())
+        if (JobView* v = find(row[k::kJob].get<std::string>())) v->row = row;
   for (OpTimeline& op : recent_ops(src.ops, only, 0))
     if (JobView* v = find(op.job)) v->ops.push_back(std::move(op));
   return out;
 }
 
 std::string straggler_of(const json& row) {
-  const json& who = at(at(row, "stragglers"), "straggler");
+  const json& who = at(at(row, k::kStragglers), k::kStraggler);
   return who.is_number() ? "rank " + who.dump() : "-";
 }
 
@@ -157,39 +159,39 @@ std::string jobs_table(const std::vector<JobView>& jobs) {
                     "<tbody>\n";
   for (const JobView& v : jobs) {
     const json& r = v.row;
-    std::string error = at(r, "last_error").is_string() ? html(at(r, "last_error")) : "";
+    std::string error = at(r, k::kLastError).is_string() ? html(at(r, k::kLastError)) : "";
     out += fmt::format("<tr><td><a href=\"#{}\">{}</a></td>", v.anchor, html_escape(v.id)) +
-           td_num(html(at(r, "world_size")), number(r, "world_size")) +
-           td_num(html(at(r, "local_size")), number(r, "local_size")) +
-           td_num(html(at(r, "ops_completed")), number(r, "ops_completed")) +
-           td_num(html(at(r, "ops_failed")), number(r, "ops_failed")) +
-           td_num(html(at(r, "ops_in_flight")), number(r, "ops_in_flight")) +
-           td_bytes(r, "bytes_reduced") + td_gbps(r, "throughput_gbps") + td(straggler_of(r)) +
+           td_num(html(at(r, k::kWorldSize)), number(r, k::kWorldSize)) +
+           td_num(html(at(r, k::kLocalSize)), number(r, k::kLocalSize)) +
+           td_num(html(at(r, k::kOpsCompleted)), number(r, k::kOpsCompleted)) +
+           td_num(html(at(r, k::kOpsFailed)), number(r, k::kOpsFailed)) +
+           td_num(html(at(r, k::kOpsInFlight)), number(r, k::kOpsInFlight)) +
+           td_bytes(r, k::kBytesReduced) + td_gbps(r, k::kThroughputGbps) + td(straggler_of(r)) +
            td(error.empty() ? "-" : error) + "</tr>\n";
   }
   return out + "</tbody></table>\n";
 }
 
 std::string straggler_verdict(const json& s) {
-  const json& who = at(s, "straggler");
+  const json& who = at(s, k::kStraggler);
   if (!who.is_number())
     return fmt::format("<p class=\"verdict\">no straggler over the last {} ops</p>\n",
-                       html(at(s, "ops")));
-  for (const json& r : at(s, "ranks")) {
-    if (at(r, "rank") != who) continue;
+                       html(at(s, k::kOps)));
+  for (const json& r : at(s, k::kRanks)) {
+    if (at(r, k::kRank) != who) continue;
     return fmt::format(
         "<p class=\"verdict bad\">rank {} (pid {}) is the straggler: last in {:.0f}% of {} ops, "
         "{:.1f} ms after the first (median; p99 {:.1f} ms)</p>\n",
-        html(who), html(at(r, "pid")), 100 * number(r, "last_share").value_or(0),
-        html(at(s, "ops")), 1e3 * number(r, "median_lag_s").value_or(0),
-        1e3 * number(r, "p99_lag_s").value_or(0));
+        html(who), html(at(r, k::kPid)), 100 * number(r, k::kLastShare).value_or(0),
+        html(at(s, k::kOps)), 1e3 * number(r, k::kMedianLagS).value_or(0),
+        1e3 * number(r, k::kP99LagS).value_or(0));
   }
   return "";
 }
 
 std::string stragglers_table(const json& row) {
-  const json& s = at(row, "stragglers");
-  const json& ranks = at(s, "ranks");
+  const json& s = at(row, k::kStragglers);
+  const json& ranks = at(s, k::kRanks);
   if (!ranks.is_array() || ranks.empty())
     return "<p class=\"note\">no straggler report (a job needs two local ranks)</p>\n";
   std::string out =
@@ -197,13 +199,13 @@ std::string stragglers_table(const json& row) {
       header({"rank", "local rank", "pid", "lag, median (ms)", "lag, p99 (ms)", "last in"}) +
       "<tbody>\n";
   for (const json& r : ranks) {
-    const bool slow = at(r, "rank").is_number() && at(r, "rank") == at(s, "straggler");
-    auto share = number(r, "last_share");
+    const bool slow = at(r, k::kRank).is_number() && at(r, k::kRank) == at(s, k::kStraggler);
+    auto share = number(r, k::kLastShare);
     out += fmt::format("<tr class=\"{}\" data-rank=\"{}\">", slow ? "rank straggler" : "rank",
-                       html(at(r, "rank"))) +
-           td_num(html(at(r, "rank")), number(r, "rank")) +
-           td_num(html(at(r, "local_rank")), number(r, "local_rank")) + td(html(at(r, "pid"))) +
-           td_ms(number(r, "median_lag_s")) + td_ms(number(r, "p99_lag_s")) +
+                       html(at(r, k::kRank))) +
+           td_num(html(at(r, k::kRank)), number(r, k::kRank)) +
+           td_num(html(at(r, k::kLocalRank)), number(r, k::kLocalRank)) + td(html(at(r, k::kPid))) +
+           td_ms(number(r, k::kMedianLagS)) + td_ms(number(r, k::kP99LagS)) +
            td_num(share ? fmt::format("{:.0f}%", 100 * *share) : "-", share) + "</tr>\n";
   }
   return out + "</tbody></table>\n";
