@@ -336,9 +336,9 @@ void ControlPlane::on_peer_down(int peer, const Status& why) {
   elastic_peer_down(peer);
 }
 
-void ControlPlane::hold_early(EarlyMessages::Key key, int peer, std::string_view msg,
+void ControlPlane::hold_early(const EarlyMessages::Key& key, int peer, std::string_view msg,
                               Clock::time_point at, Clock::time_point expires) {
-  if (early_.hold(std::move(key), peer, msg, at, expires)) return;
+  if (early_.hold(key, peer, msg, at, expires)) return;
   // One line for the first and every 1000th after: a flood says so once.
   if (early_dropped_++ % 1000 == 0)
     spdlog::error("host {}: a control message (type {}) came before its op began, and the buffer "

@@ -89,12 +89,14 @@ class ControlPlane {
   // Messages for what this host has not begun yet, held for their service
   // (early_messages.h; key.owner: the service) until `expires`. A message
   // the full buffer cannot take is dropped with an error naming its host.
-  void hold_early(EarlyMessages::Key key, int peer, std::string_view msg, Clock::time_point at,
-                  Clock::time_point expires);
+  void hold_early(const EarlyMessages::Key& key, int peer, std::string_view msg,
+                  Clock::time_point at, Clock::time_point expires);
   std::vector<EarlyMessages::Held> take_early(const EarlyMessages::Key& key) {
     return early_.take(key);
   }
-  void drop_early(const CrossHostService* owner, std::string_view job) { early_.drop_job(owner, job); }
+  void drop_early(const CrossHostService* owner, std::string_view job) {
+    early_.drop_job(owner, job);
+  }
   const EarlyMessages& early() const { return early_; }
   // Called after every epoch change (plans built for the old one go).
   std::function<void(uint64_t epoch)> on_epoch;

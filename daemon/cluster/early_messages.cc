@@ -5,11 +5,14 @@
 
 namespace gsync::cluster {
 
-bool EarlyMessages::hold(Key key, int peer, std::string_view msg, Clock::time_point at,
+bool EarlyMessages::hold(const Key& key, int peer, std::string_view msg, Clock::time_point at,
                          Clock::time_point expires) {
   if (msg.empty()) return true;
   if (messages_ + 1 > max_messages_ || bytes_ + msg.size() > max_bytes_) return false;
-  Entry& e = entries_[std::move(key)];
+  auto it = entries_.find(key);
+  if (it == entries_.end())
+    it = entries_.emplace(Stored{key.owner, std::string(key.job), key.a, key.b}, Entry{}).first;
+  Entry& e = it->second;
   e.expires = std::max(e.expires, expires);
   auto same = std::find_if(e.held.begin(), e.held.end(), [&](const Held& h) {
     return h.peer == peer && h.bytes[0] == msg[0];
@@ -27,23 +30,19 @@ bool EarlyMessages::hold(Key key, int peer, std::string_view msg, Clock::time_po
 
 std::vector<EarlyMessages::Held> EarlyMessages::take(const Key& key) {
   auto it = entries_.find(key);
-  if (it == entries_.end()) return {};
-  std::vector<Held> out = std::move(it->second.held);
-  it->second.held.clear();
-  for (const Held& h : out) bytes_ -= h.bytes.size();
-  messages_ -= out.size();
-  entries_.erase(it);
-  return out;
+  return it == entries_.end() ? std::vector<Held>{} : erase(it);
 }
 
-void EarlyMessages::erase(std::map<Key, Entry>::iterator it) {
-  for (const Held& h : it->second.held) bytes_ -= h.bytes.size();
-  messages_ -= it->second.held.size();
+std::vector<EarlyMessages::Held> EarlyMessages::erase(Entries::iterator it) {
+  std::vector<Held> held = std::move(it->second.held);
+  for (const Held& h : held) bytes_ -= h.bytes.size();
+  messages_ -= held.size();
   entries_.erase(it);
+  return held;
 }
 
 void EarlyMessages::drop_job(const CrossHostService* owner, std::string_view job) {
-  for (auto it = entries_.lower_bound(Key{owner, std::string(job), 0, 0});
+  for (auto it = entries_.lower_bound(Key{owner, job, 0, 0});
        it != entries_.end() && it->first.owner == owner && it->first.job == job;)
     erase(it++);
 }
@@ -59,12 +58,10 @@ void EarlyMessages::drop_owner(const CrossHostService* owner) {
 size_t EarlyMessages::expire(Clock::time_point now) {
   size_t dropped = 0;
   for (auto it = entries_.begin(); it != entries_.end();)
-    if (it->second.expires < now) {
-      dropped += it->second.held.size();
-      erase(it++);
-    } else {
+    if (it->second.expires < now)
+      dropped += erase(it++).size();
+    else
       ++it;
-    }
   return dropped;
 }
 

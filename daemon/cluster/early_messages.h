@@ -38,14 +38,12 @@ class EarlyMessages {
     Clock::time_point at;  // when it arrived
   };
   // What a service holds a message under: its name and three parts of its
-  // choosing (an op: job, key, step; a parameter: job, key, 0).
+  // choosing (an op: job, key, step; a parameter: job, key, 0). A view:
+  // looking one up copies nothing (an op's begin does it every time).
   struct Key {
     const CrossHostService* owner = nullptr;
-    std::string job;
+    std::string_view job;
     uint64_t a = 0, b = 0;
-    bool operator<(const Key& o) const {
-      return std::tie(owner, job, a, b) < std::tie(o.owner, o.job, o.a, o.b);
-    }
   };
 
   explicit EarlyMessages(size_t max_messages = kMaxMessages, size_t max_bytes = kMaxBytes)
@@ -55,7 +53,7 @@ class EarlyMessages {
   // message of the key asked for). A peer's later message of the same
   // type for the same key replaces its earlier one. False: the buffer is
   // full and msg was dropped.
-  bool hold(Key key, int peer, std::string_view msg, Clock::time_point at,
+  bool hold(const Key& key, int peer, std::string_view msg, Clock::time_point at,
             Clock::time_point expires);
   // What is held for key, in arrival order; none is held after.
   std::vector<Held> take(const Key& key);
@@ -70,15 +68,37 @@ class EarlyMessages {
   size_t bytes() const { return bytes_; }
 
  private:
+  // The key as the map keeps it (its job owned), compared with a Key
+  // without a copy.
+  struct Stored {
+    const CrossHostService* owner;
+    std::string job;
+    uint64_t a, b;
+  };
+  // By owner, then job (a job's entries lie together), then a and b.
+  struct Less {
+    using is_transparent = void;
+    template <typename K>
+    static auto tied(const K& k) {
+      return std::make_tuple(reinterpret_cast<uintptr_t>(k.owner), std::string_view(k.job), k.a,
+                             k.b);
+    }
+    template <typename L, typename R>
+    bool operator()(const L& l, const R& r) const {
+      return tied(l) < tied(r);
+    }
+  };
   struct Entry {
     std::vector<Held> held;
     Clock::time_point expires = Clock::time_point::min();
   };
-  void erase(std::map<Key, Entry>::iterator it);
+  using Entries = std::map<Stored, Entry, Less>;
+  // Removes an entry and its counts; what it held.
+  std::vector<Held> erase(Entries::iterator it);
 
   size_t max_messages_, max_bytes_;
   size_t messages_ = 0, bytes_ = 0;
-  std::map<Key, Entry> entries_;
+  Entries entries_;
 };
 
 }  // namespace gsync::cluster

@@ -195,7 +195,7 @@ void Engine::replay_early(XOp& x) {
 
 cluster::EarlyMessages::Key Engine::early_key(std::string_view job,
                                                const proto::OpId& id) const {
-  return {this, std::string(job), id.key, id.step};
+  return {this, job, id.key, id.step};
 }
 
 // The op's shape and name, as OpReady and OpData carry them.
